@@ -1,0 +1,190 @@
+//! MariaDB: the official image's contract (`MARIADB_*`), Debian's packages for processes, and a
+//! handed-out user with every privilege on its own database and on the databases test runners
+//! create (`test_*`, `<db>_*`), but no global privilege.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use secrecy::{ExposeSecret, SecretString};
+
+use crate::credentials::Credentials;
+use crate::engine::{
+    AdminAccess, AdminStep, CommandPlan, ContainerRecipe, Endpoint, Engine, FeatureKind,
+    FeatureSpec, PlannedFile, ProcessContext, ProcessRecipe, Protocol, ServerFacts, Signal,
+    TemplatePlan, Tmpfs, sql_literal,
+};
+use crate::names::EnvPrefix;
+
+#[derive(Debug, Default)]
+pub struct MariaDb;
+
+/// Settings that trade durability for speed, for both forms.
+const THROWAWAY_ARGS: &[&str] = &[
+    "--innodb-flush-log-at-trx-commit=0",
+    "--innodb-doublewrite=0",
+    "--skip-log-bin",
+    "--innodb-buffer-pool-size=64M",
+    "--skip-name-resolve",
+];
+
+fn mysql_identifier(value: &str) -> String {
+    format!("`{}`", value.replace('`', "``"))
+}
+
+impl Engine for MariaDb {
+    fn name(&self) -> &'static str {
+        "mariadb"
+    }
+    fn title(&self) -> &'static str {
+        "MariaDB"
+    }
+    fn protocol(&self) -> Protocol {
+        Protocol::Mysql
+    }
+    fn default_image(&self) -> &'static str {
+        "mariadb:11"
+    }
+    fn port(&self) -> u16 {
+        3306
+    }
+    fn readiness_deadline(&self) -> Duration {
+        Duration::from_secs(60)
+    }
+    fn feature_kind(&self) -> FeatureKind {
+        FeatureKind::Extension
+    }
+    fn features(&self) -> &'static [FeatureSpec] {
+        &[]
+    }
+    fn admin_user(&self) -> &'static str {
+        "root"
+    }
+
+    fn container(&self, admin: &Credentials, _agent: &Credentials) -> ContainerRecipe {
+        let mut command = vec!["mariadbd".to_owned()];
+        command.extend(THROWAWAY_ARGS.iter().map(|a| (*a).to_owned()));
+        ContainerRecipe {
+            env: vec![("MARIADB_ROOT_PASSWORD".into(), admin.password.clone())],
+            command,
+            user: Some("mysql"),
+            tmpfs: vec![
+                Tmpfs {
+                    path: "/var/lib/mysql",
+                    size_mb: 320,
+                    mode: "1777",
+                },
+                Tmpfs {
+                    path: "/run/mysqld",
+                    size_mb: 1,
+                    mode: "1777",
+                },
+                Tmpfs {
+                    path: "/tmp",
+                    size_mb: 32,
+                    mode: "1777",
+                },
+            ],
+            capabilities: vec![],
+        }
+    }
+
+    fn process(&self) -> Option<ProcessRecipe> {
+        Some(ProcessRecipe {
+            package: "mariadb-server",
+            programs: &["mariadb-install-db", "mariadbd"],
+            search_dirs: &["/usr/sbin"],
+            template: Some(template),
+            launch,
+            // mariadb-install-db's socket authentication: the daemon's OS user is a superuser
+            // on the private socket, and no superuser is reachable over TCP.
+            admin: |ctx| AdminAccess::Socket {
+                directory: ctx.socket_dir.to_path_buf(),
+                user: ctx.daemon_user.to_owned(),
+            },
+            bootstrap: None,
+            graceful_signal: Signal::Term,
+        })
+    }
+
+    fn setup(&self, agent: &Credentials, _facts: ServerFacts) -> Vec<AdminStep> {
+        let database = mysql_identifier(self.agent_database());
+        let account = format!("{}@'%'", sql_literal(&agent.user));
+        let password = sql_literal(agent.password.expose_secret());
+        let test_prefix = mysql_identifier("test\\_%");
+        let own_prefix = mysql_identifier(&format!("{}\\_%", self.agent_database()));
+        [
+            format!("CREATE DATABASE IF NOT EXISTS {database}"),
+            format!("CREATE USER {account} IDENTIFIED BY {password}"),
+            format!("GRANT ALL PRIVILEGES ON {database}.* TO {account}"),
+            format!("GRANT ALL PRIVILEGES ON {test_prefix}.* TO {account}"),
+            format!("GRANT ALL PRIVILEGES ON {own_prefix}.* TO {account}"),
+        ]
+        .into_iter()
+        .map(|statement| AdminStep::Sql {
+            database: None,
+            statement: SecretString::from(statement),
+        })
+        .collect()
+    }
+
+    fn render(&self, e: &Endpoint<'_>, prefix: &EnvPrefix) -> (String, BTreeMap<String, String>) {
+        let password = e.password.expose_secret();
+        let url = format!(
+            "mysql://{}:{}@{}:{}/{}",
+            urlencoding::encode(e.user),
+            urlencoding::encode(password),
+            e.host,
+            e.port,
+            urlencoding::encode(e.database)
+        );
+        let env = BTreeMap::from([
+            (prefix.var("MYSQL_HOST"), e.host.to_owned()),
+            (prefix.var("MYSQL_PORT"), e.port.to_string()),
+            (prefix.var("MYSQL_USER"), e.user.to_owned()),
+            (prefix.var("MYSQL_PASSWORD"), password.to_owned()),
+            (prefix.var("MYSQL_DB"), e.database.to_owned()),
+            ("MYSQL_URL".to_owned(), url.clone()),
+        ]);
+        (url, env)
+    }
+}
+
+fn template(ctx: &ProcessContext<'_>) -> TemplatePlan {
+    TemplatePlan {
+        commands: vec![CommandPlan {
+            program: ctx.programs["mariadb-install-db"].clone(),
+            args: vec![
+                "--no-defaults".into(),
+                format!("--datadir={}", ctx.data_dir.display()),
+                format!("--user={}", ctx.run_as),
+                "--auth-root-authentication-method=socket".into(),
+                format!("--auth-root-socket-user={}", ctx.daemon_user),
+                "--skip-test-db".into(),
+                "--skip-name-resolve".into(),
+            ],
+        }],
+        files: vec![],
+    }
+}
+
+fn launch(ctx: &ProcessContext<'_>) -> (CommandPlan, Vec<PlannedFile>) {
+    let mut args = vec![
+        "--no-defaults".to_owned(),
+        format!("--datadir={}", ctx.data_dir.display()),
+        format!("--port={}", ctx.port),
+        "--bind-address=127.0.0.1".to_owned(),
+        format!("--socket={}", ctx.socket_dir.join("mysqld.sock").display()),
+        format!(
+            "--pid-file={}",
+            ctx.instance_dir.join("mysqld.pid").display()
+        ),
+        format!("--tmpdir={}", ctx.instance_dir.display()),
+        "--innodb-use-native-aio=0".to_owned(),
+    ];
+    args.extend(THROWAWAY_ARGS.iter().map(|a| (*a).to_owned()));
+    let plan = CommandPlan {
+        program: ctx.programs["mariadbd"].clone(),
+        args,
+    };
+    (plan, vec![])
+}

@@ -1,0 +1,169 @@
+//! MongoDB: the official `mongo` image's contract (`MONGO_INITDB_ROOT_*`), server-side JavaScript
+//! off, a small WiredTiger cache, and a handed-out user that can create, use and drop databases
+//! but holds no cluster-admin or root role. Debian ships no mongod; the process form is used only
+//! when an operator installed one.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use secrecy::{ExposeSecret, SecretString};
+
+use crate::credentials::Credentials;
+use crate::engine::{
+    AdminAccess, AdminStep, CommandPlan, ContainerRecipe, Endpoint, Engine, FeatureKind,
+    FeatureSpec, PlannedFile, ProcessContext, ProcessRecipe, Protocol, ServerFacts, Signal, Tmpfs,
+};
+use crate::names::EnvPrefix;
+
+#[derive(Debug, Default)]
+pub struct Mongo;
+
+const SERVER_ARGS: &[&str] = &["--noscripting", "--wiredTigerCacheSizeGB", "0.25"];
+
+impl Engine for Mongo {
+    fn name(&self) -> &'static str {
+        "mongo"
+    }
+    fn title(&self) -> &'static str {
+        "MongoDB"
+    }
+    fn protocol(&self) -> Protocol {
+        Protocol::Mongo
+    }
+    fn default_image(&self) -> &'static str {
+        "mongo:8"
+    }
+    fn port(&self) -> u16 {
+        27017
+    }
+    fn readiness_deadline(&self) -> Duration {
+        Duration::from_secs(60)
+    }
+    fn feature_kind(&self) -> FeatureKind {
+        FeatureKind::Extension
+    }
+    fn features(&self) -> &'static [FeatureSpec] {
+        &[]
+    }
+    fn admin_user(&self) -> &'static str {
+        "sandboxd_admin"
+    }
+
+    fn container(&self, admin: &Credentials, _agent: &Credentials) -> ContainerRecipe {
+        let mut command = vec!["mongod".to_owned()];
+        command.extend(SERVER_ARGS.iter().map(|a| (*a).to_owned()));
+        ContainerRecipe {
+            env: vec![
+                (
+                    "MONGO_INITDB_ROOT_USERNAME".into(),
+                    SecretString::from(admin.user.clone()),
+                ),
+                ("MONGO_INITDB_ROOT_PASSWORD".into(), admin.password.clone()),
+            ],
+            command,
+            user: Some("mongodb"),
+            tmpfs: vec![
+                Tmpfs {
+                    path: "/data/db",
+                    size_mb: 256,
+                    mode: "1777",
+                },
+                Tmpfs {
+                    path: "/data/configdb",
+                    size_mb: 16,
+                    mode: "1777",
+                },
+                Tmpfs {
+                    path: "/tmp",
+                    size_mb: 16,
+                    mode: "1777",
+                },
+            ],
+            capabilities: vec![],
+        }
+    }
+
+    fn process(&self) -> Option<ProcessRecipe> {
+        Some(ProcessRecipe {
+            package: "mongodb-org-server (MongoDB's own repository; Debian ships none)",
+            programs: &["mongod", "mongosh"],
+            search_dirs: &["/usr/bin"],
+            template: None,
+            launch,
+            admin: |ctx| AdminAccess::Password(ctx.admin.clone()),
+            bootstrap: Some(create_admin),
+            graceful_signal: Signal::Term,
+        })
+    }
+
+    fn setup(&self, agent: &Credentials, _facts: ServerFacts) -> Vec<AdminStep> {
+        let command = serde_json::json!({
+            "createUser": agent.user,
+            "pwd": agent.password.expose_secret(),
+            "roles": [
+                { "role": "readWriteAnyDatabase", "db": "admin" },
+                { "role": "dbAdminAnyDatabase", "db": "admin" },
+            ],
+        });
+        vec![AdminStep::MongoCommand {
+            database: "admin".to_owned(),
+            command: SecretString::from(command.to_string()),
+        }]
+    }
+
+    fn render(&self, e: &Endpoint<'_>, prefix: &EnvPrefix) -> (String, BTreeMap<String, String>) {
+        let password = e.password.expose_secret();
+        let url = format!(
+            "mongodb://{}:{}@{}:{}/{}?authSource=admin",
+            urlencoding::encode(e.user),
+            urlencoding::encode(password),
+            e.host,
+            e.port,
+            urlencoding::encode(e.database)
+        );
+        let env = BTreeMap::from([
+            (prefix.var("MONGO_HOST"), e.host.to_owned()),
+            (prefix.var("MONGO_PORT"), e.port.to_string()),
+            (prefix.var("MONGO_USER"), e.user.to_owned()),
+            (prefix.var("MONGO_PASSWORD"), password.to_owned()),
+            (prefix.var("MONGO_DB"), e.database.to_owned()),
+            ("MONGODB_URI".to_owned(), url.clone()),
+        ]);
+        (url, env)
+    }
+}
+
+/// A fresh `mongod --auth` has no user; its localhost exception lets the first one be created.
+fn create_admin(ctx: &ProcessContext<'_>) -> Vec<AdminStep> {
+    let command = serde_json::json!({
+        "createUser": ctx.admin.user,
+        "pwd": ctx.admin.password.expose_secret(),
+        "roles": [{ "role": "root", "db": "admin" }],
+    });
+    vec![AdminStep::MongoCommand {
+        database: "admin".to_owned(),
+        command: SecretString::from(command.to_string()),
+    }]
+}
+
+fn launch(ctx: &ProcessContext<'_>) -> (CommandPlan, Vec<PlannedFile>) {
+    let mut args = vec![
+        "--dbpath".to_owned(),
+        ctx.data_dir.display().to_string(),
+        "--port".to_owned(),
+        ctx.port.to_string(),
+        "--bind_ip".to_owned(),
+        "127.0.0.1".to_owned(),
+        "--unixSocketPrefix".to_owned(),
+        ctx.socket_dir.display().to_string(),
+        "--auth".to_owned(),
+    ];
+    args.extend(SERVER_ARGS.iter().map(|a| (*a).to_owned()));
+    (
+        CommandPlan {
+            program: ctx.programs["mongod"].clone(),
+            args,
+        },
+        vec![],
+    )
+}

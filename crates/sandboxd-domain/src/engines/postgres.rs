@@ -1,0 +1,260 @@
+//! PostgreSQL: the official image's contract (`POSTGRES_*`), Debian's packages for processes, and
+//! a handed-out role that owns its database and can create databases but holds no superuser power.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use secrecy::{ExposeSecret, SecretString};
+
+use crate::credentials::Credentials;
+use crate::engine::{
+    Activation, AdminAccess, AdminStep, CommandPlan, ContainerRecipe, Endpoint, Engine,
+    FeatureKind, FeatureSpec, PlannedFile, ProcessContext, ProcessRecipe, Protocol, ServerFacts,
+    Signal, TemplatePlan, Tmpfs, pg_identifier, sql_literal,
+};
+use crate::names::EnvPrefix;
+
+#[derive(Debug, Default)]
+pub struct Postgres;
+
+const DATA_MOUNT: &str = "/var/lib/postgresql/data";
+/// A subdirectory of the tmpfs, so initdb can own it while the mount itself stays root's.
+const PGDATA: &str = "/var/lib/postgresql/data/pgdata";
+
+static FEATURES: &[FeatureSpec] = &[
+    FeatureSpec {
+        name: "vector",
+        summary: "pgvector: vector type and similarity search",
+        activation: Activation::PgExtension {
+            extension: "vector",
+            package: "postgresql-{major}-pgvector",
+        },
+    },
+    FeatureSpec {
+        name: "postgis",
+        summary: "PostGIS: geometry and geography types",
+        activation: Activation::PgExtension {
+            extension: "postgis",
+            package: "postgresql-{major}-postgis-3",
+        },
+    },
+    FeatureSpec {
+        name: "pg_trgm",
+        summary: "trigram matching for LIKE/ILIKE indexes",
+        activation: Activation::PgExtension {
+            extension: "pg_trgm",
+            package: "postgresql-contrib",
+        },
+    },
+    FeatureSpec {
+        name: "citext",
+        summary: "case-insensitive text type",
+        activation: Activation::PgExtension {
+            extension: "citext",
+            package: "postgresql-contrib",
+        },
+    },
+    FeatureSpec {
+        name: "uuid-ossp",
+        summary: "UUID generation functions",
+        activation: Activation::PgExtension {
+            extension: "uuid-ossp",
+            package: "postgresql-contrib",
+        },
+    },
+];
+
+/// Settings that trade durability for start and test speed; a sandbox is thrown away anyway.
+const THROWAWAY_SETTINGS: &[&str] = &[
+    "fsync=off",
+    "synchronous_commit=off",
+    "full_page_writes=off",
+    "max_connections=100",
+];
+
+impl Engine for Postgres {
+    fn name(&self) -> &'static str {
+        "postgres"
+    }
+    fn title(&self) -> &'static str {
+        "PostgreSQL"
+    }
+    fn protocol(&self) -> Protocol {
+        Protocol::Postgres
+    }
+    fn default_image(&self) -> &'static str {
+        "postgres:16-alpine"
+    }
+    fn port(&self) -> u16 {
+        5432
+    }
+    fn readiness_deadline(&self) -> Duration {
+        Duration::from_secs(60)
+    }
+    fn feature_kind(&self) -> FeatureKind {
+        FeatureKind::Extension
+    }
+    fn features(&self) -> &'static [FeatureSpec] {
+        FEATURES
+    }
+    fn admin_user(&self) -> &'static str {
+        "sandboxd_admin"
+    }
+
+    fn container(&self, admin: &Credentials, _agent: &Credentials) -> ContainerRecipe {
+        let mut command = vec!["postgres".to_owned()];
+        for setting in THROWAWAY_SETTINGS {
+            command.push("-c".to_owned());
+            command.push((*setting).to_owned());
+        }
+        ContainerRecipe {
+            env: vec![
+                (
+                    "POSTGRES_USER".into(),
+                    SecretString::from(admin.user.clone()),
+                ),
+                ("POSTGRES_PASSWORD".into(), admin.password.clone()),
+                ("POSTGRES_DB".into(), SecretString::from("postgres")),
+                ("PGDATA".into(), SecretString::from(PGDATA)),
+            ],
+            command,
+            user: Some("postgres"),
+            tmpfs: vec![
+                Tmpfs {
+                    path: DATA_MOUNT,
+                    size_mb: 256,
+                    mode: "1777",
+                },
+                Tmpfs {
+                    path: "/var/run/postgresql",
+                    size_mb: 1,
+                    mode: "1777",
+                },
+            ],
+            capabilities: vec![],
+        }
+    }
+
+    fn process(&self) -> Option<ProcessRecipe> {
+        Some(ProcessRecipe {
+            package: "postgresql",
+            programs: &["initdb", "postgres"],
+            search_dirs: &["/usr/lib/postgresql/*/bin"],
+            template: Some(template),
+            launch,
+            admin: |ctx| AdminAccess::Socket {
+                directory: ctx.socket_dir.to_path_buf(),
+                user: Postgres.admin_user().to_owned(),
+            },
+            bootstrap: None,
+            graceful_signal: Signal::Int,
+        })
+    }
+
+    fn setup(&self, agent: &Credentials, facts: ServerFacts) -> Vec<AdminStep> {
+        let role = pg_identifier(&agent.user);
+        let database = pg_identifier(self.agent_database());
+        // CREATEROLE cannot escalate from PostgreSQL 16 on; before that it could grant itself
+        // any non-superuser role, including the pg_* server roles.
+        let createrole = if facts.major_version.is_some_and(|major| major >= 16) {
+            " CREATEROLE"
+        } else {
+            ""
+        };
+        let password = sql_literal(agent.password.expose_secret());
+        vec![
+            AdminStep::Sql {
+                database: None,
+                statement: SecretString::from(format!(
+                    "CREATE ROLE {role} LOGIN CREATEDB{createrole} NOSUPERUSER NOREPLICATION \
+                     NOBYPASSRLS PASSWORD {password}"
+                )),
+            },
+            AdminStep::Sql {
+                database: None,
+                statement: SecretString::from(format!("CREATE DATABASE {database} OWNER {role}")),
+            },
+            AdminStep::Sql {
+                database: Some(self.agent_database().to_owned()),
+                statement: SecretString::from(format!("ALTER SCHEMA public OWNER TO {role}")),
+            },
+        ]
+    }
+
+    fn render(&self, e: &Endpoint<'_>, prefix: &EnvPrefix) -> (String, BTreeMap<String, String>) {
+        let password = e.password.expose_secret();
+        let url = format!(
+            "postgresql://{}:{}@{}:{}/{}",
+            urlencoding::encode(e.user),
+            urlencoding::encode(password),
+            e.host,
+            e.port,
+            urlencoding::encode(e.database)
+        );
+        let env = BTreeMap::from([
+            (prefix.var("DB_HOST"), e.host.to_owned()),
+            (prefix.var("DB_PORT"), e.port.to_string()),
+            (prefix.var("DB_USER"), e.user.to_owned()),
+            (prefix.var("DB_PASSWORD"), password.to_owned()),
+            (prefix.var("DB_NAME"), e.database.to_owned()),
+            ("DATABASE_URL".to_owned(), url.clone()),
+        ]);
+        (url, env)
+    }
+}
+
+fn template(ctx: &ProcessContext<'_>) -> TemplatePlan {
+    TemplatePlan {
+        commands: vec![CommandPlan {
+            program: ctx.programs["initdb"].clone(),
+            args: vec![
+                format!("--pgdata={}", ctx.data_dir.display()),
+                format!("--username={}", Postgres.admin_user()),
+                "--auth-local=trust".into(),
+                "--auth-host=scram-sha-256".into(),
+                "--encoding=UTF8".into(),
+                "--locale=C.UTF-8".into(),
+                "--no-sync".into(),
+                "--no-instructions".into(),
+            ],
+        }],
+        files: vec![PlannedFile {
+            relative_path: "pg_hba.conf",
+            // The socket directory is private to the daemon's user; over TCP the superuser is
+            // refused outright and everyone else needs a password.
+            content: SecretString::from(format!(
+                "local all all trust\n\
+                 host all {admin} all reject\n\
+                 host all all 127.0.0.1/32 scram-sha-256\n\
+                 host all all ::1/128 scram-sha-256\n",
+                admin = Postgres.admin_user()
+            )),
+        }],
+    }
+}
+
+fn launch(ctx: &ProcessContext<'_>) -> (CommandPlan, Vec<PlannedFile>) {
+    let mut args = vec![
+        "-D".to_owned(),
+        ctx.data_dir.display().to_string(),
+        "-p".to_owned(),
+        ctx.port.to_string(),
+        "-k".to_owned(),
+        ctx.socket_dir.display().to_string(),
+        "-c".to_owned(),
+        "listen_addresses=127.0.0.1".to_owned(),
+        "-c".to_owned(),
+        "unix_socket_permissions=0700".to_owned(),
+        "-c".to_owned(),
+        "shared_buffers=32MB".to_owned(),
+    ];
+    for setting in THROWAWAY_SETTINGS {
+        args.push("-c".to_owned());
+        args.push((*setting).to_owned());
+    }
+    let plan = CommandPlan {
+        program: ctx.programs["postgres"].clone(),
+        args,
+    };
+    (plan, vec![])
+}

@@ -1,0 +1,236 @@
+//! Redis: configured entirely by command line (the official image's contract), the `default` user
+//! off, and a handed-out ACL user that can do what test suites do but none of the escape hatches.
+//! Passwords only ever appear as SHA-256 hashes in arguments and config files.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use secrecy::{ExposeSecret, SecretString};
+
+use crate::credentials::{Credentials, sha256_hex};
+use crate::engine::{
+    Activation, AdminAccess, AdminStep, CommandPlan, ContainerRecipe, Endpoint, Engine,
+    FeatureKind, FeatureSpec, PlannedFile, ProcessContext, ProcessRecipe, Protocol, ServerFacts,
+    Signal, Tmpfs,
+};
+use crate::names::EnvPrefix;
+
+#[derive(Debug, Default)]
+pub struct Redis;
+
+const MODULE_DIRS_HINT: &str = "redis-redisearch";
+
+static FEATURES: &[FeatureSpec] = &[
+    FeatureSpec {
+        name: "search",
+        summary: "RediSearch: secondary indexes and full-text search",
+        activation: Activation::RedisModule {
+            module: "search",
+            libraries: &[
+                "/usr/local/lib/redis/modules/redisearch.so",
+                "/usr/lib/redis/modules/redisearch.so",
+            ],
+            package: MODULE_DIRS_HINT,
+        },
+    },
+    FeatureSpec {
+        name: "json",
+        summary: "RedisJSON: a JSON data type",
+        activation: Activation::RedisModule {
+            module: "ReJSON",
+            libraries: &[
+                "/usr/local/lib/redis/modules/rejson.so",
+                "/usr/lib/redis/modules/rejson.so",
+            ],
+            package: "the RedisJSON module (bundled in the redis:8 image)",
+        },
+    },
+    FeatureSpec {
+        name: "bloom",
+        summary: "RedisBloom: probabilistic data structures",
+        activation: Activation::RedisModule {
+            module: "bf",
+            libraries: &[
+                "/usr/local/lib/redis/modules/redisbloom.so",
+                "/usr/lib/redis/modules/redisbloom.so",
+            ],
+            package: "the RedisBloom module (bundled in the redis:8 image)",
+        },
+    },
+];
+
+/// Commands denied to the handed-out user: running code on or reconfiguring the server, reaching
+/// other hosts, and anything that touches the server's files. Everything else stays allowed so
+/// ordinary test suites (FLUSHDB, KEYS, SCAN, scripting) run unchanged.
+const DENIED: &[&str] = &[
+    "-config",
+    "-module",
+    "-debug",
+    "-replicaof",
+    "-slaveof",
+    "-migrate",
+    "-shutdown",
+    "-acl",
+    "+acl|whoami",
+    "-save",
+    "-bgsave",
+    "-bgrewriteaof",
+    "-failover",
+    "-cluster",
+    "-sync",
+    "-psync",
+    "-monitor",
+];
+
+/// `<name> on #<hash> ~* &* +@all [denials]`: one ACL user as rule words.
+fn acl_user(creds: &Credentials, restricted: bool) -> Vec<String> {
+    let mut rules = vec![
+        creds.user.clone(),
+        "on".to_owned(),
+        format!("#{}", sha256_hex(&creds.password)),
+        "~*".to_owned(),
+        "&*".to_owned(),
+        "+@all".to_owned(),
+    ];
+    if restricted {
+        rules.extend(DENIED.iter().map(|d| (*d).to_owned()));
+    }
+    rules
+}
+
+/// Server settings shared by the container and process forms, as `(directive, args)`.
+fn settings(admin: &Credentials, agent: &Credentials) -> Vec<(&'static str, Vec<String>)> {
+    vec![
+        ("save", vec![String::new()]),
+        ("appendonly", vec!["no".into()]),
+        ("protected-mode", vec!["no".into()]),
+        ("enable-module-command", vec!["local".into()]),
+        ("user", vec!["default".into(), "off".into()]),
+        ("user", acl_user(admin, false)),
+        ("user", acl_user(agent, true)),
+    ]
+}
+
+impl Engine for Redis {
+    fn name(&self) -> &'static str {
+        "redis"
+    }
+    fn title(&self) -> &'static str {
+        "Redis"
+    }
+    fn protocol(&self) -> Protocol {
+        Protocol::Redis
+    }
+    fn default_image(&self) -> &'static str {
+        "redis:8-alpine"
+    }
+    fn port(&self) -> u16 {
+        6379
+    }
+    fn readiness_deadline(&self) -> Duration {
+        Duration::from_secs(15)
+    }
+    fn feature_kind(&self) -> FeatureKind {
+        FeatureKind::Module
+    }
+    fn features(&self) -> &'static [FeatureSpec] {
+        FEATURES
+    }
+    fn admin_user(&self) -> &'static str {
+        "sandboxd_admin"
+    }
+
+    fn container(&self, admin: &Credentials, agent: &Credentials) -> ContainerRecipe {
+        let mut command = vec![
+            "redis-server".to_owned(),
+            "--port".to_owned(),
+            self.port().to_string(),
+        ];
+        for (directive, args) in settings(admin, agent) {
+            command.push(format!("--{directive}"));
+            command.extend(args);
+        }
+        ContainerRecipe {
+            env: vec![],
+            command,
+            user: Some("redis"),
+            tmpfs: vec![Tmpfs {
+                path: "/data",
+                size_mb: 64,
+                mode: "1777",
+            }],
+            capabilities: vec![],
+        }
+    }
+
+    fn process(&self) -> Option<ProcessRecipe> {
+        Some(ProcessRecipe {
+            package: "redis-server",
+            programs: &["redis-server"],
+            search_dirs: &[],
+            template: None,
+            launch,
+            admin: |ctx| AdminAccess::Password(ctx.admin.clone()),
+            bootstrap: None,
+            graceful_signal: Signal::Term,
+        })
+    }
+
+    fn setup(&self, _agent: &Credentials, _facts: ServerFacts) -> Vec<AdminStep> {
+        // The ACL users are part of the server's configuration from the first instant.
+        vec![]
+    }
+
+    fn render(&self, e: &Endpoint<'_>, prefix: &EnvPrefix) -> (String, BTreeMap<String, String>) {
+        let password = e.password.expose_secret();
+        let url = format!(
+            "redis://{}:{}@{}:{}/0",
+            urlencoding::encode(e.user),
+            urlencoding::encode(password),
+            e.host,
+            e.port
+        );
+        let env = BTreeMap::from([
+            (prefix.var("REDIS_HOST"), e.host.to_owned()),
+            (prefix.var("REDIS_PORT"), e.port.to_string()),
+            (prefix.var("REDIS_USER"), e.user.to_owned()),
+            (prefix.var("REDIS_PASSWORD"), password.to_owned()),
+            ("REDIS_URL".to_owned(), url.clone()),
+        ]);
+        (url, env)
+    }
+}
+
+/// Quotes one word for a redis.conf line.
+fn conf_word(word: &str) -> String {
+    format!("\"{}\"", word.replace('\\', "\\\\").replace('"', "\\\""))
+}
+
+fn launch(ctx: &ProcessContext<'_>) -> (CommandPlan, Vec<PlannedFile>) {
+    let mut conf = vec![
+        format!("port {}", ctx.port),
+        "bind 127.0.0.1".to_owned(),
+        format!(
+            "unixsocket {}",
+            conf_word(&ctx.socket_dir.join("redis.sock").display().to_string())
+        ),
+        "unixsocketperm 700".to_owned(),
+        format!("dir {}", conf_word(&ctx.data_dir.display().to_string())),
+        "daemonize no".to_owned(),
+        "logfile \"\"".to_owned(),
+    ];
+    for (directive, args) in settings(ctx.admin, ctx.agent) {
+        let words: Vec<String> = args.iter().map(|a| conf_word(a)).collect();
+        conf.push(format!("{directive} {}", words.join(" ")));
+    }
+    conf.push(String::new());
+    let command = CommandPlan {
+        program: ctx.programs["redis-server"].clone(),
+        args: vec![ctx.instance_dir.join("redis.conf").display().to_string()],
+    };
+    let files = vec![PlannedFile {
+        relative_path: "redis.conf",
+        content: SecretString::from(conf.join("\n")),
+    }];
+    (command, files)
+}

@@ -1,0 +1,192 @@
+//! The envelopes every verb answers with (§3.2). `next` and `remediate` lead an agent through the
+//! flow; error codes are stable strings clients can branch on.
+
+use serde::{Deserialize, Serialize};
+
+/// Why a verb was refused. Each guard of `request_sandbox` has its own code; only
+/// `provisioner_unavailable` and `invalid_state` (a failed provision) are retryable.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ErrorCode {
+    /// Guard 1: the master switch is off.
+    SandboxDisabled,
+    /// Guard 2: the agent holds no active, project-bound task.
+    NoActiveTask,
+    /// Guard 3: the project has no `sandbox_services`.
+    ProjectNotOptedIn,
+    /// Guard 4: a service outside the project's set.
+    ServiceNotAllowed,
+    /// Guard 4: a feature for a service not opted into, or outside the allowlist.
+    FeatureNotAllowed,
+    /// Guard 5: the provisioner cannot be reached right now.
+    ProvisionerUnavailable,
+    /// Provisioning itself failed; nothing was left behind.
+    InvalidState,
+    /// The verb is not in the caller's manifest.
+    VerbNotAllowed,
+    /// The call's arguments are malformed.
+    InvalidArgument,
+    /// A verb called before the one it depends on.
+    OutOfOrder,
+    /// The named task does not exist.
+    NotFound,
+    /// Another agent holds the task.
+    TaskTaken,
+    /// No open task to hand out.
+    NoWork,
+    /// Something failed inside sandboxd; details are in its log, not here.
+    Internal,
+}
+
+impl ErrorCode {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::SandboxDisabled => "sandbox_disabled",
+            Self::NoActiveTask => "no_active_task",
+            Self::ProjectNotOptedIn => "project_not_opted_in",
+            Self::ServiceNotAllowed => "service_not_allowed",
+            Self::FeatureNotAllowed => "feature_not_allowed",
+            Self::ProvisionerUnavailable => "provisioner_unavailable",
+            Self::InvalidState => "invalid_state",
+            Self::VerbNotAllowed => "verb_not_allowed",
+            Self::InvalidArgument => "invalid_argument",
+            Self::OutOfOrder => "out_of_order",
+            Self::NotFound => "not_found",
+            Self::TaskTaken => "task_taken",
+            Self::NoWork => "no_work",
+            Self::Internal => "internal",
+        }
+    }
+
+    pub fn retryable(self) -> bool {
+        matches!(
+            self,
+            Self::ProvisionerUnavailable | Self::InvalidState | Self::NoWork | Self::Internal
+        )
+    }
+}
+
+/// `{ "status": "ok", "task_id", "next", "evidence"?, "context_briefing" }`
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct OkEnvelope {
+    pub status: OkStatus,
+    pub task_id: Option<String>,
+    pub next: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub evidence: Option<serde_json::Value>,
+    pub context_briefing: String,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum OkStatus {
+    Ok,
+}
+
+/// `{ "error", "message", "remediate", "missing"?, "retryable" }`
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ErrorEnvelope {
+    pub error: ErrorCode,
+    pub message: String,
+    pub remediate: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub missing: Option<Vec<String>>,
+    pub retryable: bool,
+}
+
+impl ErrorEnvelope {
+    pub fn new(error: ErrorCode, message: impl Into<String>, remediate: impl Into<String>) -> Self {
+        Self {
+            error,
+            message: message.into(),
+            remediate: remediate.into(),
+            missing: None,
+            retryable: error.retryable(),
+        }
+    }
+
+    pub fn with_missing(mut self, missing: Vec<String>) -> Self {
+        self.missing = Some(missing);
+        self
+    }
+
+    pub fn retryable(mut self, retryable: bool) -> Self {
+        self.retryable = retryable;
+        self
+    }
+}
+
+impl OkEnvelope {
+    pub fn new(
+        task_id: Option<String>,
+        next: impl Into<String>,
+        briefing: impl Into<String>,
+    ) -> Self {
+        Self {
+            status: OkStatus::Ok,
+            task_id,
+            next: next.into(),
+            evidence: None,
+            context_briefing: briefing.into(),
+        }
+    }
+
+    pub fn with_evidence(mut self, evidence: serde_json::Value) -> Self {
+        self.evidence = Some(evidence);
+        self
+    }
+}
+
+/// Either answer.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum Envelope {
+    Ok(OkEnvelope),
+    Error(ErrorEnvelope),
+}
+
+impl Envelope {
+    pub fn is_error(&self) -> bool {
+        matches!(self, Self::Error(_))
+    }
+}
+
+impl From<OkEnvelope> for Envelope {
+    fn from(ok: OkEnvelope) -> Self {
+        Self::Ok(ok)
+    }
+}
+
+impl From<ErrorEnvelope> for Envelope {
+    fn from(err: ErrorEnvelope) -> Self {
+        Self::Error(err)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ok_envelope_shape() {
+        let json = serde_json::to_value(OkEnvelope::new(Some("t1".into()), "request_sandbox", "b"))
+            .expect("json");
+        assert_eq!(json["status"], "ok");
+        assert_eq!(json["task_id"], "t1");
+        assert_eq!(json["next"], "request_sandbox");
+        assert!(json.get("evidence").is_none());
+    }
+
+    #[test]
+    fn error_envelope_shape_and_retryability() {
+        let err = ErrorEnvelope::new(ErrorCode::ProvisionerUnavailable, "m", "r");
+        let json = serde_json::to_value(&err).expect("json");
+        assert_eq!(json["error"], "provisioner_unavailable");
+        assert_eq!(json["retryable"], true);
+        assert!(!ErrorCode::SandboxDisabled.retryable());
+        assert_eq!(
+            serde_json::to_value(ErrorCode::NoActiveTask).expect("json"),
+            ErrorCode::NoActiveTask.as_str()
+        );
+    }
+}

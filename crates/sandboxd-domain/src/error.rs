@@ -1,0 +1,67 @@
+//! Errors for input that does not fit the vocabulary. Messages name what is allowed and never echo
+//! the caller's text unescaped (see [`quote`]).
+
+/// A caller's mistake, detected before anything is created.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum InputError {
+    #[error("invalid {kind} {value}: {rule}")]
+    InvalidName {
+        kind: &'static str,
+        value: String,
+        rule: &'static str,
+    },
+    #[error("unknown engine {given}; allowed: {allowed}")]
+    UnknownEngine { given: String, allowed: String },
+    #[error("feature {given} is not allowed for {engine}; allowed: {allowed}")]
+    FeatureNotAllowed {
+        engine: &'static str,
+        given: String,
+        allowed: String,
+    },
+    #[error("malformed {what}: {detail}")]
+    Malformed { what: &'static str, detail: String },
+}
+
+/// Renders untrusted text for an error message: escaped (control characters, quotes, non-ASCII),
+/// quoted, and cut to a length that cannot flood a log line.
+pub fn quote(untrusted: &str) -> String {
+    const MAX_CHARS: usize = 64;
+    let mut shown: String = untrusted.chars().take(MAX_CHARS).collect();
+    let cut = shown.len() < untrusted.len();
+    shown = shown.escape_default().to_string();
+    if cut {
+        format!("\"{shown}\"…")
+    } else {
+        format!("\"{shown}\"")
+    }
+}
+
+/// Joins allowed values for an error message, or says there are none.
+pub fn allowed_list<'a>(values: impl IntoIterator<Item = &'a str>) -> String {
+    let list: Vec<&str> = values.into_iter().collect();
+    if list.is_empty() {
+        "none".to_owned()
+    } else {
+        list.join(", ")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn quote_escapes_control_characters_and_markup() {
+        let shown = quote("x\n<script>\u{1b}[31m");
+        assert!(!shown.contains('\n'));
+        assert!(!shown.contains('\u{1b}'));
+        assert!(shown.starts_with('"'));
+    }
+
+    #[test]
+    fn quote_cuts_long_input() {
+        let shown = quote(&"a".repeat(1000));
+        assert!(shown.len() < 80, "{shown}");
+        assert!(shown.ends_with('…'));
+    }
+}

@@ -1,0 +1,197 @@
+//! What a backend hands back for one running service, and the evidence an agent receives for it.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fmt;
+
+use secrecy::{ExposeSecret, SecretString};
+use serde::ser::SerializeMap;
+use serde::{Deserialize, Serialize, Serializer};
+
+use crate::credentials::Credentials;
+use crate::engine::{AdminAccess, Endpoint, EngineRef};
+use crate::features::Feature;
+use crate::names::{AgentSlug, EnvPrefix};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum BackendKind {
+    Process,
+    Docker,
+}
+
+impl BackendKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Process => "process",
+            Self::Docker => "docker",
+        }
+    }
+}
+
+impl fmt::Display for BackendKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// `sandboxd-<engine>-<owner>`: the container name, instance directory name and label value
+/// that ties an instance to its owner.
+pub fn instance_name(engine: EngineRef, owner: &AgentSlug) -> String {
+    format!("sandboxd-{}-{}", engine.name(), owner)
+}
+
+/// One running service instance, ready, with its handed-out account.
+#[derive(Debug, Clone)]
+pub struct Instance {
+    pub engine: EngineRef,
+    pub owner: AgentSlug,
+    pub backend: BackendKind,
+    /// Container id, or the instance directory of a process.
+    pub backend_id: String,
+    pub name: String,
+    pub host: String,
+    pub port: u16,
+    pub database: String,
+    pub agent: Credentials,
+    pub admin: AdminAccess,
+    pub features: BTreeSet<Feature>,
+    /// Unix milliseconds.
+    pub created_at_ms: i64,
+}
+
+impl Instance {
+    pub fn evidence(&self, prefix: &EnvPrefix) -> ServiceEvidence {
+        let endpoint = Endpoint {
+            host: &self.host,
+            port: self.port,
+            user: &self.agent.user,
+            password: &self.agent.password,
+            database: &self.database,
+        };
+        let (url, env) = self.engine.render(&endpoint, prefix);
+        ServiceEvidence {
+            service: self.engine.name(),
+            host: self.host.clone(),
+            port: self.port,
+            user: self.agent.user.clone(),
+            password: self.agent.password.clone(),
+            database: self.database.clone(),
+            url: SecretString::from(url),
+            feature_key: self.engine.feature_kind().evidence_key(),
+            features: self.features.iter().map(|f| f.name().to_owned()).collect(),
+            env: SecretString::from(
+                serde_json::to_string(&env).expect("a map of strings always serializes"),
+            ),
+        }
+    }
+}
+
+/// One service of a sandbox as the agent sees it (§3.4). Serializing it exposes the credentials:
+/// it is meant only for the envelope of the verb that asked for it. `Debug` shows none of them.
+#[derive(Clone)]
+pub struct ServiceEvidence {
+    pub service: &'static str,
+    pub host: String,
+    pub port: u16,
+    pub user: String,
+    pub password: SecretString,
+    pub database: String,
+    pub url: SecretString,
+    feature_key: &'static str,
+    pub features: Vec<String>,
+    /// The JSON object of environment variables (it embeds the password).
+    env: SecretString,
+}
+
+impl ServiceEvidence {
+    pub fn env(&self) -> BTreeMap<String, String> {
+        serde_json::from_str(self.env.expose_secret()).unwrap_or_default()
+    }
+}
+
+impl fmt::Debug for ServiceEvidence {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ServiceEvidence")
+            .field("service", &self.service)
+            .field("host", &self.host)
+            .field("port", &self.port)
+            .field("user", &self.user)
+            .field("database", &self.database)
+            .field("features", &self.features)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Serialize for ServiceEvidence {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let mut map = s.serialize_map(Some(10))?;
+        map.serialize_entry("service", self.service)?;
+        map.serialize_entry("host", &self.host)?;
+        map.serialize_entry("port", &self.port)?;
+        map.serialize_entry("user", &self.user)?;
+        map.serialize_entry("password", self.password.expose_secret())?;
+        map.serialize_entry("database", &self.database)?;
+        map.serialize_entry("url", self.url.expose_secret())?;
+        map.serialize_entry("features", &self.features)?;
+        map.serialize_entry(self.feature_key, &self.features)?;
+        map.serialize_entry("env", &self.env())?;
+        map.end()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn instance(engine: &str) -> Instance {
+        let engine = EngineRef::parse(engine).expect("registered");
+        Instance {
+            engine,
+            owner: AgentSlug::parse("dev-1").expect("valid"),
+            backend: BackendKind::Process,
+            backend_id: "x".into(),
+            name: instance_name(engine, &AgentSlug::parse("dev-1").expect("valid")),
+            host: "127.0.0.1".into(),
+            port: 5555,
+            database: "sandbox".into(),
+            agent: Credentials::generate("sandbox"),
+            admin: AdminAccess::Password(Credentials::generate("admin")),
+            features: [Feature::parse(engine, "vector").expect("allowlisted")].into(),
+            created_at_ms: 0,
+        }
+    }
+
+    #[test]
+    fn evidence_has_the_documented_shape() {
+        let inst = instance("postgres");
+        let json = serde_json::to_value(inst.evidence(&EnvPrefix::default())).expect("json");
+        for key in [
+            "service",
+            "host",
+            "port",
+            "user",
+            "password",
+            "database",
+            "url",
+            "features",
+            "available_extensions",
+            "env",
+        ] {
+            assert!(json.get(key).is_some(), "{key} missing in {json}");
+        }
+        assert_eq!(json["available_extensions"][0], "vector");
+        assert_eq!(
+            json["env"]["ROBOCO_TEST_DB_PASSWORD"],
+            inst.agent.password.expose_secret()
+        );
+        assert_eq!(inst.name, "sandboxd-postgres-dev-1");
+    }
+
+    #[test]
+    fn debug_of_instance_and_evidence_hides_credentials() {
+        let inst = instance("postgres");
+        let secret = inst.agent.password.expose_secret().to_owned();
+        assert!(!format!("{inst:?}").contains(&secret));
+        assert!(!format!("{:?}", inst.evidence(&EnvPrefix::default())).contains(&secret));
+    }
+}

@@ -1,0 +1,34 @@
+//! The vocabulary of sandboxd: validated names, the engine registry, credentials, the evidence an
+//! agent receives, role manifests and the envelopes every verb answers with.
+//!
+//! Parts:
+//! - [`names`]: newtypes built by `parse` (`AgentSlug`, `ProjectSlug`, `EnvPrefix`).
+//! - [`engine`] and [`engines`]: the `Engine` trait (one type per engine) and the registry, the one
+//!   place that lists engines.
+//! - [`features`]: per-engine feature sets validated against an engine's allowlist.
+//! - [`credentials`]: CSPRNG secrets and the credentials of a service instance.
+//! - [`instance`]: what a backend hands back for one running service, and the evidence rendered
+//!   from it (§3.4 of the spec).
+//! - [`roles`]: verbs, roles and manifests (§3.1).
+//! - [`envelope`]: the ok / error envelopes (§3.2).
+//!
+//! This crate does no I/O: no tokio, no Docker, no SQL driver. Everything here is data and pure
+//! functions so the outer layers can share it without sharing their dependencies.
+#![forbid(unsafe_code)]
+
+pub mod credentials;
+pub mod engine;
+pub mod engines;
+pub mod envelope;
+pub mod error;
+pub mod features;
+pub mod instance;
+pub mod names;
+pub mod roles;
+
+pub use credentials::{Credentials, generate_secret};
+pub use engine::{Engine, EngineRef, Protocol};
+pub use error::InputError;
+pub use features::{Feature, FeatureRequest};
+pub use instance::{BackendKind, Instance, ServiceEvidence};
+pub use names::{AgentSlug, EnvPrefix, ProjectSlug};

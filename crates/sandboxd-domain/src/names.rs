@@ -1,0 +1,162 @@
+//! Validated names. Each is built only through `parse`, so a value of these types is known to be
+//! safe to put in a container name, a directory name, a label or an SQL identifier.
+
+use std::fmt;
+
+use serde::{Deserialize, Deserializer, Serialize};
+
+use crate::error::{InputError, quote};
+
+const SLUG_RULE: &str =
+    "use 1 to 48 characters: lowercase letters, digits and '-', starting with a letter or digit";
+
+fn is_slug(value: &str) -> bool {
+    let bytes = value.as_bytes();
+    !bytes.is_empty()
+        && bytes.len() <= 48
+        && bytes[0].is_ascii_alphanumeric()
+        && bytes
+            .iter()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || *b == b'-')
+}
+
+macro_rules! slug_type {
+    ($(#[$doc:meta])* $name:ident, $kind:literal) => {
+        $(#[$doc])*
+        #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+        #[serde(transparent)]
+        pub struct $name(String);
+
+        impl $name {
+            pub fn parse(value: &str) -> Result<Self, InputError> {
+                if is_slug(value) {
+                    Ok(Self(value.to_owned()))
+                } else {
+                    Err(InputError::InvalidName { kind: $kind, value: quote(value), rule: SLUG_RULE })
+                }
+            }
+
+            pub fn as_str(&self) -> &str {
+                &self.0
+            }
+        }
+
+        impl fmt::Display for $name {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str(&self.0)
+            }
+        }
+
+        impl std::str::FromStr for $name {
+            type Err = InputError;
+            fn from_str(s: &str) -> Result<Self, Self::Err> {
+                Self::parse(s)
+            }
+        }
+
+        impl<'de> Deserialize<'de> for $name {
+            fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+                let raw = String::deserialize(d)?;
+                Self::parse(&raw).map_err(serde::de::Error::custom)
+            }
+        }
+    };
+}
+
+slug_type!(
+    /// The slug of an agent. A sandbox is owned by exactly one agent, so this is also the owner
+    /// key of every instance a backend creates (`sandboxd-<engine>-<agent>`).
+    AgentSlug,
+    "agent slug"
+);
+slug_type!(
+    /// The slug of a project.
+    ProjectSlug,
+    "project slug"
+);
+
+/// The prefix of the rendered environment names (`ROBOCO_TEST` gives `ROBOCO_TEST_DB_HOST`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(transparent)]
+pub struct EnvPrefix(String);
+
+impl EnvPrefix {
+    pub const DEFAULT: &'static str = "ROBOCO_TEST";
+
+    pub fn parse(value: &str) -> Result<Self, InputError> {
+        let valid = !value.is_empty()
+            && value.len() <= 32
+            && value.as_bytes()[0].is_ascii_uppercase()
+            && value
+                .bytes()
+                .all(|b| b.is_ascii_uppercase() || b.is_ascii_digit() || b == b'_');
+        if valid {
+            Ok(Self(value.to_owned()))
+        } else {
+            Err(InputError::InvalidName {
+                kind: "environment prefix",
+                value: quote(value),
+                rule: "use 1 to 32 characters: uppercase letters, digits and '_', starting with a letter",
+            })
+        }
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+
+    /// `PREFIX_suffix`, the name of one rendered variable.
+    pub fn var(&self, suffix: &str) -> String {
+        format!("{}_{suffix}", self.0)
+    }
+}
+
+impl Default for EnvPrefix {
+    fn default() -> Self {
+        Self(Self::DEFAULT.to_owned())
+    }
+}
+
+impl<'de> Deserialize<'de> for EnvPrefix {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let raw = String::deserialize(d)?;
+        Self::parse(&raw).map_err(serde::de::Error::custom)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn slugs_accept_the_documented_alphabet() {
+        for good in ["a", "dev-1", "0abc", &"x".repeat(48)] {
+            assert!(AgentSlug::parse(good).is_ok(), "{good}");
+        }
+    }
+
+    #[test]
+    fn slugs_refuse_injection_and_odd_input() {
+        for bad in [
+            "",
+            "-lead",
+            "UPPER",
+            "a b",
+            "a;rm -rf /",
+            "a/../b",
+            "x'--",
+            "ünï",
+            &"x".repeat(49),
+        ] {
+            let err = AgentSlug::parse(bad).expect_err(bad);
+            assert!(err.to_string().contains("lowercase letters"), "{err}");
+        }
+    }
+
+    #[test]
+    fn env_prefix_default_renders_documented_names() {
+        assert_eq!(EnvPrefix::default().var("DB_HOST"), "ROBOCO_TEST_DB_HOST");
+        assert!(EnvPrefix::parse("lower").is_err());
+        assert!(EnvPrefix::parse("A B").is_err());
+    }
+}
