@@ -103,6 +103,9 @@ pub struct ContainerRecipe {
     pub capabilities: Vec<&'static str>,
 }
 
+/// The file name of a MySQL-protocol server's socket inside its private socket directory.
+pub const MYSQL_SOCKET_FILE: &str = "mysqld.sock";
+
 /// How the daemon, as superuser, talks to an instance.
 #[derive(Debug, Clone)]
 pub enum AdminAccess {

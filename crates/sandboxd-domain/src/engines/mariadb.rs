@@ -10,8 +10,8 @@ use secrecy::{ExposeSecret, SecretString};
 use crate::credentials::Credentials;
 use crate::engine::{
     AdminAccess, AdminStep, CommandPlan, ContainerRecipe, Endpoint, Engine, FeatureKind,
-    FeatureSpec, PlannedFile, ProcessContext, ProcessRecipe, Protocol, ServerFacts, Signal,
-    TemplatePlan, Tmpfs, sql_literal,
+    FeatureSpec, MYSQL_SOCKET_FILE, PlannedFile, ProcessContext, ProcessRecipe, Protocol,
+    ServerFacts, Signal, TemplatePlan, Tmpfs, sql_literal,
 };
 use crate::names::EnvPrefix;
 
@@ -173,7 +173,10 @@ fn launch(ctx: &ProcessContext<'_>) -> (CommandPlan, Vec<PlannedFile>) {
         format!("--datadir={}", ctx.data_dir.display()),
         format!("--port={}", ctx.port),
         "--bind-address=127.0.0.1".to_owned(),
-        format!("--socket={}", ctx.socket_dir.join("mysqld.sock").display()),
+        format!(
+            "--socket={}",
+            ctx.socket_dir.join(MYSQL_SOCKET_FILE).display()
+        ),
         format!(
             "--pid-file={}",
             ctx.instance_dir.join("mysqld.pid").display()

@@ -1,0 +1,174 @@
+//! The `Backend` trait: what every way of running instances (containers, processes) offers the
+//! broker and the CLI.
+
+use std::collections::BTreeSet;
+use std::fmt;
+
+use async_trait::async_trait;
+use sandboxd_domain::instance::{BackendKind, Instance};
+use sandboxd_domain::{AgentSlug, EngineRef, Feature};
+use serde::{Deserialize, Serialize};
+
+use crate::error::BackendError;
+use crate::wire::{self, ActivationError, Reach};
+
+/// One instance to provision.
+#[derive(Debug, Clone)]
+pub struct InstanceRequest {
+    pub engine: EngineRef,
+    pub owner: AgentSlug,
+    pub features: BTreeSet<Feature>,
+}
+
+/// Enough to find an instance again after any restart: what `list` returns and `is_live` /
+/// `teardown` take.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct InstanceHandle {
+    pub engine: EngineRef,
+    pub owner: AgentSlug,
+    pub backend: BackendKind,
+    /// Container id, or the instance directory of a process.
+    pub backend_id: String,
+    pub name: String,
+}
+
+impl InstanceHandle {
+    pub fn of(instance: &Instance) -> Self {
+        Self {
+            engine: instance.engine,
+            owner: instance.owner.clone(),
+            backend: instance.backend,
+            backend_id: instance.backend_id.clone(),
+            name: instance.name.clone(),
+        }
+    }
+}
+
+/// An instance as the backend sees it: from labels or metadata files, never from memory.
+#[derive(Debug, Clone, Serialize)]
+pub struct ListedInstance {
+    #[serde(flatten)]
+    pub handle: InstanceHandle,
+    pub host: String,
+    pub port: u16,
+    /// Unix milliseconds.
+    pub created_at_ms: i64,
+    pub live: bool,
+    /// `running`, `exited`, `oom-killed`, …
+    pub status: String,
+}
+
+/// One line of `sandboxd doctor`.
+#[derive(Debug, Clone, Serialize)]
+pub struct DoctorCheck {
+    pub subject: String,
+    pub ok: bool,
+    pub detail: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub fix: Option<String>,
+}
+
+impl DoctorCheck {
+    pub fn ok(subject: impl Into<String>, detail: impl Into<String>) -> Self {
+        Self {
+            subject: subject.into(),
+            ok: true,
+            detail: detail.into(),
+            fix: None,
+        }
+    }
+
+    pub fn missing(
+        subject: impl Into<String>,
+        detail: impl Into<String>,
+        fix: impl Into<String>,
+    ) -> Self {
+        Self {
+            subject: subject.into(),
+            ok: false,
+            detail: detail.into(),
+            fix: Some(fix.into()),
+        }
+    }
+}
+
+#[async_trait]
+pub trait Backend: Send + Sync + fmt::Debug {
+    fn kind(&self) -> BackendKind;
+
+    /// Succeeds when the backend can be used right now (the container engine answers).
+    async fn ping(&self) -> Result<(), BackendError>;
+
+    /// Succeeds when this backend can run `engine` (binaries installed, image present).
+    async fn supports(&self, engine: EngineRef) -> Result<(), BackendError>;
+
+    /// Starts one instance, waits until its handed-out account answers an authenticated round
+    /// trip, and activates the requested features. On failure nothing of it is left behind.
+    async fn provision(&self, request: &InstanceRequest) -> Result<Instance, BackendError>;
+
+    /// True when the instance is running (and, for containers, not OOM-killed).
+    async fn is_live(&self, handle: &InstanceHandle) -> Result<bool, BackendError>;
+
+    /// Stops and removes the instance. Idempotent: an instance already gone is fine.
+    async fn teardown(&self, handle: &InstanceHandle) -> Result<(), BackendError>;
+
+    /// Every instance this backend created, found by label or metadata.
+    async fn list(&self) -> Result<Vec<ListedInstance>, BackendError>;
+
+    async fn doctor(&self) -> Vec<DoctorCheck>;
+
+    /// Where features of `engine` come from, for "not available in …" errors: the image, or
+    /// this host's packages.
+    fn feature_location(&self, engine: EngineRef) -> String;
+
+    /// Activates features on a running instance in place, as the service superuser, and records
+    /// them on `instance`.
+    async fn activate(
+        &self,
+        instance: &mut Instance,
+        features: &BTreeSet<Feature>,
+    ) -> Result<(), BackendError> {
+        let missing: BTreeSet<Feature> = features.difference(&instance.features).copied().collect();
+        if missing.is_empty() {
+            return Ok(());
+        }
+        let reach = Reach {
+            host: &instance.host,
+            port: instance.port,
+        };
+        let result = wire::activate(
+            instance.engine.get(),
+            &instance.admin,
+            reach,
+            &instance.database,
+            &missing,
+        )
+        .await;
+        match result {
+            Ok(()) => {
+                instance.features.extend(missing);
+                Ok(())
+            }
+            Err((feature, ActivationError::Missing(detail))) => {
+                let major = wire::server_facts(instance.engine.get(), &instance.admin, reach)
+                    .await
+                    .ok()
+                    .and_then(|f| f.major_version);
+                Err(BackendError::FeatureUnavailable {
+                    engine: instance.engine.name(),
+                    feature: feature.name(),
+                    location: self.feature_location(instance.engine),
+                    hint: format!(
+                        "{detail}; it comes with {}",
+                        feature.spec().activation.package_hint(major)
+                    ),
+                })
+            }
+            Err((feature, ActivationError::Wire(err))) => Err(BackendError::Wire {
+                operation: "activating a feature",
+                name: format!("{} ({})", instance.name, feature.name()),
+                detail: err.to_string(),
+            }),
+        }
+    }
+}

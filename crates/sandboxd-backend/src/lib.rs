@@ -1,0 +1,23 @@
+//! Backends run database instances for sandboxd. Parts:
+//! - [`backend`]: the `Backend` trait every way of running instances implements.
+//! - [`process`]: local child processes from the host's packages (the embedded default).
+//! - [`wire`]: one client per protocol family (Postgres, Redis, MySQL, MongoDB) for setup,
+//!   readiness probes and feature activation.
+//! - [`set`]: whole-set provisioning, all or nothing.
+//! - [`readiness`]: polling an authenticated round trip up to a deadline.
+//!
+//! This crate keeps no state of its own beyond what it writes beside instances (labels,
+//! metadata files): it does not know about agents, tasks, the store or the guard chain.
+#![forbid(unsafe_code)]
+
+pub mod backend;
+pub mod error;
+pub mod process;
+pub mod readiness;
+pub mod set;
+mod startup;
+pub mod wire;
+
+pub use backend::{Backend, DoctorCheck, InstanceHandle, InstanceRequest, ListedInstance};
+pub use error::BackendError;
+pub use set::{provision_set, teardown_all};

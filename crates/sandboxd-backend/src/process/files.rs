@@ -1,0 +1,83 @@
+//! Filesystem helpers: private directories owned by the instance user, and a tree copy that keeps
+//! modes (Postgres insists its data directory is 0700).
+
+use std::fs;
+use std::io;
+use std::os::unix::fs::{DirBuilderExt, PermissionsExt, symlink};
+use std::path::Path;
+
+use nix::unistd::{Gid, Uid, chown};
+
+/// The uid/gid files must belong to, when the daemon runs as root and instances do not.
+pub type Owner = Option<(Uid, Gid)>;
+
+pub fn give_to(path: &Path, owner: Owner) -> io::Result<()> {
+    if let Some((uid, gid)) = owner {
+        chown(path, Some(uid), Some(gid)).map_err(io::Error::from)?;
+    }
+    Ok(())
+}
+
+/// Creates a directory with `mode` (not subject to the umask) owned by `owner`.
+pub fn private_dir(path: &Path, mode: u32, owner: Owner) -> io::Result<()> {
+    fs::DirBuilder::new().mode(mode).create(path)?;
+    fs::set_permissions(path, fs::Permissions::from_mode(mode))?;
+    give_to(path, owner)
+}
+
+/// Writes a file readable only by its owner.
+pub fn private_file(path: &Path, content: &[u8], owner: Owner) -> io::Result<()> {
+    fs::write(path, content)?;
+    fs::set_permissions(path, fs::Permissions::from_mode(0o600))?;
+    give_to(path, owner)
+}
+
+/// Copies `src` into the new directory `dst`, keeping modes and symlinks, owned by `owner`.
+pub fn copy_tree(src: &Path, dst: &Path, owner: Owner) -> io::Result<()> {
+    let mode = fs::metadata(src)?.permissions().mode();
+    private_dir(dst, mode & 0o7777, owner)?;
+    for entry in fs::read_dir(src)? {
+        let entry = entry?;
+        let kind = entry.file_type()?;
+        let from = entry.path();
+        let to = dst.join(entry.file_name());
+        if kind.is_dir() {
+            copy_tree(&from, &to, owner)?;
+        } else if kind.is_symlink() {
+            symlink(fs::read_link(&from)?, &to)?;
+        } else {
+            fs::copy(&from, &to)?;
+            give_to(&to, owner)?;
+        }
+    }
+    Ok(())
+}
+
+/// The last `lines` lines of a log file, for "it stopped while starting" errors.
+pub fn tail(path: &Path, lines: usize) -> String {
+    let text = fs::read_to_string(path).unwrap_or_default();
+    let all: Vec<&str> = text.lines().filter(|l| !l.trim().is_empty()).collect();
+    all[all.len().saturating_sub(lines)..].join(" | ")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn copy_tree_keeps_modes_and_content() {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let src = tmp.path().join("src");
+        private_dir(&src, 0o700, None).expect("src");
+        private_dir(&src.join("sub"), 0o750, None).expect("sub");
+        private_file(&src.join("sub/f"), b"hello", None).expect("file");
+        symlink("sub/f", src.join("link")).expect("symlink");
+        let dst = tmp.path().join("dst");
+        copy_tree(&src, &dst, None).expect("copy");
+        assert_eq!(fs::read(dst.join("link")).expect("via link"), b"hello");
+        let mode = |p: &Path| fs::metadata(p).expect("meta").permissions().mode() & 0o777;
+        assert_eq!(mode(&dst), 0o700);
+        assert_eq!(mode(&dst.join("sub")), 0o750);
+        assert_eq!(mode(&dst.join("sub/f")), 0o600);
+    }
+}

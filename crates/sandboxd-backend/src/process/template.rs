@@ -1,0 +1,176 @@
+//! Template data directories: initialized once per engine and installation (initdb,
+//! mariadb-install-db), then copied for every instance, which is what makes a process instance
+//! start in milliseconds instead of seconds.
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::sync::Arc;
+
+use sandboxd_domain::engine::{ProcessContext, ProcessRecipe};
+use sandboxd_domain::{Credentials, EngineRef};
+use secrecy::ExposeSecret;
+use template_key::stable_key;
+use tokio::sync::Mutex;
+
+use super::files::{self, Owner};
+use super::identity::Identity;
+use crate::error::BackendError;
+
+/// Template builds in flight, one lock per template key: concurrent provisions of the same engine
+/// wait for one build instead of racing it.
+#[derive(Debug, Default)]
+pub struct Templates {
+    building: std::sync::Mutex<HashMap<String, Arc<Mutex<()>>>>,
+}
+
+impl Templates {
+    /// The template data directory for `engine`, built first if needed.
+    pub async fn ensure(
+        &self,
+        root: &Path,
+        engine: EngineRef,
+        recipe: &ProcessRecipe,
+        programs: &BTreeMap<&'static str, PathBuf>,
+        identity: &Identity,
+        progress: &(dyn Fn(&str) + Send + Sync),
+    ) -> Result<Option<PathBuf>, BackendError> {
+        let Some(plan_template) = recipe.template else {
+            return Ok(None);
+        };
+        let key = format!(
+            "{}-{}",
+            engine.name(),
+            stable_key(engine.name(), programs, identity)
+        );
+        let final_dir = root.join(&key);
+        let data = final_dir.join("data");
+        if data.is_dir() {
+            return Ok(Some(data));
+        }
+        let lock = {
+            let mut building = self
+                .building
+                .lock()
+                .expect("the template lock map is never poisoned: no code panics under it");
+            building.entry(key.clone()).or_default().clone()
+        };
+        let _guard = lock.lock().await;
+        if data.is_dir() {
+            return Ok(Some(data));
+        }
+        progress(&format!(
+            "building the {} template data directory (once per installation)…",
+            engine.title()
+        ));
+        std::fs::create_dir_all(root)
+            .map_err(|e| BackendError::io("creating", root.display().to_string(), e))?;
+        let build_dir = root.join(format!(".build-{key}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&build_dir);
+        let owner = identity.owner();
+        files::private_dir(&build_dir, 0o755, owner)
+            .map_err(|e| BackendError::io("creating", build_dir.display().to_string(), e))?;
+        let result = build(&build_dir, plan_template, programs, identity, owner).await;
+        if let Err(err) = result {
+            let _ = std::fs::remove_dir_all(&build_dir);
+            return Err(err);
+        }
+        std::fs::rename(&build_dir, &final_dir).map_err(|e| {
+            BackendError::io("installing template", final_dir.display().to_string(), e)
+        })?;
+        progress(&format!("{} template ready", engine.title()));
+        Ok(Some(data))
+    }
+}
+
+async fn build(
+    build_dir: &Path,
+    plan_template: fn(&ProcessContext<'_>) -> sandboxd_domain::engine::TemplatePlan,
+    programs: &BTreeMap<&'static str, PathBuf>,
+    identity: &Identity,
+    owner: Owner,
+) -> Result<(), BackendError> {
+    let data = build_dir.join("data");
+    // Template steps never see real credentials: every instance gets its own after the copy.
+    let placeholder = Credentials::generate("template");
+    let ctx = ProcessContext {
+        programs,
+        data_dir: &data,
+        socket_dir: build_dir,
+        instance_dir: build_dir,
+        port: 0,
+        run_as: &identity.run_as,
+        daemon_user: &identity.daemon_user,
+        admin: &placeholder,
+        agent: &placeholder,
+    };
+    let plan = plan_template(&ctx);
+    let log_path = build_dir.join("template.log");
+    for command in &plan.commands {
+        let log = std::fs::File::create(&log_path)
+            .map_err(|e| BackendError::io("creating", log_path.display().to_string(), e))?;
+        files::give_to(&log_path, owner)
+            .map_err(|e| BackendError::io("chown", log_path.display().to_string(), e))?;
+        let stderr = log
+            .try_clone()
+            .map_err(|e| BackendError::io("opening", log_path.display().to_string(), e))?;
+        let mut cmd = tokio::process::Command::new(&command.program);
+        cmd.args(&command.args)
+            .current_dir(build_dir)
+            .stdin(Stdio::null())
+            .stdout(log)
+            .stderr(stderr);
+        identity.apply(&mut cmd);
+        let status = cmd
+            .status()
+            .await
+            .map_err(|e| BackendError::io("running", command.program.display().to_string(), e))?;
+        if !status.success() {
+            return Err(BackendError::ExitedEarly {
+                name: format!("template step {}", command.program.display()),
+                detail: format!("{status}: {}", files::tail(&log_path, 8)),
+            });
+        }
+    }
+    for file in &plan.files {
+        let path = data.join(file.relative_path);
+        files::private_file(&path, file.content.expose_secret().as_bytes(), owner)
+            .map_err(|e| BackendError::io("writing", path.display().to_string(), e))?;
+    }
+    Ok(())
+}
+
+/// A short key that changes whenever the installation or the identities baked into a template
+/// change, so an upgraded server never boots an old template.
+mod template_key {
+    use std::collections::BTreeMap;
+    use std::hash::{DefaultHasher, Hash, Hasher};
+    use std::path::PathBuf;
+    use std::time::UNIX_EPOCH;
+
+    use super::Identity;
+
+    pub fn stable_key(
+        engine: &str,
+        programs: &BTreeMap<&'static str, PathBuf>,
+        identity: &Identity,
+    ) -> String {
+        let mut hasher = DefaultHasher::new();
+        engine.hash(&mut hasher);
+        identity.run_as.hash(&mut hasher);
+        identity.daemon_user.hash(&mut hasher);
+        for (name, path) in programs {
+            name.hash(&mut hasher);
+            path.hash(&mut hasher);
+            if let Ok(meta) = path.metadata() {
+                meta.len().hash(&mut hasher);
+                meta.modified()
+                    .ok()
+                    .and_then(|t| t.duration_since(UNIX_EPOCH).ok())
+                    .map(|d| d.as_secs())
+                    .hash(&mut hasher);
+            }
+        }
+        format!("{:016x}", hasher.finish())
+    }
+}

@@ -1,0 +1,47 @@
+//! Provisioning a whole set of engines for one owner: all in parallel, all or nothing.
+
+use futures::future::join_all;
+use sandboxd_domain::instance::Instance;
+
+use crate::backend::{Backend, InstanceHandle, InstanceRequest};
+use crate::error::BackendError;
+
+/// Provisions every request in parallel. If any fails, the ones that succeeded are torn down
+/// and the first error is returned, so a failed set leaves nothing behind.
+pub async fn provision_set(
+    backend: &dyn Backend,
+    requests: &[InstanceRequest],
+) -> Result<Vec<Instance>, BackendError> {
+    let outcomes = join_all(requests.iter().map(|r| backend.provision(r))).await;
+    let mut instances = Vec::with_capacity(outcomes.len());
+    let mut first_error = None;
+    for outcome in outcomes {
+        match outcome {
+            Ok(instance) => instances.push(instance),
+            Err(err) => {
+                first_error.get_or_insert(err);
+            }
+        }
+    }
+    match first_error {
+        None => Ok(instances),
+        Some(err) => {
+            teardown_all(backend, instances.iter().map(InstanceHandle::of)).await;
+            Err(err)
+        }
+    }
+}
+
+/// Tears instances down in parallel, best effort: failures are logged, never returned.
+pub async fn teardown_all(
+    backend: &dyn Backend,
+    handles: impl IntoIterator<Item = InstanceHandle>,
+) {
+    let handles: Vec<InstanceHandle> = handles.into_iter().collect();
+    let outcomes = join_all(handles.iter().map(|h| backend.teardown(h))).await;
+    for (handle, outcome) in handles.iter().zip(outcomes) {
+        if let Err(err) = outcome {
+            tracing::warn!(instance = %handle.name, error = %err, "teardown failed");
+        }
+    }
+}

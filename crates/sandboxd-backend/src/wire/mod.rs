@@ -1,0 +1,111 @@
+//! One client per protocol family, used for the three things the daemon says to a server: who are
+//! you (as superuser), run this setup step, and does the handed-out account answer. Dispatch is by
+//! [`Protocol`], never by engine name.
+
+use std::collections::BTreeSet;
+
+use sandboxd_domain::engine::{AdminAccess, AdminStep, ServerFacts};
+use sandboxd_domain::{Credentials, Engine, Feature, Protocol};
+
+mod mongo;
+mod mysql;
+mod postgres;
+mod redis;
+
+/// Where a server answers over TCP.
+#[derive(Debug, Clone, Copy)]
+pub struct Reach<'a> {
+    pub host: &'a str,
+    pub port: u16,
+}
+
+/// A failed exchange with a server. The text comes from the driver, which never echoes
+/// passwords.
+#[derive(Debug, Clone, thiserror::Error)]
+#[error("{0}")]
+pub struct WireError(pub String);
+
+impl WireError {
+    pub(crate) fn from_display(err: impl std::fmt::Display) -> Self {
+        Self(err.to_string())
+    }
+}
+
+/// The outcome of activating one feature.
+#[derive(Debug, thiserror::Error)]
+pub enum ActivationError {
+    /// The server does not have the feature's files (extension / module not installed).
+    #[error("{0}")]
+    Missing(String),
+    #[error(transparent)]
+    Wire(#[from] WireError),
+}
+
+/// Connects as superuser and asks the server what it is.
+pub async fn server_facts(
+    engine: &dyn Engine,
+    admin: &AdminAccess,
+    reach: Reach<'_>,
+) -> Result<ServerFacts, WireError> {
+    match engine.protocol() {
+        Protocol::Postgres => postgres::server_facts(admin, reach).await,
+        Protocol::Redis => redis::server_facts(admin, reach).await,
+        Protocol::Mysql => mysql::server_facts(admin, reach).await,
+        Protocol::Mongo => mongo::server_facts(admin, reach).await,
+    }
+}
+
+/// Runs one setup step as superuser (or, with `admin` None, unauthenticated over loopback for a
+/// server's bootstrap).
+pub async fn run_step(
+    engine: &dyn Engine,
+    admin: Option<&AdminAccess>,
+    reach: Reach<'_>,
+    step: &AdminStep,
+) -> Result<(), WireError> {
+    match engine.protocol() {
+        Protocol::Postgres => postgres::run_step(admin, reach, step).await,
+        Protocol::Mysql => mysql::run_step(admin, reach, step).await,
+        Protocol::Mongo => mongo::run_step(admin, reach, step).await,
+        Protocol::Redis => Err(WireError(
+            "Redis engines take no setup steps; their ACL users are configured at start".into(),
+        )),
+    }
+}
+
+/// One authenticated round trip with the handed-out account: the readiness probe.
+pub async fn probe(
+    engine: &dyn Engine,
+    reach: Reach<'_>,
+    agent: &Credentials,
+    database: &str,
+) -> Result<(), WireError> {
+    match engine.protocol() {
+        Protocol::Postgres => postgres::probe(reach, agent, database).await,
+        Protocol::Redis => redis::probe(reach, agent).await,
+        Protocol::Mysql => mysql::probe(reach, agent, database).await,
+        Protocol::Mongo => mongo::probe(reach, agent, database).await,
+    }
+}
+
+/// Activates features as superuser, in the agent's database where that matters.
+pub async fn activate(
+    engine: &dyn Engine,
+    admin: &AdminAccess,
+    reach: Reach<'_>,
+    database: &str,
+    features: &BTreeSet<Feature>,
+) -> Result<(), (Feature, ActivationError)> {
+    for feature in features {
+        let outcome = match engine.protocol() {
+            Protocol::Postgres => postgres::activate(admin, reach, database, feature).await,
+            Protocol::Redis => redis::activate(admin, reach, feature).await,
+            Protocol::Mysql | Protocol::Mongo => Err(ActivationError::Missing(format!(
+                "{} has no activatable features",
+                engine.title()
+            ))),
+        };
+        outcome.map_err(|err| (*feature, err))?;
+    }
+    Ok(())
+}

@@ -1,0 +1,140 @@
+//! PostgreSQL over tokio-postgres: TCP with a password, or the instance's private unix socket.
+
+use std::time::Duration;
+
+use sandboxd_domain::engine::{Activation, AdminAccess, AdminStep, ServerFacts, pg_identifier};
+use sandboxd_domain::{Credentials, Feature};
+use secrecy::ExposeSecret;
+use tokio_postgres::{Client, Config, NoTls};
+
+use super::{ActivationError, Reach, WireError};
+
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
+/// SQLSTATE 58P01 (undefined_file): the extension's control file is not installed.
+const UNDEFINED_FILE: &str = "58P01";
+
+fn admin_config(admin: &AdminAccess, reach: Reach<'_>, database: &str) -> Config {
+    let mut config = Config::new();
+    config
+        .port(reach.port)
+        .dbname(database)
+        .connect_timeout(CONNECT_TIMEOUT)
+        .application_name("sandboxd");
+    match admin {
+        AdminAccess::Socket { directory, user } => {
+            config.host_path(directory).user(user);
+        }
+        AdminAccess::Password(creds) => {
+            config
+                .host(reach.host)
+                .user(&creds.user)
+                .password(creds.password.expose_secret());
+        }
+    }
+    config
+}
+
+async fn connect(config: &Config) -> Result<Client, WireError> {
+    let (client, connection) = config
+        .connect(NoTls)
+        .await
+        .map_err(WireError::from_display)?;
+    // The connection future drives the socket; it ends when the client is dropped.
+    tokio::spawn(async move {
+        let _ = connection.await;
+    });
+    Ok(client)
+}
+
+pub(super) async fn server_facts(
+    admin: &AdminAccess,
+    reach: Reach<'_>,
+) -> Result<ServerFacts, WireError> {
+    let client = connect(&admin_config(admin, reach, "postgres")).await?;
+    let row = client
+        .query_one("SELECT current_setting('server_version_num')::int", &[])
+        .await
+        .map_err(WireError::from_display)?;
+    let version_num: i32 = row.get(0);
+    Ok(ServerFacts {
+        major_version: u32::try_from(version_num / 10_000).ok(),
+    })
+}
+
+pub(super) async fn run_step(
+    admin: Option<&AdminAccess>,
+    reach: Reach<'_>,
+    step: &AdminStep,
+) -> Result<(), WireError> {
+    let admin = admin.ok_or_else(|| WireError("Postgres needs superuser access".into()))?;
+    let AdminStep::Sql {
+        database,
+        statement,
+    } = step
+    else {
+        return Err(WireError("Postgres runs SQL steps only".into()));
+    };
+    let client = connect(&admin_config(
+        admin,
+        reach,
+        database.as_deref().unwrap_or("postgres"),
+    ))
+    .await?;
+    client
+        .batch_execute(statement.expose_secret())
+        .await
+        .map_err(WireError::from_display)
+}
+
+pub(super) async fn probe(
+    reach: Reach<'_>,
+    agent: &Credentials,
+    database: &str,
+) -> Result<(), WireError> {
+    let mut config = Config::new();
+    config
+        .host(reach.host)
+        .port(reach.port)
+        .user(&agent.user)
+        .password(agent.password.expose_secret())
+        .dbname(database)
+        .connect_timeout(CONNECT_TIMEOUT);
+    let client = connect(&config).await?;
+    client
+        .simple_query("SELECT 1")
+        .await
+        .map(drop)
+        .map_err(WireError::from_display)
+}
+
+pub(super) async fn activate(
+    admin: &AdminAccess,
+    reach: Reach<'_>,
+    database: &str,
+    feature: &Feature,
+) -> Result<(), ActivationError> {
+    let Activation::PgExtension { extension, .. } = feature.spec().activation else {
+        return Err(ActivationError::Missing(format!(
+            "{} is not a PostgreSQL extension",
+            feature.name()
+        )));
+    };
+    let client = connect(&admin_config(admin, reach, database)).await?;
+    let statement = format!(
+        "CREATE EXTENSION IF NOT EXISTS {} CASCADE",
+        pg_identifier(extension)
+    );
+    match client.batch_execute(&statement).await {
+        Ok(()) => Ok(()),
+        Err(err) if err.code().is_some_and(|c| c.code() == UNDEFINED_FILE) => {
+            Err(ActivationError::Missing(format!(
+                "extension {extension} is not installed on the server"
+            )))
+        }
+        Err(err) => Err(ActivationError::Wire(WireError::from_display(
+            err.as_db_error()
+                .map(|db| db.message().to_owned())
+                .unwrap_or_else(|| err.to_string()),
+        ))),
+    }
+}

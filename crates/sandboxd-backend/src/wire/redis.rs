@@ -1,0 +1,163 @@
+//! Redis over the `redis` crate, always with an ACL user and password (the `default` user is off).
+
+use std::time::Duration;
+
+use redis::aio::MultiplexedConnection;
+use redis::{ConnectionAddr, IntoConnectionInfo, RedisConnectionInfo, Value};
+use sandboxd_domain::engine::{Activation, AdminAccess, ServerFacts};
+use sandboxd_domain::{Credentials, Feature};
+use secrecy::ExposeSecret;
+
+use super::{ActivationError, Reach, WireError};
+
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
+
+async fn connect(
+    reach: Reach<'_>,
+    creds: &Credentials,
+) -> Result<MultiplexedConnection, WireError> {
+    let info = ConnectionAddr::Tcp(reach.host.to_owned(), reach.port)
+        .into_connection_info()
+        .map_err(WireError::from_display)?
+        .set_redis_settings(
+            RedisConnectionInfo::default()
+                .set_username(&creds.user)
+                .set_password(creds.password.expose_secret())
+                .set_skip_set_lib_name(),
+        );
+    let client = redis::Client::open(info).map_err(WireError::from_display)?;
+    tokio::time::timeout(CONNECT_TIMEOUT, client.get_multiplexed_async_connection())
+        .await
+        .map_err(|_| WireError("connect timed out".into()))?
+        .map_err(WireError::from_display)
+}
+
+fn admin_creds(admin: &AdminAccess) -> Result<&Credentials, WireError> {
+    match admin {
+        AdminAccess::Password(creds) => Ok(creds),
+        AdminAccess::Socket { .. } => Err(WireError(
+            "Redis superuser access needs a password".to_owned(),
+        )),
+    }
+}
+
+pub(super) async fn server_facts(
+    admin: &AdminAccess,
+    reach: Reach<'_>,
+) -> Result<ServerFacts, WireError> {
+    let mut conn = connect(reach, admin_creds(admin)?).await?;
+    let info: String = redis::cmd("INFO")
+        .arg("server")
+        .query_async(&mut conn)
+        .await
+        .map_err(WireError::from_display)?;
+    let major_version = info
+        .lines()
+        .find_map(|line| line.strip_prefix("redis_version:"))
+        .and_then(|v| v.split('.').next())
+        .and_then(|major| major.trim().parse().ok());
+    Ok(ServerFacts { major_version })
+}
+
+pub(super) async fn probe(reach: Reach<'_>, agent: &Credentials) -> Result<(), WireError> {
+    let mut conn = connect(reach, agent).await?;
+    let pong: String = redis::cmd("PING")
+        .query_async(&mut conn)
+        .await
+        .map_err(WireError::from_display)?;
+    if pong == "PONG" {
+        Ok(())
+    } else {
+        Err(WireError(format!("PING answered {pong:?}")))
+    }
+}
+
+/// Names of loaded modules from `MODULE LIST` (RESP2 or RESP3 shapes).
+fn loaded_modules(list: &Value) -> Vec<String> {
+    let Value::Array(modules) = list else {
+        return vec![];
+    };
+    modules
+        .iter()
+        .filter_map(|module| {
+            let fields: Vec<&Value> = match module {
+                Value::Array(items) => items.iter().collect(),
+                Value::Map(pairs) => pairs.iter().flat_map(|(k, v)| [k, v]).collect(),
+                _ => return None,
+            };
+            fields.chunks(2).find_map(|pair| match pair {
+                [Value::BulkString(key), value] if key.as_slice() == b"name" => match value {
+                    Value::BulkString(name) => Some(String::from_utf8_lossy(name).into_owned()),
+                    Value::SimpleString(name) => Some(name.clone()),
+                    _ => None,
+                },
+                [Value::SimpleString(key), Value::BulkString(name)] if key == "name" => {
+                    Some(String::from_utf8_lossy(name).into_owned())
+                }
+                _ => None,
+            })
+        })
+        .collect()
+}
+
+pub(super) async fn activate(
+    admin: &AdminAccess,
+    reach: Reach<'_>,
+    feature: &Feature,
+) -> Result<(), ActivationError> {
+    let Activation::RedisModule {
+        module, libraries, ..
+    } = feature.spec().activation
+    else {
+        return Err(ActivationError::Missing(format!(
+            "{} is not a Redis module",
+            feature.name()
+        )));
+    };
+    let mut conn = connect(reach, admin_creds(admin)?).await?;
+    let list: Value = redis::cmd("MODULE")
+        .arg("LIST")
+        .query_async(&mut conn)
+        .await
+        .map_err(WireError::from_display)?;
+    let is_loaded = |names: &[String]| names.iter().any(|n| n.eq_ignore_ascii_case(module));
+    if is_loaded(&loaded_modules(&list)) {
+        return Ok(());
+    }
+    let mut last_error = String::from("no module library configured");
+    for library in libraries {
+        let loaded: Result<Value, _> = redis::cmd("MODULE")
+            .arg("LOAD")
+            .arg(*library)
+            .query_async(&mut conn)
+            .await;
+        match loaded {
+            Ok(_) => return Ok(()),
+            Err(err) => last_error = format!("MODULE LOAD {library}: {err}"),
+        }
+    }
+    Err(ActivationError::Missing(format!(
+        "module {module} is not loaded and could not be loaded ({last_error})"
+    )))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn module_list_parses_resp2_and_resp3() {
+        let resp2 = Value::Array(vec![Value::Array(vec![
+            Value::BulkString(b"name".to_vec()),
+            Value::BulkString(b"search".to_vec()),
+            Value::BulkString(b"ver".to_vec()),
+            Value::Int(1),
+        ])]);
+        assert_eq!(loaded_modules(&resp2), ["search"]);
+        let resp3 = Value::Array(vec![Value::Map(vec![(
+            Value::BulkString(b"name".to_vec()),
+            Value::BulkString(b"ReJSON".to_vec()),
+        )])]);
+        assert_eq!(loaded_modules(&resp3), ["ReJSON"]);
+    }
+}

@@ -1,0 +1,105 @@
+//! The command line. Each subcommand lives in its own module under `commands`.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+use crate::commands;
+use crate::config::{BackendChoice, Settings};
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "sandboxd",
+    version,
+    about = "Throwaway, isolated databases for AI agents, on demand."
+)]
+pub struct Cli {
+    /// TOML configuration file (defaults are built in; `SANDBOXD_*` env overrides both).
+    #[arg(long, global = true, env = "SANDBOXD_CONFIG")]
+    pub config: Option<PathBuf>,
+    /// Log more (repeat for more detail). Logs go to stderr.
+    #[arg(short, long, global = true, action = clap::ArgAction::Count)]
+    pub verbose: u8,
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Provision a set of engines for an owner and print the credentials (one evidence entry per
+    /// service).
+    Provision(commands::provision::Args),
+    /// List the instances every backend knows about.
+    Ls(commands::ls::Args),
+    /// Tear down every instance of an owner.
+    Teardown(commands::teardown::Args),
+    /// Check backends, binaries and images, and say what to install.
+    Doctor(commands::doctor::Args),
+    /// Provision postgres, redis and mariadb for a demo owner, query each, tear down.
+    Demo(commands::demo::Args),
+}
+
+/// Exit codes: 0 success, 1 failure, 2 the caller's input was refused.
+pub const EXIT_INPUT: u8 = 2;
+
+pub fn main() -> ExitCode {
+    let cli = Cli::parse();
+    init_tracing(cli.verbose);
+    let settings = match Settings::load(cli.config.as_deref()) {
+        Ok(settings) => settings,
+        Err(err) => {
+            eprintln!("error: {err}");
+            return ExitCode::from(EXIT_INPUT);
+        }
+    };
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(err) => {
+            eprintln!("error: cannot start the async runtime: {err}");
+            return ExitCode::FAILURE;
+        }
+    };
+    runtime.block_on(run(cli.command, settings))
+}
+
+async fn run(command: Command, settings: Settings) -> ExitCode {
+    match command {
+        Command::Provision(args) => commands::provision::run(args, &settings).await,
+        Command::Ls(args) => commands::ls::run(args, &settings).await,
+        Command::Teardown(args) => commands::teardown::run(args, &settings).await,
+        Command::Doctor(args) => commands::doctor::run(args, &settings).await,
+        Command::Demo(args) => commands::demo::run(args, &settings).await,
+    }
+}
+
+fn init_tracing(verbose: u8) {
+    let default = match verbose {
+        0 => "warn",
+        1 => "info",
+        _ => "debug",
+    };
+    let filter = tracing_subscriber::EnvFilter::try_from_env("SANDBOXD_LOG")
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .init();
+}
+
+/// The `--backend` flag shared by several commands.
+#[derive(Debug, Clone, clap::Args)]
+pub struct BackendArg {
+    /// Which backend to use (default: the configured one, `auto` unless set).
+    #[arg(long, value_enum)]
+    pub backend: Option<BackendChoice>,
+}
+
+impl BackendArg {
+    pub fn choice(&self, settings: &Settings) -> BackendChoice {
+        self.backend.unwrap_or(settings.backend)
+    }
+}

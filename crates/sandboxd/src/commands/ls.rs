@@ -1,0 +1,68 @@
+//! `sandboxd ls`: every instance the backends know about, from labels and metadata.
+
+use std::process::ExitCode;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use sandboxd_backend::ListedInstance;
+
+use crate::backends;
+use crate::config::Settings;
+use crate::output;
+
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    #[arg(long)]
+    pub json: bool,
+}
+
+pub async fn list_all(settings: &Settings) -> Vec<ListedInstance> {
+    let (progress, _) = output::progress();
+    let mut all = Vec::new();
+    for backend in backends::all(settings, progress).await {
+        match backend.list().await {
+            Ok(listed) => all.extend(listed),
+            Err(err) => eprintln!("warning: listing the {} backend: {err}", backend.kind()),
+        }
+    }
+    all
+}
+
+pub async fn run(args: Args, settings: &Settings) -> ExitCode {
+    let listed = list_all(settings).await;
+    if args.json {
+        println!("{}", output::json(&listed));
+        return ExitCode::SUCCESS;
+    }
+    if listed.is_empty() {
+        println!("no instances");
+        return ExitCode::SUCCESS;
+    }
+    let now = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| i64::try_from(d.as_millis()).unwrap_or(0))
+        .unwrap_or(0);
+    let rows = listed
+        .iter()
+        .map(|i| {
+            vec![
+                i.handle.name.clone(),
+                i.handle.engine.to_string(),
+                i.handle.owner.to_string(),
+                i.handle.backend.to_string(),
+                format!("{}:{}", i.host, i.port),
+                output::age(now - i.created_at_ms),
+                i.status.clone(),
+            ]
+        })
+        .collect();
+    println!(
+        "{}",
+        output::table(
+            &[
+                "name", "engine", "owner", "backend", "address", "age", "status"
+            ],
+            rows
+        )
+    );
+    ExitCode::SUCCESS
+}

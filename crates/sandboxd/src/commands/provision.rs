@@ -1,0 +1,138 @@
+//! `sandboxd provision`: one set of instances for one owner, printed as evidence entries.
+
+use std::process::ExitCode;
+
+use sandboxd_backend::{InstanceRequest, provision_set};
+use sandboxd_domain::{AgentSlug, BackendKind, FeatureRequest, ServiceEvidence, engines};
+use serde::Serialize;
+
+use crate::backends;
+use crate::cli::{BackendArg, EXIT_INPUT};
+use crate::config::Settings;
+use crate::output;
+
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    /// Who owns the instances (an agent slug).
+    #[arg(long)]
+    pub owner: String,
+    /// Comma-separated engines, e.g. `postgres,redis`.
+    #[arg(long, value_delimiter = ',', required = true)]
+    pub engines: Vec<String>,
+    /// Features per engine, e.g. `postgres=vector,pg_trgm`; repeat for several engines.
+    #[arg(long)]
+    pub features: Vec<String>,
+    #[command(flatten)]
+    pub backend: BackendArg,
+    /// Print JSON (the stable shape documented in README.md).
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// The `--json` output: stable, other tools parse it.
+#[derive(Debug, Serialize)]
+pub struct Provisioned {
+    pub owner: AgentSlug,
+    pub backend: BackendKind,
+    pub services: Vec<ServiceEvidence>,
+}
+
+pub async fn run(args: Args, settings: &Settings) -> ExitCode {
+    let parsed = (|| {
+        let owner = AgentSlug::parse(&args.owner)?;
+        let engines = engines::parse_list(&args.engines.join(","))?;
+        let features = FeatureRequest::parse_cli(args.features.iter().map(String::as_str))?;
+        if let Some(stray) = features.engines().find(|e| !engines.contains(e)) {
+            return Err(sandboxd_domain::InputError::Malformed {
+                what: "features",
+                detail: format!("features were given for {stray}, which is not in --engines"),
+            });
+        }
+        Ok((owner, engines, features))
+    })();
+    let (owner, engines, features) = match parsed {
+        Ok(parsed) => parsed,
+        Err(err) => {
+            eprintln!("error: {err}");
+            return ExitCode::from(EXIT_INPUT);
+        }
+    };
+    let (progress, bar) = output::progress();
+    let backend = match backends::choose(
+        settings,
+        args.backend.choice(settings),
+        &engines,
+        progress.clone(),
+    )
+    .await
+    {
+        Ok(backend) => backend,
+        Err(err) => return super::fail(&err),
+    };
+    progress(&format!(
+        "provisioning {} on the {} backend…",
+        engines
+            .iter()
+            .map(|e| e.name())
+            .collect::<Vec<_>>()
+            .join(", "),
+        backend.kind()
+    ));
+    let requests: Vec<InstanceRequest> = engines
+        .iter()
+        .map(|engine| InstanceRequest {
+            engine: *engine,
+            owner: owner.clone(),
+            features: features.for_engine(*engine),
+        })
+        .collect();
+    let outcome = provision_set(backend.as_ref(), &requests).await;
+    if let Some(bar) = bar {
+        bar.finish_and_clear();
+    }
+    let instances = match outcome {
+        Ok(instances) => instances,
+        Err(err) => return super::fail(&err),
+    };
+    let provisioned = Provisioned {
+        owner,
+        backend: backend.kind(),
+        services: instances
+            .iter()
+            .map(|i| i.evidence(&settings.env_prefix))
+            .collect(),
+    };
+    if args.json {
+        println!("{}", output::json(&provisioned));
+    } else {
+        print_human(&provisioned);
+    }
+    ExitCode::SUCCESS
+}
+
+fn print_human(provisioned: &Provisioned) {
+    for service in &provisioned.services {
+        println!(
+            "{} for {} on {} ({}:{}, database {}, user {}{})",
+            service.service,
+            provisioned.owner,
+            provisioned.backend,
+            service.host,
+            service.port,
+            service.database,
+            service.user,
+            if service.features.is_empty() {
+                String::new()
+            } else {
+                format!(", features {}", service.features.join(","))
+            }
+        );
+        for (name, value) in service.env() {
+            println!("  export {name}='{value}'");
+        }
+    }
+    println!(
+        "tear down with: sandboxd teardown --owner {}",
+        provisioned.owner
+    );
+}

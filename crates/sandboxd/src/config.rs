@@ -1,0 +1,211 @@
+//! One settings tree: built-in defaults, then a TOML file (`--config`, or `SANDBOXD_CONFIG`), then
+//! `SANDBOXD_*` environment variables with `__` for nesting (`SANDBOXD_PROCESS__RUN_AS=me`).
+//! Every default is documented in README.md's configuration reference.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use figment::Figment;
+use figment::providers::{Env, Format, Serialized, Toml};
+use sandboxd_backend::process::ProcessConfig;
+use sandboxd_domain::{EngineRef, EnvPrefix, engines};
+use serde::{Deserialize, Serialize};
+
+/// Which backend runs instances.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub enum BackendChoice {
+    /// Docker when the engine answers and the images are present, else processes.
+    Auto,
+    Process,
+    Docker,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Settings {
+    pub backend: BackendChoice,
+    /// Prefix of the rendered environment names.
+    pub env_prefix: EnvPrefix,
+    pub process: ProcessSettings,
+    pub docker: DockerSettings,
+    /// Per-engine overrides, keyed by engine name.
+    pub engines: BTreeMap<String, EngineSettings>,
+}
+
+impl Default for Settings {
+    fn default() -> Self {
+        Self {
+            backend: BackendChoice::Auto,
+            env_prefix: EnvPrefix::default(),
+            process: ProcessSettings::default(),
+            docker: DockerSettings::default(),
+            engines: BTreeMap::new(),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ProcessSettings {
+    pub root: PathBuf,
+    pub template_dir: PathBuf,
+    pub run_as: String,
+    pub memory_limit_mb: u64,
+    pub stop_timeout_secs: u64,
+    pub grace_secs: u64,
+}
+
+impl Default for ProcessSettings {
+    fn default() -> Self {
+        let base = ProcessConfig::default();
+        Self {
+            root: base.root,
+            template_dir: base.template_dir,
+            run_as: base.run_as,
+            memory_limit_mb: base.memory_limit_mb,
+            stop_timeout_secs: base.stop_timeout.as_secs(),
+            grace_secs: base.grace.as_secs(),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct DockerSettings {
+    /// `unix:///var/run/docker.sock`, or Podman's compatible socket.
+    pub socket: String,
+    /// A network to attach instances to (nothing published; host = container name).
+    pub network: Option<String>,
+    /// Label namespace: labels are `<ns>.sandbox`, `<ns>.owner`, …
+    pub label_namespace: String,
+    pub memory_mb: u64,
+    pub cpus: f64,
+    pub pids_limit: i64,
+    /// A same-named container younger than this is never cleared.
+    pub grace_secs: u64,
+}
+
+impl Default for DockerSettings {
+    fn default() -> Self {
+        Self {
+            socket: "unix:///var/run/docker.sock".to_owned(),
+            network: None,
+            label_namespace: "sandboxd".to_owned(),
+            memory_mb: 512,
+            cpus: 1.0,
+            pids_limit: 256,
+            grace_secs: 180,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct EngineSettings {
+    /// The image to run for this engine on Docker.
+    pub image: Option<String>,
+    /// Overrides the engine's readiness deadline.
+    pub readiness_deadline_secs: Option<u64>,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("configuration: {0}")]
+    Invalid(String),
+}
+
+impl Settings {
+    /// Defaults → `file` (if given and present) → `SANDBOXD_*` env.
+    pub fn load(file: Option<&Path>) -> Result<Self, ConfigError> {
+        let mut figment = Figment::from(Serialized::defaults(Settings::default()));
+        if let Some(file) = file {
+            if !file.exists() {
+                return Err(ConfigError::Invalid(format!(
+                    "config file {} does not exist",
+                    file.display()
+                )));
+            }
+            figment = figment.merge(Toml::file(file));
+        }
+        figment = figment.merge(Env::prefixed("SANDBOXD_").ignore(&["CONFIG"]).split("__"));
+        let settings: Settings = figment
+            .extract()
+            .map_err(|e| ConfigError::Invalid(e.to_string()))?;
+        settings.validate()?;
+        Ok(settings)
+    }
+
+    fn validate(&self) -> Result<(), ConfigError> {
+        for name in self.engines.keys() {
+            EngineRef::parse(name)
+                .map_err(|e| ConfigError::Invalid(format!("[engines.{name}]: {e}")))?;
+        }
+        Ok(())
+    }
+
+    pub fn image_for(&self, engine: EngineRef) -> String {
+        self.engines
+            .get(engine.name())
+            .and_then(|e| e.image.clone())
+            .unwrap_or_else(|| engine.default_image().to_owned())
+    }
+
+    pub fn deadlines(&self) -> BTreeMap<String, Duration> {
+        engines::all()
+            .filter_map(|engine| {
+                let secs = self.engines.get(engine.name())?.readiness_deadline_secs?;
+                Some((engine.name().to_owned(), Duration::from_secs(secs)))
+            })
+            .collect()
+    }
+
+    pub fn process_config(&self) -> ProcessConfig {
+        ProcessConfig {
+            root: self.process.root.clone(),
+            template_dir: self.process.template_dir.clone(),
+            run_as: self.process.run_as.clone(),
+            memory_limit_mb: self.process.memory_limit_mb,
+            stop_timeout: Duration::from_secs(self.process.stop_timeout_secs),
+            grace: Duration::from_secs(self.process.grace_secs),
+            deadlines: self.deadlines(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_load_without_a_file() {
+        let settings = Settings::load(None).expect("defaults are valid");
+        assert_eq!(settings.backend, BackendChoice::Auto);
+        assert_eq!(settings.env_prefix.as_str(), "ROBOCO_TEST");
+        assert_eq!(settings.docker.memory_mb, 512);
+    }
+
+    #[test]
+    fn file_values_override_defaults_and_unknown_keys_are_refused() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("sandboxd.toml");
+        std::fs::write(
+            &path,
+            "backend = \"process\"\nenv_prefix = \"ACME\"\n[engines.postgres]\nimage = \"mirror/pg:16\"\n",
+        )
+        .expect("write");
+        let settings = Settings::load(Some(&path)).expect("valid file");
+        assert_eq!(settings.backend, BackendChoice::Process);
+        assert_eq!(
+            settings.image_for(EngineRef::parse("postgres").expect("registered")),
+            "mirror/pg:16"
+        );
+        std::fs::write(&path, "bakend = \"process\"\n").expect("write");
+        let err = Settings::load(Some(&path)).expect_err("typo");
+        assert!(err.to_string().contains("bakend"), "{err}");
+        std::fs::write(&path, "[engines.oracle]\nimage = \"x\"\n").expect("write");
+        let err = Settings::load(Some(&path)).expect_err("unknown engine");
+        assert!(err.to_string().contains("allowed: postgres"), "{err}");
+    }
+}

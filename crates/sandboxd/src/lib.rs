@@ -1,0 +1,15 @@
+//! sandboxd, the binary's library: the CLI, configuration, and the wiring of the layers.
+//!
+//! Parts:
+//! - [`cli`]: the command line (`clap`), one module per command under [`commands`].
+//! - [`config`]: one settings tree: defaults → TOML file → `SANDBOXD_*` environment.
+//! - [`backends`]: builds the backend the settings ask for (`auto` picks Docker when it can).
+//!
+//! This crate holds no domain logic: it parses, wires and prints.
+#![forbid(unsafe_code)]
+
+pub mod backends;
+pub mod cli;
+pub mod commands;
+pub mod config;
+pub mod output;

@@ -1,0 +1,55 @@
+//! Printing: human tables on a terminal, stable JSON with `--json`, progress on stderr.
+
+use std::io::IsTerminal;
+use std::sync::Arc;
+use std::time::Duration;
+
+use comfy_table::{Table, presets::UTF8_BORDERS_ONLY};
+use indicatif::{ProgressBar, ProgressStyle};
+use sandboxd_backend::process::Progress;
+
+pub fn table(header: &[&str], rows: Vec<Vec<String>>) -> String {
+    let mut table = Table::new();
+    table
+        .load_preset(UTF8_BORDERS_ONLY)
+        .set_header(header.to_vec());
+    for row in rows {
+        table.add_row(row);
+    }
+    table.to_string()
+}
+
+pub fn json<T: serde::Serialize>(value: &T) -> String {
+    serde_json::to_string_pretty(value).expect("our output types always serialize")
+}
+
+/// A progress reporter: a spinner on a terminal, plain lines otherwise; both on stderr so
+/// `--json` output on stdout stays parseable.
+pub fn progress() -> (Progress, Option<ProgressBar>) {
+    if std::io::stderr().is_terminal() {
+        let bar = ProgressBar::new_spinner();
+        bar.set_style(
+            ProgressStyle::with_template("{spinner} {msg} {elapsed}")
+                .expect("the template is a constant"),
+        );
+        bar.enable_steady_tick(Duration::from_millis(100));
+        let shown = bar.clone();
+        (
+            Arc::new(move |message: &str| shown.set_message(message.to_owned())),
+            Some(bar),
+        )
+    } else {
+        (Arc::new(|message: &str| eprintln!("{message}")), None)
+    }
+}
+
+/// "3s", "5m", "2h": an age for tables.
+pub fn age(ms: i64) -> String {
+    let secs = ms.max(0) / 1000;
+    match secs {
+        0..60 => format!("{secs}s"),
+        60..3600 => format!("{}m", secs / 60),
+        3600..86_400 => format!("{}h", secs / 3600),
+        _ => format!("{}d", secs / 86_400),
+    }
+}

@@ -1,0 +1,46 @@
+#!/usr/bin/env bash
+# Installs what sandboxd and its tests need on a fresh Debian machine: the database servers the
+# process backend runs, the browser the panel tests drive, debootstrap for the local images, and
+# the unprivileged user instances run as. Idempotent; prints what it does.
+set -euo pipefail
+
+packages=(
+  postgresql postgresql-contrib postgresql-15-postgis-3
+  redis-server
+  mariadb-server mariadb-client
+  util-linux procps
+  debootstrap
+  chromium chromium-driver
+)
+
+say() { printf '[install-deps] %s\n' "$*"; }
+
+if [ "$(id -u)" -ne 0 ]; then
+  SUDO=sudo
+else
+  SUDO=
+fi
+
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  say "installing: ${missing[*]}"
+  # Package maintainer scripts must not start the system-wide servers: sandboxd runs its own.
+  policy=/usr/sbin/policy-rc.d
+  had_policy=0; [ -e "$policy" ] && had_policy=1
+  if [ $had_policy -eq 0 ]; then printf '#!/bin/sh\nexit 101\n' | $SUDO tee "$policy" >/dev/null; $SUDO chmod +x "$policy"; fi
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
+  if [ $had_policy -eq 0 ]; then $SUDO rm -f "$policy"; fi
+else
+  say "all packages present"
+fi
+
+# Instances never run as root: when sandboxd runs as root it starts them as this user.
+if ! id sandboxd >/dev/null 2>&1; then
+  say "creating the system user sandboxd"
+  $SUDO useradd --system --no-create-home --shell /usr/sbin/nologin sandboxd
+fi
+say "done"
