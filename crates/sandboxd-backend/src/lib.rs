@@ -1,5 +1,6 @@
 //! Backends run database instances for sandboxd. Parts:
 //! - [`backend`]: the `Backend` trait every way of running instances implements.
+//! - [`docker`]: hardened sibling containers through the Docker Engine API (production).
 //! - [`process`]: local child processes from the host's packages (the embedded default).
 //! - [`wire`]: one client per protocol family (Postgres, Redis, MySQL, MongoDB) for setup,
 //!   readiness probes and feature activation.
@@ -11,6 +12,7 @@
 #![forbid(unsafe_code)]
 
 pub mod backend;
+pub mod docker;
 pub mod error;
 pub mod process;
 pub mod readiness;

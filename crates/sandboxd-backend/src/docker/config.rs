@@ -1,0 +1,165 @@
+//! Settings of the Docker backend. Every field has a documented default; the CLI fills them from
+//! its one settings tree.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use sandboxd_domain::EngineRef;
+
+use crate::error::BackendError;
+
+/// Settings of the Docker backend.
+#[derive(Debug, Clone)]
+pub struct DockerConfig {
+    /// The Engine API socket: `unix:///var/run/docker.sock`, or Podman's compatible socket
+    /// (`unix:///run/podman/podman.sock`). A bare path works too.
+    pub socket: String,
+    /// A network to attach instances to. None: the engine port is published on 127.0.0.1 only.
+    /// Some: the container joins it, nothing is published, and the host handed out is the
+    /// container's name (the agent's container must be on the same network).
+    pub network: Option<String>,
+    /// Labels are `<ns>.sandbox`, `<ns>.owner`, `<ns>.engine`, `<ns>.created`, …
+    pub label_namespace: String,
+    /// Memory cap per container; swap is set equal, so the container cannot swap.
+    pub memory_mb: u64,
+    /// CPUs per container (`NanoCpus`).
+    pub cpus: f64,
+    /// Process/thread cap per container.
+    pub pids_limit: i64,
+    /// A same-named container younger than this is never cleared.
+    pub grace: Duration,
+    /// How long `docker stop` waits before the engine kills the container at teardown.
+    pub stop_timeout: Duration,
+    /// Images per engine name, overriding the engine's default image.
+    pub images: BTreeMap<String, String>,
+    /// Readiness deadlines per engine name, overriding the engine's own.
+    pub deadlines: BTreeMap<String, Duration>,
+}
+
+impl Default for DockerConfig {
+    fn default() -> Self {
+        Self {
+            socket: "unix:///var/run/docker.sock".to_owned(),
+            network: None,
+            label_namespace: "sandboxd".to_owned(),
+            memory_mb: 512,
+            cpus: 1.0,
+            pids_limit: 256,
+            grace: Duration::from_secs(180),
+            stop_timeout: Duration::from_secs(2),
+            images: BTreeMap::new(),
+            deadlines: BTreeMap::new(),
+        }
+    }
+}
+
+impl DockerConfig {
+    /// The image that runs `engine`.
+    pub fn image(&self, engine: EngineRef) -> String {
+        self.images
+            .get(engine.name())
+            .cloned()
+            .unwrap_or_else(|| engine.default_image().to_owned())
+    }
+
+    pub fn deadline(&self, engine: EngineRef) -> Duration {
+        self.deadlines
+            .get(engine.name())
+            .copied()
+            .unwrap_or_else(|| engine.readiness_deadline())
+    }
+
+    /// The socket path without its `unix://` scheme.
+    pub fn socket_path(&self) -> &str {
+        self.socket
+            .strip_prefix("unix://")
+            .unwrap_or(self.socket.as_str())
+    }
+
+    /// Refuses settings that would make labels, names or limits meaningless.
+    pub fn validate(&self) -> Result<(), BackendError> {
+        let invalid = |detail: String| BackendError::Unavailable {
+            backend: "docker",
+            detail,
+        };
+        let ns = &self.label_namespace;
+        let ns_ok = !ns.is_empty()
+            && ns.len() <= 64
+            && ns.as_bytes()[0].is_ascii_lowercase()
+            && ns
+                .bytes()
+                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'.' || b == b'-');
+        if !ns_ok {
+            return Err(invalid(
+                "label_namespace must be 1 to 64 characters: lowercase letters, digits, '.' and \
+                 '-', starting with a letter"
+                    .into(),
+            ));
+        }
+        if !self.socket_path().starts_with('/') {
+            return Err(invalid(format!(
+                "socket must be a unix socket (unix:///path or /path), got {:?}",
+                self.socket
+            )));
+        }
+        if let Some(network) = &self.network {
+            let ok = !network.is_empty()
+                && network
+                    .bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b"_.-".contains(&b));
+            if !ok {
+                return Err(invalid(format!("network name {network:?} is not valid")));
+            }
+        }
+        if self.memory_mb < 64 {
+            return Err(invalid("memory_mb must be at least 64".into()));
+        }
+        if !(self.cpus > 0.0 && self.cpus <= 1024.0) {
+            return Err(invalid("cpus must be above 0".into()));
+        }
+        if self.pids_limit < 16 {
+            return Err(invalid("pids_limit must be at least 16".into()));
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_are_valid_and_documented() {
+        let config = DockerConfig::default();
+        config.validate().expect("defaults are valid");
+        assert_eq!(config.memory_mb, 512);
+        assert_eq!(config.socket_path(), "/var/run/docker.sock");
+        let pg = EngineRef::parse("postgres").expect("registered");
+        assert_eq!(config.image(pg), "postgres:16-alpine");
+        assert_eq!(config.deadline(pg), Duration::from_secs(60));
+    }
+
+    #[test]
+    fn odd_settings_are_refused() {
+        for config in [
+            DockerConfig {
+                label_namespace: "Bad NS".into(),
+                ..DockerConfig::default()
+            },
+            DockerConfig {
+                socket: "tcp://1.2.3.4:2375".into(),
+                ..DockerConfig::default()
+            },
+            DockerConfig {
+                network: Some("a b".into()),
+                ..DockerConfig::default()
+            },
+            DockerConfig {
+                cpus: 0.0,
+                ..DockerConfig::default()
+            },
+        ] {
+            assert!(config.validate().is_err(), "{config:?}");
+        }
+    }
+}

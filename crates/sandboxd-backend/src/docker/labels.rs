@@ -1,0 +1,141 @@
+//! The labels every container carries, under a configurable namespace (`sandboxd` by default).
+//! They are how instances are found again after any restart: `list`, the janitor and stale-name
+//! checks read them, never an in-memory id. No label ever holds a credential.
+
+use std::collections::HashMap;
+
+use sandboxd_domain::{AgentSlug, EngineRef};
+
+const SANDBOX: &str = "sandbox";
+const OWNER: &str = "owner";
+const ENGINE: &str = "engine";
+const CREATED: &str = "created";
+/// The engine's port inside the container.
+const PORT: &str = "port";
+/// The network the container joined, when it publishes nothing.
+const NETWORK: &str = "network";
+
+/// What the labels of one container say.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) struct Parsed {
+    pub engine: EngineRef,
+    pub owner: AgentSlug,
+    /// Unix milliseconds; 0 when the label is missing or malformed (treated as old).
+    pub created_at_ms: i64,
+    pub port: u16,
+    pub network: Option<String>,
+}
+
+#[derive(Debug, Clone)]
+pub(super) struct Labels {
+    namespace: String,
+}
+
+impl Labels {
+    pub fn new(namespace: &str) -> Self {
+        Self {
+            namespace: namespace.to_owned(),
+        }
+    }
+
+    fn key(&self, name: &str) -> String {
+        format!("{}.{name}", self.namespace)
+    }
+
+    /// `<ns>.sandbox=1`: the label every sandboxd container carries, for list filters.
+    pub fn marker(&self) -> String {
+        format!("{}=1", self.key(SANDBOX))
+    }
+
+    /// The list filter selecting every sandboxd container.
+    pub fn filter(&self) -> HashMap<String, Vec<String>> {
+        HashMap::from([("label".to_owned(), vec![self.marker()])])
+    }
+
+    pub fn for_instance(
+        &self,
+        engine: EngineRef,
+        owner: &AgentSlug,
+        created_at_ms: i64,
+        network: Option<&str>,
+    ) -> HashMap<String, String> {
+        let mut labels = HashMap::from([
+            (self.key(SANDBOX), "1".to_owned()),
+            (self.key(OWNER), owner.to_string()),
+            (self.key(ENGINE), engine.name().to_owned()),
+            (self.key(CREATED), created_at_ms.to_string()),
+            (self.key(PORT), engine.port().to_string()),
+        ]);
+        if let Some(network) = network {
+            labels.insert(self.key(NETWORK), network.to_owned());
+        }
+        labels
+    }
+
+    /// True when the container carries `<ns>.sandbox=1`.
+    pub fn is_ours(&self, labels: Option<&HashMap<String, String>>) -> bool {
+        labels
+            .and_then(|l| l.get(&self.key(SANDBOX)))
+            .is_some_and(|v| v == "1")
+    }
+
+    /// Reads the labels back; None when they are not ours or do not name a registered engine
+    /// and a valid owner.
+    pub fn parse(&self, labels: Option<&HashMap<String, String>>) -> Option<Parsed> {
+        if !self.is_ours(labels) {
+            return None;
+        }
+        let labels = labels?;
+        let get = |name: &str| labels.get(&self.key(name));
+        let engine = EngineRef::parse(get(ENGINE)?).ok()?;
+        let owner = AgentSlug::parse(get(OWNER)?).ok()?;
+        Some(Parsed {
+            engine,
+            owner,
+            created_at_ms: get(CREATED).and_then(|v| v.parse().ok()).unwrap_or(0),
+            port: get(PORT)
+                .and_then(|v| v.parse().ok())
+                .unwrap_or_else(|| engine.port()),
+            network: get(NETWORK).cloned(),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn labels_round_trip_under_the_namespace() {
+        let labels = Labels::new("acme.sbx");
+        let engine = EngineRef::parse("redis").expect("registered");
+        let owner = AgentSlug::parse("dev-1").expect("valid");
+        let map = labels.for_instance(engine, &owner, 1234, Some("agents"));
+        assert_eq!(map["acme.sbx.sandbox"], "1");
+        assert_eq!(map["acme.sbx.owner"], "dev-1");
+        assert_eq!(map["acme.sbx.engine"], "redis");
+        assert_eq!(map["acme.sbx.created"], "1234");
+        let parsed = labels.parse(Some(&map)).expect("ours");
+        assert_eq!(parsed.engine, engine);
+        assert_eq!(parsed.owner, owner);
+        assert_eq!(parsed.created_at_ms, 1234);
+        assert_eq!(parsed.port, 6379);
+        assert_eq!(parsed.network.as_deref(), Some("agents"));
+        assert_eq!(labels.filter()["label"], ["acme.sbx.sandbox=1"]);
+    }
+
+    #[test]
+    fn foreign_or_forged_labels_are_not_parsed() {
+        let labels = Labels::new("sandboxd");
+        assert!(labels.parse(None).is_none());
+        let foreign = HashMap::from([("other.sandbox".to_owned(), "1".to_owned())]);
+        assert!(labels.parse(Some(&foreign)).is_none());
+        let forged = HashMap::from([
+            ("sandboxd.sandbox".to_owned(), "1".to_owned()),
+            ("sandboxd.engine".to_owned(), "oracle".to_owned()),
+            ("sandboxd.owner".to_owned(), "../x".to_owned()),
+        ]);
+        assert!(labels.is_ours(Some(&forged)));
+        assert!(labels.parse(Some(&forged)).is_none());
+    }
+}

@@ -1,0 +1,247 @@
+//! The Docker backend (production): each instance is a hardened sibling container created through
+//! the Docker Engine API (bollard, over a unix socket; Podman's compatible socket works through the
+//! same code). Parts:
+//! - [`config`]: `DockerConfig`, every default documented.
+//! - `client`: the lazily negotiated connection and error mapping.
+//! - `labels`: the labels that find instances again after any restart.
+//! - `spec`: an engine's recipe turned into the hardened create body (pure, unit-tested).
+//! - `images`: image presence; sandboxd never pulls.
+//! - `provision`, `teardown`, `state`: the lifecycle verbs.
+//!
+//! **Invariants:** a container never gets a bind mount, a volume, the docker socket, privileged
+//! mode or a port on anything but 127.0.0.1; the handed-out account's password never appears in
+//! a container's config, command line or labels (it is set over the wire after start); only
+//! containers carrying `<ns>.sandbox=1` are ever stopped or removed.
+
+use async_trait::async_trait;
+use bollard::query_parameters::ListContainersOptions;
+use sandboxd_domain::instance::{BackendKind, Instance, instance_name};
+use sandboxd_domain::{EngineRef, engines};
+
+use crate::backend::{Backend, DoctorCheck, InstanceHandle, InstanceRequest, ListedInstance};
+use crate::error::BackendError;
+
+mod client;
+pub mod config;
+mod images;
+mod labels;
+mod provision;
+mod spec;
+mod state;
+mod teardown;
+
+pub use config::DockerConfig;
+use labels::Labels;
+use teardown::Target;
+
+pub struct DockerBackend {
+    config: DockerConfig,
+    labels: Labels,
+    client: client::Client,
+}
+
+impl std::fmt::Debug for DockerBackend {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DockerBackend")
+            .field("config", &self.config)
+            .finish_non_exhaustive()
+    }
+}
+
+impl DockerBackend {
+    /// Validates the settings. Connects on first use, so an engine that is down now is retried
+    /// later; `ping` tells whether it answers.
+    pub fn new(config: DockerConfig) -> Result<Self, BackendError> {
+        config.validate()?;
+        Ok(Self {
+            labels: Labels::new(&config.label_namespace),
+            client: client::Client::new(config.socket_path()),
+            config,
+        })
+    }
+
+    pub fn config(&self) -> &DockerConfig {
+        &self.config
+    }
+
+    /// `Docker Engine 20.10.24 (API 1.41)`, for doctor and logs.
+    pub async fn engine_version(&self) -> Result<String, BackendError> {
+        let docker = self.client.get().await?;
+        let version = docker
+            .version()
+            .await
+            .map_err(|err| client::error("asking the version of", "the engine", err))?;
+        let product = version
+            .platform
+            .map(|p| p.name)
+            .filter(|n| !n.is_empty())
+            .unwrap_or_else(|| "container engine".to_owned());
+        Ok(format!(
+            "{product} {} (API {})",
+            version.version.unwrap_or_default(),
+            version.api_version.unwrap_or_default()
+        ))
+    }
+
+    fn target(handle: &InstanceHandle) -> (String, Option<&str>) {
+        // The name is recomputed from the validated engine and owner: a handle read back from
+        // a store can never point teardown at a container of another name.
+        (
+            instance_name(handle.engine, &handle.owner),
+            Some(handle.backend_id.as_str()).filter(|id| !id.is_empty()),
+        )
+    }
+}
+
+#[async_trait]
+impl Backend for DockerBackend {
+    fn kind(&self) -> BackendKind {
+        BackendKind::Docker
+    }
+
+    async fn ping(&self) -> Result<(), BackendError> {
+        let docker = self.client.get().await?;
+        docker
+            .ping()
+            .await
+            .map(drop)
+            .map_err(|err| BackendError::Unavailable {
+                backend: "docker",
+                detail: format!(
+                    "the engine at {} does not answer: {err}",
+                    self.config.socket
+                ),
+            })
+    }
+
+    async fn supports(&self, engine: EngineRef) -> Result<(), BackendError> {
+        let docker = self.client.get().await?;
+        images::inspect(docker, engine, &self.config.image(engine))
+            .await
+            .map(drop)
+    }
+
+    async fn provision(&self, request: &InstanceRequest) -> Result<Instance, BackendError> {
+        self.provision_one(request).await
+    }
+
+    async fn is_live(&self, handle: &InstanceHandle) -> Result<bool, BackendError> {
+        let docker = self.client.get().await?;
+        let (name, id) = Self::target(handle);
+        Ok(match state::inspect(docker, &name).await? {
+            None => false,
+            Some(found) => {
+                let same =
+                    id.is_none_or(|id| found.id.as_deref().is_some_and(|f| f.starts_with(id)));
+                same && self
+                    .labels
+                    .is_ours(found.config.as_ref().and_then(|c| c.labels.as_ref()))
+                    && state::is_live(&found)
+            }
+        })
+    }
+
+    async fn teardown(&self, handle: &InstanceHandle) -> Result<(), BackendError> {
+        let docker = self.client.get().await?;
+        let (name, id) = Self::target(handle);
+        teardown::remove(
+            docker,
+            &self.labels,
+            Target { name: &name, id },
+            self.config.stop_timeout,
+        )
+        .await
+    }
+
+    async fn list(&self) -> Result<Vec<ListedInstance>, BackendError> {
+        let docker = self.client.get().await?;
+        let options = ListContainersOptions {
+            all: true,
+            filters: Some(self.labels.filter()),
+            ..ListContainersOptions::default()
+        };
+        let summaries = docker
+            .list_containers(Some(options))
+            .await
+            .map_err(|err| client::error("listing", "containers", err))?;
+        let mut listed = Vec::new();
+        for summary in summaries {
+            let Some(parsed) = self.labels.parse(summary.labels.as_ref()) else {
+                tracing::warn!(id = ?summary.id, "a labeled container with unreadable labels");
+                continue;
+            };
+            let name = instance_name(parsed.engine, &parsed.owner);
+            let status = summary
+                .state
+                .map(|s| s.to_string())
+                .filter(|s| !s.is_empty())
+                .unwrap_or_else(|| "unknown".to_owned());
+            let (host, port) = match &parsed.network {
+                Some(_) => (name.clone(), parsed.port),
+                None => {
+                    let published = summary.ports.iter().flatten().find_map(|p| {
+                        (p.private_port == parsed.port && p.ip.as_deref() == Some(spec::PUBLISH_IP))
+                            .then_some(p.public_port)
+                            .flatten()
+                    });
+                    (spec::PUBLISH_IP.to_owned(), published.unwrap_or(0))
+                }
+            };
+            listed.push(ListedInstance {
+                handle: InstanceHandle {
+                    engine: parsed.engine,
+                    owner: parsed.owner,
+                    backend: BackendKind::Docker,
+                    backend_id: summary.id.unwrap_or_default(),
+                    name,
+                },
+                host,
+                port,
+                created_at_ms: parsed.created_at_ms,
+                // The summary has no OOM flag; `is_live` inspects for it.
+                live: status == "running",
+                status,
+            });
+        }
+        listed.sort_by(|a, b| a.handle.name.cmp(&b.handle.name));
+        Ok(listed)
+    }
+
+    async fn doctor(&self) -> Vec<DoctorCheck> {
+        let subject = "docker backend";
+        let version = match self.engine_version().await {
+            Ok(version) => version,
+            Err(err) => {
+                return vec![DoctorCheck::missing(
+                    subject,
+                    err.to_string(),
+                    format!(
+                        "start the Docker (or Podman) service, or point [docker] socket at its \
+                         API socket (now {})",
+                        self.config.socket
+                    ),
+                )];
+            }
+        };
+        let mut checks = vec![DoctorCheck::ok(
+            subject,
+            format!("{version} at {}", self.config.socket),
+        )];
+        for engine in engines::all() {
+            let image = self.config.image(engine);
+            let subject = format!("{} (docker)", engine.name());
+            checks.push(match self.supports(engine).await {
+                Ok(()) => DoctorCheck::ok(subject, format!("image {image} present")),
+                Err(BackendError::ImageMissing { hint, .. }) => {
+                    DoctorCheck::missing(subject, format!("image {image} missing"), hint)
+                }
+                Err(err) => DoctorCheck::missing(subject, err.to_string(), "see the message"),
+            });
+        }
+        checks
+    }
+
+    fn feature_location(&self, engine: EngineRef) -> String {
+        format!("image {}", self.config.image(engine))
+    }
+}

@@ -1,0 +1,239 @@
+//! Provisioning one container: check the image, clear a stale same-named container, create with
+//! the hardened spec, start, learn where it answers, bring it up (superuser login → handed-out
+//! account → its own round trip) and activate features. On any failure after the create, the
+//! container is removed before the error is returned, so nothing is left behind.
+
+use std::collections::BTreeSet;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use bollard::Docker;
+use bollard::query_parameters::CreateContainerOptions;
+use sandboxd_domain::engine::AdminAccess;
+use sandboxd_domain::instance::{BackendKind, Instance, instance_name};
+use sandboxd_domain::{Credentials, EngineRef};
+
+use super::spec::{self, Limits, PUBLISH_IP, Spec};
+use super::teardown::{self, Target};
+use super::{DockerBackend, client, images, state};
+use crate::backend::{Backend, InstanceRequest};
+use crate::error::BackendError;
+use crate::startup::{Startup, bring_up};
+use crate::wire::Reach;
+
+pub(super) fn now_ms() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+        .unwrap_or(0)
+}
+
+/// How old a container is, from its `created` label (a missing label counts as old).
+fn age(created_at_ms: i64) -> Duration {
+    Duration::from_millis(u64::try_from(now_ms().saturating_sub(created_at_ms)).unwrap_or(0))
+}
+
+impl DockerBackend {
+    pub(super) async fn provision_one(
+        &self,
+        request: &InstanceRequest,
+    ) -> Result<Instance, BackendError> {
+        let docker = self.client.get().await?;
+        let engine = request.engine;
+        let image = self.config.image(engine);
+        let facts = images::inspect(docker, engine, &image).await?;
+        let name = instance_name(engine, &request.owner);
+        self.clear_stale(docker, &name).await?;
+
+        let admin = Credentials::generate(engine.admin_user());
+        let agent = Credentials::generate(engine.agent_user());
+        let recipe = engine.container(&admin, &agent);
+        let created_at_ms = now_ms();
+        let network = self.config.network.as_deref();
+        let body = spec::create_body(&Spec {
+            image: &image,
+            recipe: &recipe,
+            port: engine.port(),
+            labels: self
+                .labels
+                .for_instance(engine, &request.owner, created_at_ms, network),
+            limits: Limits {
+                memory_mb: self.config.memory_mb,
+                cpus: self.config.cpus,
+                pids_limit: self.config.pids_limit,
+            },
+            network,
+            image_volumes: &facts.volumes,
+        });
+        let options = CreateContainerOptions {
+            name: Some(name.clone()),
+            ..CreateContainerOptions::default()
+        };
+        let id = docker
+            .create_container(Some(options), body)
+            .await
+            .map_err(|err| client::error("creating", &name, err))?
+            .id;
+
+        let started = self
+            .start(docker, request, &name, &id, admin, agent, created_at_ms)
+            .await;
+        if started.is_err() {
+            let target = Target {
+                name: &name,
+                id: Some(&id),
+            };
+            if let Err(err) =
+                teardown::remove(docker, &self.labels, target, self.config.stop_timeout).await
+            {
+                tracing::warn!(container = %name, error = %err, "removing a failed container");
+            }
+        }
+        started
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    async fn start(
+        &self,
+        docker: &Docker,
+        request: &InstanceRequest,
+        name: &str,
+        id: &str,
+        admin: Credentials,
+        agent: Credentials,
+        created_at_ms: i64,
+    ) -> Result<Instance, BackendError> {
+        let engine = request.engine;
+        docker
+            .start_container(id, None)
+            .await
+            .map_err(|err| client::error("starting", name, err))?;
+        let (host, port) = self.reach_of(docker, engine, name, id).await?;
+
+        // Blanked out of any log lines quoted in errors, in case a server echoes one.
+        let secrets = [admin.password.clone(), agent.password.clone()];
+        let admin_access = AdminAccess::Password(admin);
+        let startup = Startup {
+            engine,
+            name,
+            reach: Reach { host: &host, port },
+            admin: &admin_access,
+            agent: &agent,
+            database: engine.agent_database(),
+            bootstrap: vec![],
+            deadline: self.config.deadline(engine),
+        };
+        let still_running = || async {
+            let found = state::inspect(docker, id).await?;
+            match &found {
+                Some(found) if state::is_running(found) => Ok(()),
+                _ => Err(BackendError::ExitedEarly {
+                    name: name.to_owned(),
+                    detail: state::exit_detail(
+                        docker,
+                        id,
+                        found.as_ref(),
+                        &[&secrets[0], &secrets[1]],
+                    )
+                    .await,
+                }),
+            }
+        };
+        bring_up(startup, still_running).await?;
+
+        let mut instance = Instance {
+            engine,
+            owner: request.owner.clone(),
+            backend: BackendKind::Docker,
+            backend_id: id.to_owned(),
+            name: name.to_owned(),
+            host,
+            port,
+            database: engine.agent_database().to_owned(),
+            agent,
+            admin: admin_access,
+            features: BTreeSet::new(),
+            created_at_ms,
+        };
+        self.activate(&mut instance, &request.features).await?;
+        Ok(instance)
+    }
+
+    /// Where the server answers: the published loopback port, or the container's name on the
+    /// configured network.
+    async fn reach_of(
+        &self,
+        docker: &Docker,
+        engine: EngineRef,
+        name: &str,
+        id: &str,
+    ) -> Result<(String, u16), BackendError> {
+        if self.config.network.is_some() {
+            return Ok((name.to_owned(), engine.port()));
+        }
+        let found = state::inspect(docker, id).await?;
+        let port = found
+            .as_ref()
+            .and_then(|f| f.network_settings.as_ref())
+            .and_then(|n| n.ports.as_ref())
+            .and_then(|ports| ports.get(&spec::port_key(engine.port())))
+            .and_then(|bindings| bindings.as_ref())
+            .and_then(|bindings| {
+                bindings
+                    .iter()
+                    .filter(|b| b.host_ip.as_deref() == Some(PUBLISH_IP))
+                    .find_map(|b| b.host_port.as_deref()?.parse::<u16>().ok())
+            });
+        match port {
+            Some(port) => Ok((PUBLISH_IP.to_owned(), port)),
+            None => Err(BackendError::ExitedEarly {
+                name: name.to_owned(),
+                detail: match found.as_ref() {
+                    Some(found) if !state::is_running(found) => {
+                        state::exit_detail(docker, id, Some(found), &[]).await
+                    }
+                    _ => format!(
+                        "the engine published no port for {} on {PUBLISH_IP}",
+                        spec::port_key(engine.port())
+                    ),
+                },
+            }),
+        }
+    }
+
+    /// Removes a leftover same-named container (a teardown a crash missed), unless it is
+    /// younger than the grace window and has not ended: then another provision may own it.
+    async fn clear_stale(&self, docker: &Docker, name: &str) -> Result<(), BackendError> {
+        let Some(found) = state::inspect(docker, name).await? else {
+            return Ok(());
+        };
+        let labels = found.config.as_ref().and_then(|c| c.labels.as_ref());
+        if !self.labels.is_ours(labels) {
+            return Err(BackendError::Docker {
+                operation: "creating",
+                name: name.to_owned(),
+                detail: format!(
+                    "a container with this name exists without the {} label, so sandboxd did \
+                     not create it; remove or rename it",
+                    self.labels.marker()
+                ),
+            });
+        }
+        let created = self
+            .labels
+            .parse(labels)
+            .map(|p| p.created_at_ms)
+            .unwrap_or(0);
+        if age(created) < self.config.grace && !state::has_ended(&found) {
+            return Err(BackendError::YoungConflict {
+                name: name.to_owned(),
+                grace: self.config.grace,
+            });
+        }
+        tracing::info!(container = name, "clearing a stale container");
+        let target = Target {
+            name,
+            id: found.id.as_deref(),
+        };
+        teardown::remove(docker, &self.labels, target, self.config.stop_timeout).await
+    }
+}

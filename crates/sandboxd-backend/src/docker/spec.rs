@@ -1,0 +1,339 @@
+//! An engine's `ContainerRecipe` turned into the Engine API's create body, with the hardening
+//! every sandbox gets: tmpfs data, no volumes, memory (= swap), CPU and pids caps,
+//! `no-new-privileges`, every capability dropped but the recipe's, never privileged, no binds,
+//! and the engine port published on 127.0.0.1 only (or nothing published on a named network).
+//!
+//! Pure: no I/O, so the whole spec is unit-tested. The body holds the superuser's secrets (the
+//! image's environment contract takes them from there): never log or `Debug` it.
+
+use std::collections::HashMap;
+
+use bollard::models::{
+    ContainerCreateBody, HostConfig, PortBinding, RestartPolicy, RestartPolicyNameEnum,
+};
+use sandboxd_domain::engine::ContainerRecipe;
+use secrecy::ExposeSecret;
+
+/// Where the published port listens on the host: loopback only, never 0.0.0.0.
+pub(super) const PUBLISH_IP: &str = "127.0.0.1";
+/// A tmpfs for an image-declared volume the recipe does not cover.
+const EXTRA_VOLUME_MB: u64 = 64;
+
+/// Resource caps of one container.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Limits {
+    pub memory_mb: u64,
+    pub cpus: f64,
+    pub pids_limit: i64,
+}
+
+/// Everything the create body is made of.
+pub(super) struct Spec<'a> {
+    pub image: &'a str,
+    pub recipe: &'a ContainerRecipe,
+    /// The engine's port inside the container.
+    pub port: u16,
+    pub labels: HashMap<String, String>,
+    pub limits: Limits,
+    pub network: Option<&'a str>,
+    /// `VOLUME`s the image declares. Each gets a tmpfs (unless the recipe mounts one there
+    /// already), so the engine never creates an anonymous volume.
+    pub image_volumes: &'a [String],
+}
+
+impl std::fmt::Debug for Spec<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Spec")
+            .field("image", &self.image)
+            .field("port", &self.port)
+            .field("network", &self.network)
+            .finish_non_exhaustive()
+    }
+}
+
+/// `5432/tcp`
+pub(super) fn port_key(port: u16) -> String {
+    format!("{port}/tcp")
+}
+
+/// `rw,nosuid,nodev,noexec,size=256m,mode=1777`, the size kept below the memory cap (tmpfs
+/// pages count against it).
+fn tmpfs_options(size_mb: u64, mode: &str, memory_mb: u64) -> String {
+    let size = size_mb.clamp(1, memory_mb * 3 / 4);
+    format!("rw,nosuid,nodev,noexec,size={size}m,mode={mode}")
+}
+
+fn mb(value: u64) -> i64 {
+    i64::try_from(value.saturating_mul(1024 * 1024)).unwrap_or(i64::MAX)
+}
+
+pub(super) fn create_body(spec: &Spec<'_>) -> ContainerCreateBody {
+    let recipe = spec.recipe;
+    let limits = spec.limits;
+    let mut tmpfs: HashMap<String, String> = recipe
+        .tmpfs
+        .iter()
+        .map(|t| {
+            (
+                t.path.to_owned(),
+                tmpfs_options(u64::from(t.size_mb), t.mode, limits.memory_mb),
+            )
+        })
+        .collect();
+    for volume in spec.image_volumes {
+        let path = volume.trim_end_matches('/');
+        let path = if path.is_empty() { "/" } else { path };
+        if !tmpfs.contains_key(path) {
+            tmpfs.insert(
+                path.to_owned(),
+                tmpfs_options(EXTRA_VOLUME_MB, "1777", limits.memory_mb),
+            );
+        }
+    }
+    let port_bindings = match spec.network {
+        Some(_) => None,
+        None => Some(HashMap::from([(
+            port_key(spec.port),
+            Some(vec![PortBinding {
+                host_ip: Some(PUBLISH_IP.to_owned()),
+                // Empty: the engine picks a free host port, read back by inspect.
+                host_port: Some(String::new()),
+            }]),
+        )])),
+    };
+    let host_config = HostConfig {
+        memory: Some(mb(limits.memory_mb)),
+        memory_swap: Some(mb(limits.memory_mb)),
+        // Whole nano-CPUs: 1.0 CPU = 1e9.
+        nano_cpus: Some((limits.cpus * 1e9).round() as i64),
+        pids_limit: Some(limits.pids_limit),
+        security_opt: Some(vec!["no-new-privileges:true".to_owned()]),
+        cap_drop: Some(vec!["ALL".to_owned()]),
+        cap_add: Some(
+            recipe
+                .capabilities
+                .iter()
+                .map(|c| (*c).to_owned())
+                .collect(),
+        ),
+        privileged: Some(false),
+        publish_all_ports: Some(false),
+        tmpfs: Some(tmpfs),
+        binds: Some(vec![]),
+        mounts: Some(vec![]),
+        port_bindings,
+        network_mode: spec.network.map(str::to_owned),
+        restart_policy: Some(RestartPolicy {
+            name: Some(RestartPolicyNameEnum::NO),
+            maximum_retry_count: None,
+        }),
+        auto_remove: Some(false),
+        ..HostConfig::default()
+    };
+    ContainerCreateBody {
+        image: Some(spec.image.to_owned()),
+        cmd: Some(recipe.command.clone()),
+        env: Some(
+            recipe
+                .env
+                .iter()
+                .map(|(key, value)| format!("{key}={}", value.expose_secret()))
+                .collect(),
+        ),
+        user: recipe.user.map(str::to_owned),
+        labels: Some(spec.labels.clone()),
+        exposed_ports: Some(vec![port_key(spec.port)]),
+        host_config: Some(host_config),
+        ..ContainerCreateBody::default()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use sandboxd_domain::engine::AdminStep;
+    use sandboxd_domain::{Credentials, EngineRef, engines};
+
+    use super::*;
+
+    const LIMITS: Limits = Limits {
+        memory_mb: 512,
+        cpus: 1.0,
+        pids_limit: 256,
+    };
+
+    fn body(
+        engine: &str,
+        network: Option<&str>,
+        volumes: &[String],
+    ) -> (ContainerCreateBody, Credentials, Credentials) {
+        let engine = EngineRef::parse(engine).expect("registered");
+        let admin = Credentials::generate(engine.admin_user());
+        let agent = Credentials::generate(engine.agent_user());
+        let recipe = engine.container(&admin, &agent);
+        let spec = Spec {
+            image: engine.default_image(),
+            recipe: &recipe,
+            port: engine.port(),
+            labels: HashMap::from([("sandboxd.sandbox".to_owned(), "1".to_owned())]),
+            limits: LIMITS,
+            network,
+            image_volumes: volumes,
+        };
+        (create_body(&spec), admin, agent)
+    }
+
+    fn env_of(body: &ContainerCreateBody) -> HashMap<String, String> {
+        body.env
+            .iter()
+            .flatten()
+            .filter_map(|kv| kv.split_once('='))
+            .map(|(k, v)| (k.to_owned(), v.to_owned()))
+            .collect()
+    }
+
+    #[test]
+    fn every_engine_is_hardened_and_capped() {
+        for engine in engines::all() {
+            let (body, _, _) = body(engine.name(), None, &[]);
+            let host = body.host_config.expect("host config");
+            assert_eq!(host.memory, Some(512 * 1024 * 1024), "{engine}");
+            assert_eq!(host.memory_swap, host.memory, "{engine}");
+            assert_eq!(host.nano_cpus, Some(1_000_000_000));
+            assert_eq!(host.pids_limit, Some(256));
+            assert_eq!(
+                host.security_opt,
+                Some(vec!["no-new-privileges:true".to_owned()])
+            );
+            assert_eq!(host.cap_drop, Some(vec!["ALL".to_owned()]));
+            assert_eq!(host.privileged, Some(false));
+            assert_eq!(host.binds, Some(vec![]));
+            assert_eq!(host.mounts, Some(vec![]));
+            assert!(
+                body.user.is_some(),
+                "{engine} runs as its image's non-root user"
+            );
+            let tmpfs = host.tmpfs.expect("tmpfs");
+            assert!(!tmpfs.is_empty());
+            for options in tmpfs.values() {
+                assert!(options.starts_with("rw,nosuid,nodev"), "{options}");
+                let size: u64 = options
+                    .split(',')
+                    .find_map(|o| o.strip_prefix("size="))
+                    .and_then(|s| s.strip_suffix('m'))
+                    .and_then(|s| s.parse().ok())
+                    .expect("a size in MiB");
+                assert!(
+                    size < 512,
+                    "{engine}: tmpfs {size}m is not below the memory cap"
+                );
+            }
+            let bindings = host.port_bindings.expect("published");
+            let key = port_key(engine.port());
+            let binding = &bindings[&key].as_ref().expect("one binding")[0];
+            assert_eq!(binding.host_ip.as_deref(), Some("127.0.0.1"));
+            assert_eq!(binding.host_port.as_deref(), Some(""));
+            assert_eq!(bindings.len(), 1);
+            assert_eq!(body.exposed_ports, Some(vec![key]));
+        }
+    }
+
+    #[test]
+    fn the_agent_password_is_never_in_the_container_spec() {
+        for engine in engines::all() {
+            let (body, _, agent) = body(engine.name(), None, &[]);
+            let json = serde_json::to_string(&body).expect("serializes");
+            assert!(
+                !json.contains(agent.password.expose_secret()),
+                "{engine}: the agent's password is in the create body"
+            );
+        }
+    }
+
+    #[test]
+    fn redis_carries_only_password_hashes() {
+        let (body, admin, _) = body("redis", None, &[]);
+        let json = serde_json::to_string(&body).expect("serializes");
+        assert!(!json.contains(admin.password.expose_secret()));
+        let cmd = body.cmd.expect("command").join(" ");
+        assert!(cmd.contains(&format!(
+            "#{}",
+            sandboxd_domain::credentials::sha256_hex(&admin.password)
+        )));
+        assert!(body.env.expect("env").is_empty());
+    }
+
+    #[test]
+    fn on_a_named_network_nothing_is_published() {
+        let (body, _, _) = body("postgres", Some("agents"), &[]);
+        let host = body.host_config.expect("host config");
+        assert_eq!(host.network_mode.as_deref(), Some("agents"));
+        assert!(host.port_bindings.is_none());
+        assert_eq!(host.publish_all_ports, Some(false));
+    }
+
+    #[test]
+    fn image_volumes_get_a_tmpfs_so_no_anonymous_volume_is_created() {
+        let volumes = vec!["/var/lib/postgresql/data".to_owned(), "/extra/".to_owned()];
+        let (body, _, _) = body("postgres", None, &volumes);
+        let tmpfs = body.host_config.expect("host").tmpfs.expect("tmpfs");
+        // The recipe's own mount is kept as is; the undeclared one is added.
+        assert!(tmpfs["/var/lib/postgresql/data"].contains("size=256m"));
+        assert!(tmpfs["/extra"].contains("size=64m"));
+    }
+
+    #[test]
+    fn mongo_container_spec() {
+        let (body, admin, _) = body("mongo", None, &[]);
+        let env = env_of(&body);
+        assert_eq!(env["MONGO_INITDB_ROOT_USERNAME"], admin.user);
+        assert_eq!(
+            env["MONGO_INITDB_ROOT_PASSWORD"],
+            admin.password.expose_secret()
+        );
+        let cmd = body.cmd.clone().expect("command");
+        assert_eq!(cmd[0], "mongod");
+        assert!(cmd.contains(&"--noscripting".to_owned()), "{cmd:?}");
+        let cache = cmd
+            .iter()
+            .position(|a| a == "--wiredTigerCacheSizeGB")
+            .expect("cache size set");
+        assert_eq!(cmd[cache + 1], "0.25");
+        let host = body.host_config.expect("host");
+        assert!(host.tmpfs.expect("tmpfs").contains_key("/data/db"));
+        assert_eq!(host.cap_drop, Some(vec!["ALL".to_owned()]));
+        assert_eq!(body.user.as_deref(), Some("mongodb"));
+        assert_eq!(body.exposed_ports, Some(vec!["27017/tcp".to_owned()]));
+    }
+
+    #[test]
+    fn mongo_agent_user_can_manage_databases_but_holds_no_admin_role() {
+        let mongo = EngineRef::parse("mongo").expect("registered");
+        let agent = Credentials::generate(mongo.agent_user());
+        let steps = mongo.setup(&agent, Default::default());
+        assert_eq!(steps.len(), 1);
+        let AdminStep::MongoCommand { database, command } = &steps[0] else {
+            panic!("a mongo command");
+        };
+        assert_eq!(database, "admin");
+        let command: serde_json::Value =
+            serde_json::from_str(command.expose_secret()).expect("json");
+        assert_eq!(command["createUser"], agent.user);
+        let roles: Vec<&str> = command["roles"]
+            .as_array()
+            .expect("roles")
+            .iter()
+            .filter_map(|r| r["role"].as_str())
+            .collect();
+        assert!(roles.contains(&"readWriteAnyDatabase"), "{roles:?}");
+        assert!(roles.contains(&"dbAdminAnyDatabase"), "{roles:?}");
+        for forbidden in [
+            "root",
+            "clusterAdmin",
+            "userAdminAnyDatabase",
+            "dbOwner",
+            "__system",
+        ] {
+            assert!(!roles.contains(&forbidden), "{forbidden} in {roles:?}");
+        }
+    }
+}
