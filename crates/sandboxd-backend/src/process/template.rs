@@ -75,9 +75,17 @@ impl Templates {
             let _ = std::fs::remove_dir_all(&build_dir);
             return Err(err);
         }
-        std::fs::rename(&build_dir, &final_dir).map_err(|e| {
-            BackendError::io("installing template", final_dir.display().to_string(), e)
-        })?;
+        if let Err(err) = std::fs::rename(&build_dir, &final_dir) {
+            let _ = std::fs::remove_dir_all(&build_dir);
+            // Another sandboxd process finished the same template first: use that one.
+            if !data.is_dir() {
+                return Err(BackendError::io(
+                    "installing template",
+                    final_dir.display().to_string(),
+                    err,
+                ));
+            }
+        }
         progress(&format!("{} template ready", engine.title()));
         Ok(Some(data))
     }

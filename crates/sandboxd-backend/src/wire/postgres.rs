@@ -10,8 +10,9 @@ use tokio_postgres::{Client, Config, NoTls};
 use super::{ActivationError, Reach, WireError};
 
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
-/// SQLSTATE 58P01 (undefined_file): the extension's control file is not installed.
-const UNDEFINED_FILE: &str = "58P01";
+/// SQLSTATEs for "the extension's files are not installed": 58P01 (undefined_file, before
+/// PostgreSQL 15) and 0A000 (feature_not_supported, "extension … is not available").
+const NOT_INSTALLED: [&str; 2] = ["58P01", "0A000"];
 
 fn admin_config(admin: &AdminAccess, reach: Reach<'_>, database: &str) -> Config {
     let mut config = Config::new();
@@ -126,7 +127,11 @@ pub(super) async fn activate(
     );
     match client.batch_execute(&statement).await {
         Ok(()) => Ok(()),
-        Err(err) if err.code().is_some_and(|c| c.code() == UNDEFINED_FILE) => {
+        Err(err)
+            if err
+                .code()
+                .is_some_and(|c| NOT_INSTALLED.contains(&c.code())) =>
+        {
             Err(ActivationError::Missing(format!(
                 "extension {extension} is not installed on the server"
             )))

@@ -1,0 +1,1 @@
+//! Docker backend tests (a real Docker engine, locally built images).

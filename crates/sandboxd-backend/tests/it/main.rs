@@ -1,0 +1,5 @@
+//! Black-box tests of the backends against real servers: one binary for the crate.
+
+mod docker;
+mod process;
+mod support;
