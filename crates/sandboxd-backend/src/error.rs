@@ -9,8 +9,8 @@ use sandboxd_domain::InputError;
 #[derive(Debug, thiserror::Error)]
 pub enum BackendError {
     #[error(
-        "{engine} is not installed for the process backend: {missing} not found; install the \
-         Debian package `{package}`{alternative}"
+        "{engine} is not installed for the process backend: {missing} not found; install \
+         {package}{alternative}"
     )]
     NotInstalled {
         engine: &'static str,

@@ -59,10 +59,10 @@ pub enum Activation {
         /// The Debian package providing it; `{major}` stands for the server's major version.
         package: &'static str,
     },
-    /// Makes sure a Redis module is loaded: present in `MODULE LIST` under `module`, else
+    /// Makes sure a Redis module is loaded: present in `MODULE LIST` under one of `names`, else
     /// `MODULE LOAD` of the first of `libraries` the server can load.
     RedisModule {
-        module: &'static str,
+        names: &'static [&'static str],
         libraries: &'static [&'static str],
         package: &'static str,
     },
@@ -181,7 +181,8 @@ pub struct TemplatePlan {
 /// How to run an engine as a local child process (the process backend).
 #[derive(Debug)]
 pub struct ProcessRecipe {
-    /// The Debian package providing the server, for `doctor` and "not installed" errors.
+    /// What to install to get the server (a Debian package name where Debian has one), for
+    /// `doctor` and "not installed" errors.
     pub package: &'static str,
     /// Program names the recipe needs.
     pub programs: &'static [&'static str],
@@ -234,6 +235,10 @@ pub trait Engine: Send + Sync + fmt::Debug + 'static {
     fn features(&self) -> &'static [FeatureSpec];
     /// The superuser the daemon keeps.
     fn admin_user(&self) -> &'static str;
+    /// The database the superuser connects to for setup (empty: the server's default).
+    fn admin_database(&self) -> &'static str {
+        ""
+    }
     /// The handed-out (non-superuser) account and its database.
     fn agent_user(&self) -> &'static str {
         "sandbox"

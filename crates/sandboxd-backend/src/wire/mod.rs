@@ -48,7 +48,7 @@ pub async fn server_facts(
     reach: Reach<'_>,
 ) -> Result<ServerFacts, WireError> {
     match engine.protocol() {
-        Protocol::Postgres => postgres::server_facts(admin, reach).await,
+        Protocol::Postgres => postgres::server_facts(admin, reach, engine.admin_database()).await,
         Protocol::Redis => redis::server_facts(admin, reach).await,
         Protocol::Mysql => mysql::server_facts(admin, reach).await,
         Protocol::Mongo => mongo::server_facts(admin, reach).await,
@@ -64,7 +64,7 @@ pub async fn run_step(
     step: &AdminStep,
 ) -> Result<(), WireError> {
     match engine.protocol() {
-        Protocol::Postgres => postgres::run_step(admin, reach, step).await,
+        Protocol::Postgres => postgres::run_step(admin, reach, engine.admin_database(), step).await,
         Protocol::Mysql => mysql::run_step(admin, reach, step).await,
         Protocol::Mongo => mongo::run_step(admin, reach, step).await,
         Protocol::Redis => Err(WireError(

@@ -50,8 +50,9 @@ async fn connect(config: &Config) -> Result<Client, WireError> {
 pub(super) async fn server_facts(
     admin: &AdminAccess,
     reach: Reach<'_>,
+    admin_database: &str,
 ) -> Result<ServerFacts, WireError> {
-    let client = connect(&admin_config(admin, reach, "postgres")).await?;
+    let client = connect(&admin_config(admin, reach, admin_database)).await?;
     let row = client
         .query_one("SELECT current_setting('server_version_num')::int", &[])
         .await
@@ -65,6 +66,7 @@ pub(super) async fn server_facts(
 pub(super) async fn run_step(
     admin: Option<&AdminAccess>,
     reach: Reach<'_>,
+    admin_database: &str,
     step: &AdminStep,
 ) -> Result<(), WireError> {
     let admin = admin.ok_or_else(|| WireError("Postgres needs superuser access".into()))?;
@@ -78,7 +80,7 @@ pub(super) async fn run_step(
     let client = connect(&admin_config(
         admin,
         reach,
-        database.as_deref().unwrap_or("postgres"),
+        database.as_deref().unwrap_or(admin_database),
     ))
     .await?;
     client

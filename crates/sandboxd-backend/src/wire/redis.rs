@@ -106,7 +106,7 @@ pub(super) async fn activate(
     feature: &Feature,
 ) -> Result<(), ActivationError> {
     let Activation::RedisModule {
-        module, libraries, ..
+        names, libraries, ..
     } = feature.spec().activation
     else {
         return Err(ActivationError::Missing(format!(
@@ -120,8 +120,11 @@ pub(super) async fn activate(
         .query_async(&mut conn)
         .await
         .map_err(WireError::from_display)?;
-    let is_loaded = |names: &[String]| names.iter().any(|n| n.eq_ignore_ascii_case(module));
-    if is_loaded(&loaded_modules(&list)) {
+    let loaded = loaded_modules(&list);
+    if loaded
+        .iter()
+        .any(|l| names.iter().any(|n| l.eq_ignore_ascii_case(n)))
+    {
         return Ok(());
     }
     let mut last_error = String::from("no module library configured");
@@ -137,7 +140,8 @@ pub(super) async fn activate(
         }
     }
     Err(ActivationError::Missing(format!(
-        "module {module} is not loaded and could not be loaded ({last_error})"
+        "module {} is not loaded and could not be loaded ({last_error})",
+        feature.name()
     )))
 }
 

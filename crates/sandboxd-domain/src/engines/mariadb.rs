@@ -64,7 +64,11 @@ impl Engine for MariaDb {
         let mut command = vec!["mariadbd".to_owned()];
         command.extend(THROWAWAY_ARGS.iter().map(|a| (*a).to_owned()));
         ContainerRecipe {
-            env: vec![("MARIADB_ROOT_PASSWORD".into(), admin.password.clone())],
+            env: vec![
+                ("MARIADB_ROOT_PASSWORD".into(), admin.password.clone()),
+                // Loading the zone tables takes seconds and no test suite of a sandbox needs them.
+                ("MARIADB_INITDB_SKIP_TZINFO".into(), SecretString::from("1")),
+            ],
             command,
             user: Some("mysql"),
             tmpfs: vec![

@@ -85,7 +85,7 @@ impl Engine for Mongo {
 
     fn process(&self) -> Option<ProcessRecipe> {
         Some(ProcessRecipe {
-            package: "mongodb-org-server (MongoDB's own repository; Debian ships none)",
+            package: "mongodb-org-server and mongodb-mongosh from MongoDB's apt repository (Debian ships no mongod)",
             programs: &["mongod", "mongosh"],
             search_dirs: &["/usr/bin"],
             template: None,

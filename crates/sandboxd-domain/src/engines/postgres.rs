@@ -100,6 +100,9 @@ impl Engine for Postgres {
     fn admin_user(&self) -> &'static str {
         "sandboxd_admin"
     }
+    fn admin_database(&self) -> &'static str {
+        "postgres"
+    }
 
     fn container(&self, admin: &Credentials, _agent: &Credentials) -> ContainerRecipe {
         let mut command = vec!["postgres".to_owned()];
@@ -114,7 +117,10 @@ impl Engine for Postgres {
                     SecretString::from(admin.user.clone()),
                 ),
                 ("POSTGRES_PASSWORD".into(), admin.password.clone()),
-                ("POSTGRES_DB".into(), SecretString::from("postgres")),
+                (
+                    "POSTGRES_DB".into(),
+                    SecretString::from(self.admin_database()),
+                ),
                 ("PGDATA".into(), SecretString::from(PGDATA)),
             ],
             command,

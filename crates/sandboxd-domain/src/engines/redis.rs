@@ -25,7 +25,8 @@ static FEATURES: &[FeatureSpec] = &[
         name: "search",
         summary: "RediSearch: secondary indexes and full-text search",
         activation: Activation::RedisModule {
-            module: "search",
+            // RediSearch 2+ lists itself as `search`, Debian's 1.x as `ft`.
+            names: &["search", "ft"],
             libraries: &[
                 "/usr/local/lib/redis/modules/redisearch.so",
                 "/usr/lib/redis/modules/redisearch.so",
@@ -37,7 +38,7 @@ static FEATURES: &[FeatureSpec] = &[
         name: "json",
         summary: "RedisJSON: a JSON data type",
         activation: Activation::RedisModule {
-            module: "ReJSON",
+            names: &["ReJSON"],
             libraries: &[
                 "/usr/local/lib/redis/modules/rejson.so",
                 "/usr/lib/redis/modules/rejson.so",
@@ -49,7 +50,7 @@ static FEATURES: &[FeatureSpec] = &[
         name: "bloom",
         summary: "RedisBloom: probabilistic data structures",
         activation: Activation::RedisModule {
-            module: "bf",
+            names: &["bf"],
             libraries: &[
                 "/usr/local/lib/redis/modules/redisbloom.so",
                 "/usr/lib/redis/modules/redisbloom.so",

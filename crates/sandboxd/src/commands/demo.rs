@@ -1,12 +1,13 @@
-//! `sandboxd demo`: the main job until the daemon lands. Provisions postgres, redis and mariadb
-//! for the owner `demo`, runs a real query on each with the returned credentials through the
-//! servers' own command-line clients (credentials passed in their environment, never argv), and
-//! tears everything down.
+//! `sandboxd demo`: provisions every engine the chosen backend can run (postgres, redis and
+//! mariadb on a machine set up by `scripts/install-deps.sh`) for the owner `demo`, runs a real
+//! write-then-read query on each with the returned credentials through the servers' own
+//! command-line clients (credentials passed in their environment, never argv), and tears
+//! everything down.
 
 use std::process::{ExitCode, Stdio};
 
 use sandboxd_backend::{InstanceHandle, InstanceRequest, provision_set, teardown_all};
-use sandboxd_domain::{AgentSlug, EngineRef, ServiceEvidence};
+use sandboxd_domain::{AgentSlug, EngineRef, Protocol, ServiceEvidence, engines};
 use secrecy::ExposeSecret;
 
 use crate::backends;
@@ -22,24 +23,27 @@ pub struct Args {
 
 pub async fn run(args: Args, settings: &Settings) -> ExitCode {
     let owner = AgentSlug::parse("demo").expect("a constant valid slug");
-    let engines: Vec<EngineRef> = ["postgres", "redis", "mariadb"]
-        .iter()
-        .map(|n| EngineRef::parse(n).expect("registered engines"))
-        .collect();
     let (progress, bar) = output::progress();
-    let backend = match backends::choose(
-        settings,
-        args.backend.choice(settings),
-        &engines,
-        progress.clone(),
-    )
-    .await
-    {
+    let wanted: Vec<EngineRef> = engines::all().collect();
+    let choice = args.backend.choice(settings);
+    let backend = match backends::choose(settings, choice, &wanted, progress.clone()).await {
         Ok(b) => b,
         Err(err) => return super::fail(&err),
     };
+    let mut engines = Vec::new();
+    for engine in wanted {
+        match backend.supports(engine).await {
+            Ok(()) => engines.push(engine),
+            Err(why) => eprintln!("skipping {engine}: {why}"),
+        }
+    }
     progress(&format!(
-        "provisioning postgres, redis, mariadb on the {} backend…",
+        "provisioning {} on the {} backend…",
+        engines
+            .iter()
+            .map(|e| e.name())
+            .collect::<Vec<_>>()
+            .join(", "),
         backend.kind()
     ));
     let started = std::time::Instant::now();
@@ -67,7 +71,7 @@ pub async fn run(args: Args, settings: &Settings) -> ExitCode {
     let mut ok = true;
     for instance in &instances {
         let evidence = instance.evidence(&settings.env_prefix);
-        match query(&evidence).await {
+        match query(instance.engine.protocol(), &evidence).await {
             Ok(answer) => println!("{}: {answer}", evidence.service),
             Err(err) => {
                 ok = false;
@@ -85,11 +89,11 @@ pub async fn run(args: Args, settings: &Settings) -> ExitCode {
 }
 
 /// Runs a small write-then-read round trip with the server's CLI client.
-async fn query(service: &ServiceEvidence) -> Result<String, String> {
+async fn query(protocol: Protocol, service: &ServiceEvidence) -> Result<String, String> {
     let password = service.password.expose_secret();
     let port = service.port.to_string();
-    let mut cmd = match service.service {
-        "postgres" => {
+    let mut cmd = match protocol {
+        Protocol::Postgres => {
             let mut cmd = tokio::process::Command::new("psql");
             cmd.args([
                 "-X",
@@ -107,14 +111,14 @@ async fn query(service: &ServiceEvidence) -> Result<String, String> {
                 "-c",
                 "CREATE TABLE demo(id int primary key, note text)",
                 "-c",
-                "INSERT INTO demo VALUES (1, 'hello from postgres')",
+                "INSERT INTO demo VALUES (1, 'hello from ' || current_user)",
                 "-c",
                 "SELECT note || ' (' || version() || ')' FROM demo",
             ])
             .env("PGPASSWORD", password);
             cmd
         }
-        "redis" => {
+        Protocol::Redis => {
             let mut cmd = tokio::process::Command::new("redis-cli");
             cmd.args([
                 "-h",
@@ -133,8 +137,8 @@ async fn query(service: &ServiceEvidence) -> Result<String, String> {
             .env("REDISCLI_AUTH", password);
             cmd
         }
-        "mariadb" => {
-            let mut cmd = tokio::process::Command::new("mariadb");
+        Protocol::Mysql => {
+            let mut cmd = tokio::process::Command::new("mysql");
             cmd.args([
                 "--protocol=TCP",
                 "-h",
@@ -150,13 +154,25 @@ async fn query(service: &ServiceEvidence) -> Result<String, String> {
             .args([
                 "-e",
                 "CREATE TABLE demo(id INT PRIMARY KEY, note TEXT); \
-                     INSERT INTO demo VALUES (1, 'hello from mariadb'); \
+                     INSERT INTO demo VALUES (1, CONCAT('hello from ', CURRENT_USER())); \
                      SELECT CONCAT(note, ' (', VERSION(), ')') FROM demo",
             ])
             .env("MYSQL_PWD", password);
             cmd
         }
-        other => return Err(format!("the demo has no client for {other}")),
+        Protocol::Mongo => {
+            let mut cmd = tokio::process::Command::new("mongosh");
+            cmd.args(["--quiet", "--nodb", "--eval"])
+                .arg(
+                    "const d = connect(process.env.SANDBOX_URL).getSiblingDB(process.env.SANDBOX_DB); \
+                     d.demo.insertOne({_id: 1, note: 'hello from ' + process.env.SANDBOX_USER}); \
+                     print(d.demo.findOne({_id: 1}).note)",
+                )
+                .env("SANDBOX_URL", service.url.expose_secret())
+                .env("SANDBOX_DB", &service.database)
+                .env("SANDBOX_USER", &service.user);
+            cmd
+        }
     };
     let output = cmd
         .stdin(Stdio::null())
