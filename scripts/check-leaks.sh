@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# Fails when tests left anything behind: labeled containers, networks or volumes, instance
+# processes of test owners, or test instance directories.
+set -uo pipefail
+
+say() { printf '[check-leaks] %s\n' "$*"; }
+leaks=0
+
+if docker info >/dev/null 2>&1; then
+  for kind in container network volume; do
+    case $kind in
+      container) ids=$(docker ps -aq --filter label=sandboxd.sandbox=1) ;;
+      network) ids=$(docker network ls -q --filter label=sandboxd.sandbox=1) ;;
+      volume) ids=$(docker volume ls -q --filter label=sandboxd.sandbox=1) ;;
+    esac
+    n=$(printf '%s' "$ids" | grep -c . || true)
+    if [ "$n" -gt 0 ]; then
+      say "LEAK: $n ${kind}(s) labeled sandboxd.sandbox=1"; leaks=1
+      [ $kind = container ] && docker ps -a --filter label=sandboxd.sandbox=1
+    fi
+  done
+  n=$(docker volume ls -q --filter dangling=true | grep -c . || true)
+  [ "$n" -gt 0 ] && say "note: $n dangling anonymous volume(s) exist (not necessarily ours)"
+fi
+
+# Instance processes run as the sandboxd user (when tests run as root) or mention a test root.
+if id sandboxd >/dev/null 2>&1; then
+  for _ in 1 2 3 4 5 6 7 8 9 10; do
+    procs=$(pgrep -u sandboxd -a || true)
+    [ -z "$procs" ] && break
+    sleep 0.5
+  done
+  if [ -n "$procs" ]; then say "LEAK: processes of user sandboxd:"; printf '%s\n' "$procs"; leaks=1; fi
+fi
+procs=$(pgrep -af 'sandboxd-test-' | grep -v pgrep || true)
+if [ -n "$procs" ]; then say "LEAK: processes under a test root:"; printf '%s\n' "$procs"; leaks=1; fi
+
+dirs=$(find /dev/shm /tmp -maxdepth 1 -name 'sandboxd-test-*' 2>/dev/null || true)
+if [ -n "$dirs" ]; then say "LEAK: test directories:"; printf '%s\n' "$dirs"; leaks=1; fi
+
+if [ $leaks -eq 0 ]; then say "nothing left behind"; fi
+exit $leaks
