@@ -2,25 +2,53 @@
 //! image the request needs is present, else processes.
 
 use std::sync::Arc;
+use std::time::Duration;
 
+use sandboxd_backend::docker::{DockerBackend, DockerConfig};
 use sandboxd_backend::process::{ProcessBackend, Progress};
 use sandboxd_backend::{Backend, BackendError};
-use sandboxd_domain::EngineRef;
+use sandboxd_domain::{EngineRef, engines};
 
 use crate::config::{BackendChoice, Settings};
 
 /// Every backend that can be built on this machine, for commands that look across them
-/// (`ls`, `teardown`, `doctor`).
+/// (`ls`, `teardown`, `doctor`). Docker is included only when its engine answers.
 pub async fn all(settings: &Settings, progress: Progress) -> Vec<Arc<dyn Backend>> {
     let mut backends: Vec<Arc<dyn Backend>> = Vec::new();
     if let Ok(process) = process(settings, progress) {
         backends.push(Arc::new(process));
+    }
+    if let Ok(docker) = docker(settings) {
+        match docker.ping().await {
+            Ok(()) => backends.push(Arc::new(docker)),
+            Err(err) => tracing::debug!(error = %err, "docker backend left out"),
+        }
     }
     backends
 }
 
 pub fn process(settings: &Settings, progress: Progress) -> Result<ProcessBackend, BackendError> {
     Ok(ProcessBackend::new(settings.process_config())?.with_progress(progress))
+}
+
+/// The Docker backend from the `[docker]` settings and the per-engine images and deadlines.
+/// It connects on first use.
+pub fn docker(settings: &Settings) -> Result<DockerBackend, BackendError> {
+    let docker = &settings.docker;
+    DockerBackend::new(DockerConfig {
+        socket: docker.socket.clone(),
+        network: docker.network.clone(),
+        label_namespace: docker.label_namespace.clone(),
+        memory_mb: docker.memory_mb,
+        cpus: docker.cpus,
+        pids_limit: docker.pids_limit,
+        grace: Duration::from_secs(docker.grace_secs),
+        images: engines::all()
+            .map(|engine| (engine.name().to_owned(), settings.image_for(engine)))
+            .collect(),
+        deadlines: settings.deadlines(),
+        ..DockerConfig::default()
+    })
 }
 
 /// The backend for provisioning `engines`.
@@ -30,12 +58,32 @@ pub async fn choose(
     engines: &[EngineRef],
     progress: Progress,
 ) -> Result<Arc<dyn Backend>, BackendError> {
-    let _ = engines;
     match choice {
-        BackendChoice::Process | BackendChoice::Auto => Ok(Arc::new(process(settings, progress)?)),
-        BackendChoice::Docker => Err(BackendError::Unavailable {
-            backend: "docker",
-            detail: "not configured".into(),
-        }),
+        BackendChoice::Process => Ok(Arc::new(process(settings, progress)?)),
+        BackendChoice::Docker => {
+            let docker = docker(settings)?;
+            docker.ping().await?;
+            Ok(Arc::new(docker))
+        }
+        BackendChoice::Auto => match usable_docker(settings, engines).await {
+            Ok(docker) => Ok(Arc::new(docker)),
+            Err(why) => {
+                tracing::debug!(reason = %why, "auto: using the process backend");
+                Ok(Arc::new(process(settings, progress)?))
+            }
+        },
     }
+}
+
+/// Docker, when its engine answers and has the image of every engine in `engines`.
+async fn usable_docker(
+    settings: &Settings,
+    engines: &[EngineRef],
+) -> Result<DockerBackend, BackendError> {
+    let docker = docker(settings)?;
+    docker.ping().await?;
+    for engine in engines {
+        docker.supports(*engine).await?;
+    }
+    Ok(docker)
 }

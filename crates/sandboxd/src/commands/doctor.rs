@@ -28,6 +28,17 @@ pub async fn checks(settings: &Settings) -> Vec<DoctorCheck> {
             "see the message",
         )),
     }
+    match backends::docker(settings) {
+        Ok(docker) => {
+            use sandboxd_backend::Backend;
+            checks.extend(docker.doctor().await);
+        }
+        Err(err) => checks.push(DoctorCheck::missing(
+            "docker backend",
+            err.to_string(),
+            "fix the [docker] settings",
+        )),
+    }
     checks
 }
 
