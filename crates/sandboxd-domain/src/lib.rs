@@ -10,6 +10,7 @@
 //! - [`instance`]: what a backend hands back for one running service, and the evidence rendered
 //!   from it (§3.4 of the spec).
 //! - [`roles`]: verbs, roles and manifests (§3.1).
+//! - [`lifecycle`]: the task state machine of the lifecycle verbs (§3.3).
 //! - [`envelope`]: the ok / error envelopes (§3.2).
 //!
 //! This crate does no I/O: no tokio, no Docker, no SQL driver. Everything here is data and pure
@@ -23,6 +24,7 @@ pub mod envelope;
 pub mod error;
 pub mod features;
 pub mod instance;
+pub mod lifecycle;
 pub mod names;
 pub mod roles;
 

@@ -1,7 +1,8 @@
 //! The engine registry is the one place that lists engines: no source file outside
-//! `sandboxd-domain/src/engines/` names an engine in a string literal (tests excepted), so adding
-//! an engine is one file plus one registry line, and nothing else in the workspace special-cases
-//! an engine by name.
+//! `sandboxd-domain/src/engines/` names an engine in a string literal (tests and the benchmark
+//! harness excepted), so adding an engine is one file plus one registry line, and nothing else in
+//! the workspace special-cases an engine by name. A line that merely shares a word with an engine
+//! (the store's own PostgreSQL URL scheme) says so with a `not-an-engine` comment.
 
 use std::path::{Path, PathBuf};
 
@@ -26,7 +27,7 @@ fn production_code(path: &Path) -> String {
         None => &text,
     };
     code.lines()
-        .filter(|line| !line.trim_start().starts_with("//"))
+        .filter(|line| !line.trim_start().starts_with("//") && !line.contains("not-an-engine"))
         .collect::<Vec<_>>()
         .join("\n")
 }
@@ -39,6 +40,9 @@ fn no_production_code_outside_the_registry_names_an_engine() {
     let engines_dir = crates.join("sandboxd-domain/src/engines");
     let mut files = Vec::new();
     for krate in std::fs::read_dir(crates).expect("crates/").flatten() {
+        if krate.file_name().to_string_lossy().ends_with("-bench") {
+            continue; // the harness names the engines its targets are about
+        }
         rust_files(&krate.path().join("src"), &mut files);
     }
     assert!(files.len() > 10, "found the sources: {}", files.len());

@@ -1,0 +1,212 @@
+//! The minimal task lifecycle (§3.3) as a pure state machine: which verb moves a task from which
+//! state to which, and what to tell an agent that calls a verb out of order. The store applies a
+//! move atomically (compare-and-set); this module only decides.
+
+use std::fmt;
+
+use serde::{Deserialize, Serialize};
+
+use crate::roles::Verb;
+
+/// Where a task is. `claimed` in the doc of each state says whether an agent holds it there.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum TaskState {
+    /// Waiting for a developer or documenter; unclaimed.
+    Open,
+    /// Claimed by the agent working on it.
+    InProgress,
+    /// Handed to review; unclaimed.
+    Review,
+    /// Claimed by the reviewer.
+    InReview,
+    /// Finished; unclaimed.
+    Done,
+}
+
+impl TaskState {
+    pub const ALL: [TaskState; 5] = [
+        TaskState::Open,
+        TaskState::InProgress,
+        TaskState::Review,
+        TaskState::InReview,
+        TaskState::Done,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Open => "open",
+            Self::InProgress => "in_progress",
+            Self::Review => "review",
+            Self::InReview => "in_review",
+            Self::Done => "done",
+        }
+    }
+
+    pub fn parse(value: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|s| s.as_str() == value)
+    }
+
+    /// States in which the task is held by an agent.
+    pub fn is_claimed(self) -> bool {
+        matches!(self, Self::InProgress | Self::InReview)
+    }
+}
+
+impl fmt::Display for TaskState {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// What a verb does to a task.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Move {
+    /// Claim an unclaimed task in `from` (the next one, or a named one) into `to`.
+    Claim { from: TaskState, to: TaskState },
+    /// Move the caller's held task from `from` to `to`, which is unclaimed.
+    Hand { from: TaskState, to: TaskState },
+    /// No task changes.
+    None,
+}
+
+/// A verb called before the one it depends on, with the verb to call first.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OutOfOrder {
+    pub message: String,
+    pub remediate: String,
+}
+
+/// Decides what `verb` does given the task the caller holds (its id and state), or why it cannot
+/// be called now.
+pub fn plan(verb: Verb, held: Option<(&str, TaskState)>) -> Result<Move, OutOfOrder> {
+    use TaskState::*;
+    let must_be_free = |then: Move| match held {
+        None => Ok(then),
+        Some((id, state)) => Err(OutOfOrder {
+            message: format!("you already hold task {id} ({state})"),
+            remediate: match state {
+                InReview => format!(
+                    "finish task {id} with pass_review or fail_review, or give it back with unclaim, then call {verb}"
+                ),
+                _ => format!(
+                    "finish task {id} with i_am_done (or i_documented), or give it back with unclaim, then call {verb}"
+                ),
+            },
+        }),
+    };
+    let must_hold = |expected: TaskState, first: &str, to: TaskState| match held {
+        Some((_, state)) if state == expected => Ok(Move::Hand { from: expected, to }),
+        Some((id, state)) => Err(OutOfOrder {
+            message: format!("{verb} needs a task in {expected}, but task {id} is {state}"),
+            remediate: format!("call {first} first"),
+        }),
+        None => Err(OutOfOrder {
+            message: format!("{verb} needs a task you hold, and you hold none"),
+            remediate: format!("call {first} first"),
+        }),
+    };
+    match verb {
+        Verb::GiveMeWork | Verb::IWillWorkOn => must_be_free(Move::Claim {
+            from: Open,
+            to: InProgress,
+        }),
+        Verb::ClaimReview => must_be_free(Move::Claim {
+            from: Review,
+            to: InReview,
+        }),
+        Verb::IAmDone => must_hold(InProgress, "give_me_work (or i_will_work_on)", Review),
+        Verb::IDocumented => must_hold(InProgress, "give_me_work", Review),
+        Verb::PassReview => must_hold(InReview, "claim_review", Done),
+        Verb::FailReview => must_hold(InReview, "claim_review", Open),
+        Verb::Unclaim => match held {
+            Some((_, InProgress)) => Ok(Move::Hand {
+                from: InProgress,
+                to: Open,
+            }),
+            Some((_, InReview)) => Ok(Move::Hand {
+                from: InReview,
+                to: Review,
+            }),
+            _ => Err(OutOfOrder {
+                message: "unclaim gives back a task you hold, and you hold none".into(),
+                remediate: "call give_me_work or claim_review to hold a task first".into(),
+            }),
+        },
+        Verb::IAmIdle => must_be_free(Move::None),
+        Verb::RequestSandbox | Verb::ReleaseSandbox | Verb::Note | Verb::Evidence => Ok(Move::None),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_happy_path_of_a_task() {
+        use TaskState::*;
+        assert_eq!(
+            plan(Verb::GiveMeWork, None),
+            Ok(Move::Claim {
+                from: Open,
+                to: InProgress
+            })
+        );
+        assert_eq!(
+            plan(Verb::IAmDone, Some(("t1", InProgress))),
+            Ok(Move::Hand {
+                from: InProgress,
+                to: Review
+            })
+        );
+        assert_eq!(
+            plan(Verb::ClaimReview, None),
+            Ok(Move::Claim {
+                from: Review,
+                to: InReview
+            })
+        );
+        assert_eq!(
+            plan(Verb::PassReview, Some(("t1", InReview))),
+            Ok(Move::Hand {
+                from: InReview,
+                to: Done
+            })
+        );
+    }
+
+    #[test]
+    fn out_of_order_calls_name_the_verb_to_call_first() {
+        let err = plan(Verb::IAmDone, None).expect_err("no task");
+        assert!(err.remediate.contains("give_me_work"), "{err:?}");
+        let err = plan(Verb::PassReview, None).expect_err("not claimed");
+        assert!(err.remediate.contains("claim_review"), "{err:?}");
+        let err =
+            plan(Verb::PassReview, Some(("t9", TaskState::InProgress))).expect_err("wrong state");
+        assert!(err.message.contains("t9") && err.remediate.contains("claim_review"));
+        let err = plan(Verb::GiveMeWork, Some(("t2", TaskState::InProgress))).expect_err("busy");
+        assert!(err.remediate.contains("i_am_done") && err.remediate.contains("unclaim"));
+        let err = plan(Verb::IAmIdle, Some(("t2", TaskState::InReview))).expect_err("busy");
+        assert!(err.remediate.contains("pass_review"));
+    }
+
+    #[test]
+    fn unclaim_returns_the_task_to_where_it_was_waiting() {
+        assert_eq!(
+            plan(Verb::Unclaim, Some(("t", TaskState::InReview))),
+            Ok(Move::Hand {
+                from: TaskState::InReview,
+                to: TaskState::Review
+            })
+        );
+        assert!(plan(Verb::Unclaim, None).is_err());
+    }
+
+    #[test]
+    fn states_round_trip() {
+        for state in TaskState::ALL {
+            assert_eq!(TaskState::parse(state.as_str()), Some(state));
+        }
+        assert!(TaskState::parse("merged").is_none());
+    }
+}
