@@ -18,15 +18,17 @@ pub(super) struct ImageFacts {
 }
 
 /// How to get `image` onto the engine.
-pub(super) fn hint(image: &str) -> String {
+pub(super) fn hint(engine: EngineRef, image: &str) -> String {
     if image.starts_with(LOCAL_PREFIX) {
         "build it with scripts/build-images.sh (it builds every sandboxd-local image from \
          Debian's packages, no registry needed)"
             .to_owned()
     } else {
         format!(
-            "pull it with `docker pull {image}` (sandboxd never pulls by itself), or build it \
-             and set the engine's image in the configuration"
+            "pull it with `docker pull {image}` (sandboxd never pulls by itself); where no \
+             registry is reachable, build the local images with scripts/build-images.sh and set \
+             [engines.{}] image = \"sandboxd-local/…\"",
+            engine.name()
         )
     }
 }
@@ -44,7 +46,7 @@ pub(super) async fn inspect(
         Err(err) if client::is_not_found(&err) => Err(BackendError::ImageMissing {
             engine: engine.name(),
             image: image.to_owned(),
-            hint: hint(image),
+            hint: hint(engine, image),
         }),
         Err(err) => Err(client::error("inspecting image", image, err)),
     }
@@ -56,8 +58,9 @@ mod tests {
 
     #[test]
     fn hints_say_how_to_build_or_pull() {
-        assert!(hint("sandboxd-local/postgres:17").contains("scripts/build-images.sh"));
-        let pull = hint("postgres:16-alpine");
+        let pg = EngineRef::parse("postgres").expect("registered");
+        assert!(hint(pg, "sandboxd-local/postgres:17").contains("scripts/build-images.sh"));
+        let pull = hint(pg, "postgres:16-alpine");
         assert!(pull.contains("docker pull postgres:16-alpine"), "{pull}");
     }
 }

@@ -71,10 +71,19 @@ impl DockerBackend {
             .version()
             .await
             .map_err(|err| client::error("asking the version of", "the engine", err))?;
+        // Docker names its server component `Engine`, Podman `Podman Engine`.
         let product = version
             .platform
             .map(|p| p.name)
             .filter(|n| !n.is_empty())
+            .or_else(|| {
+                let first = version.components.as_ref()?.first()?.name.clone();
+                Some(if first == "Engine" {
+                    "Docker Engine".to_owned()
+                } else {
+                    first
+                })
+            })
             .unwrap_or_else(|| "container engine".to_owned());
         Ok(format!(
             "{product} {} (API {})",
