@@ -12,6 +12,7 @@
 //! - [`roles`]: verbs, roles and manifests (§3.1).
 //! - [`lifecycle`]: the task state machine of the lifecycle verbs (§3.3).
 //! - [`envelope`]: the ok / error envelopes (§3.2).
+//! - [`verbs`]: the arguments of every verb, with their JSON schemas and descriptions.
 //!
 //! This crate does no I/O: no tokio, no Docker, no SQL driver. Everything here is data and pure
 //! functions so the outer layers can share it without sharing their dependencies.
@@ -27,6 +28,7 @@ pub mod instance;
 pub mod lifecycle;
 pub mod names;
 pub mod roles;
+pub mod verbs;
 
 pub use credentials::{Credentials, generate_secret};
 pub use engine::{Engine, EngineRef, Protocol};
