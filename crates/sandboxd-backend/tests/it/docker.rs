@@ -741,6 +741,57 @@ async fn a_server_that_never_becomes_ready_times_out_and_leaves_nothing() {
 }
 
 #[tokio::test]
+async fn a_server_that_dies_while_starting_fails_fast_with_its_exit_code_and_logs() {
+    let Some(harness) = Harness::new("ddies", &[NEVER_READY], |c| {
+        c.images.insert("postgres".into(), NEVER_READY.into());
+    })
+    .await
+    else {
+        return;
+    };
+    harness
+        .run(|backend, docker| async move {
+            let owner = harness_owner("ddies");
+            let name = instance_name(engine("postgres"), &owner);
+            // Kill the server once it runs, long before the 60 s deadline.
+            let killer = tokio::spawn(async move {
+                for _ in 0..200 {
+                    let running = docker
+                        .inspect_container(&name, None)
+                        .await
+                        .ok()
+                        .and_then(|c| c.state?.running)
+                        .unwrap_or(false);
+                    if running {
+                        tokio::time::sleep(Duration::from_millis(300)).await;
+                        let _ = docker
+                            .kill_container(&name, None::<KillContainerOptions>)
+                            .await;
+                        return;
+                    }
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                }
+            });
+            let started = Instant::now();
+            let err = backend
+                .provision(&request("postgres", &owner, &[]))
+                .await
+                .expect_err("the server died");
+            killer.await.expect("killer task");
+            let BackendError::ExitedEarly { detail, .. } = &err else {
+                panic!("ExitedEarly expected, got {err}");
+            };
+            assert!(detail.contains("exited with code 137"), "{detail}");
+            assert!(detail.contains("last log lines: never-ready"), "{detail}");
+            assert!(
+                started.elapsed() < Duration::from_secs(20),
+                "fails fast, not at the 60 s deadline"
+            );
+        })
+        .await;
+}
+
+#[tokio::test]
 async fn a_missing_image_is_a_clear_error_and_creates_nothing() {
     let image = "sandboxd-local/does-not-exist:0";
     let Some(harness) = Harness::new("dmissing", &[], |c| {
