@@ -1,0 +1,331 @@
+//! The audit log: who did what, when, with what outcome and how long it took. Append-only;
+//! read newest first, filtered, a page at a time with a cursor.
+//!
+//! The store cannot tell a credential from other text: callers never put one in `subject` or
+//! `detail` (the broker's audit helpers take only names, codes and counts).
+
+use std::fmt;
+
+use sandboxd_domain::{AgentSlug, ProjectSlug};
+use sqlx::Row;
+use sqlx::any::AnyRow;
+
+use crate::Store;
+use crate::clock::{now_ms, time_ordered_id};
+use crate::error::{Result, StoreError};
+
+/// `detail` is cut to this many characters: it is a one-line summary, not a log.
+pub const DETAIL_MAX_CHARS: usize = 1000;
+/// Page size when the filter asks for none, and the most a page may hold.
+pub const DEFAULT_PAGE: u32 = 50;
+pub const MAX_PAGE: u32 = 1000;
+
+/// Who acted.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum Actor {
+    Agent(AgentSlug),
+    /// A person or orchestrator through the CLI, the admin API or the panel.
+    Operator,
+    /// The daemon on its own (janitor, startup reconciliation).
+    Daemon,
+}
+
+impl Actor {
+    /// Stored form: `agent:<slug>`, `operator`, `daemon` (the prefix keeps an agent named
+    /// "operator" apart from the operator).
+    fn encode(&self) -> String {
+        match self {
+            Actor::Agent(slug) => format!("agent:{slug}"),
+            Actor::Operator => "operator".to_owned(),
+            Actor::Daemon => "daemon".to_owned(),
+        }
+    }
+
+    fn decode(text: &str) -> Option<Actor> {
+        match text {
+            "operator" => Some(Actor::Operator),
+            "daemon" => Some(Actor::Daemon),
+            _ => text
+                .strip_prefix("agent:")
+                .and_then(|slug| AgentSlug::parse(slug).ok())
+                .map(Actor::Agent),
+        }
+    }
+}
+
+impl fmt::Display for Actor {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Actor::Agent(slug) => f.write_str(slug.as_str()),
+            Actor::Operator => f.write_str("operator"),
+            Actor::Daemon => f.write_str("daemon"),
+        }
+    }
+}
+
+/// One row to append. The store stamps the id and the time.
+#[derive(Debug, Clone)]
+pub struct NewAuditEntry {
+    pub actor: Actor,
+    /// A verb name, or `provision`, `teardown`, `reap`, …
+    pub action: String,
+    /// What it acted on: a sandbox owner, a task id, a project, …
+    pub subject: String,
+    pub project: Option<ProjectSlug>,
+    /// `ok` or an error code.
+    pub outcome: String,
+    pub duration_ms: u64,
+    /// A short summary; cut to [`DETAIL_MAX_CHARS`]. Never a credential.
+    pub detail: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AuditEntry {
+    /// Time-ordered: sorting by id sorts by time.
+    pub id: String,
+    pub at_ms: i64,
+    pub actor: Actor,
+    pub action: String,
+    pub subject: String,
+    pub project: Option<ProjectSlug>,
+    pub outcome: String,
+    pub duration_ms: u64,
+    pub detail: String,
+}
+
+impl AuditEntry {
+    pub fn is_ok(&self) -> bool {
+        self.outcome == "ok"
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum OutcomeFilter {
+    Ok,
+    /// Any outcome but `ok`.
+    Failed,
+    /// Exactly this outcome (an error code).
+    Is(String),
+}
+
+/// Which entries to read. Every set field narrows the result.
+#[derive(Debug, Clone, Default)]
+pub struct AuditFilter {
+    pub actor: Option<Actor>,
+    pub project: Option<ProjectSlug>,
+    pub outcome: Option<OutcomeFilter>,
+    /// Only entries older than this id: the `next_before` of the previous page.
+    pub before: Option<String>,
+    /// Page size; 0 means [`DEFAULT_PAGE`], more than [`MAX_PAGE`] means [`MAX_PAGE`].
+    pub limit: u32,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AuditPage {
+    /// Newest first.
+    pub entries: Vec<AuditEntry>,
+    /// Pass as `before` for the next (older) page; `None` on the last page.
+    pub next_before: Option<String>,
+    /// How many entries match the filter in all (ignoring `before` and `limit`).
+    pub total: u64,
+}
+
+const COLUMNS: &str = "id, at_ms, actor, action, subject, project, outcome, duration_ms, detail";
+
+fn entry_from_row(op: &'static str, row: &AnyRow) -> Result<AuditEntry> {
+    let get = |e: sqlx::Error| StoreError::db(op)(e);
+    let id: String = row.try_get("id").map_err(get)?;
+    let what = |column: &str| format!("{column} of audit entry {id:?}");
+    let actor: String = row.try_get("actor").map_err(get)?;
+    let actor = Actor::decode(&actor).ok_or_else(|| {
+        StoreError::corrupt(op, what("actor"), format!("unknown actor {actor:?}"))
+    })?;
+    let project: Option<String> = row.try_get("project").map_err(get)?;
+    let project = project
+        .map(|p| ProjectSlug::parse(&p))
+        .transpose()
+        .map_err(|e| StoreError::corrupt(op, what("project"), e))?;
+    let duration_ms: i64 = row.try_get("duration_ms").map_err(get)?;
+    Ok(AuditEntry {
+        at_ms: row.try_get("at_ms").map_err(get)?,
+        actor,
+        action: row.try_get("action").map_err(get)?,
+        subject: row.try_get("subject").map_err(get)?,
+        project,
+        outcome: row.try_get("outcome").map_err(get)?,
+        duration_ms: u64::try_from(duration_ms).unwrap_or(0),
+        detail: row.try_get("detail").map_err(get)?,
+        id,
+    })
+}
+
+/// A `WHERE` clause whose placeholders are numbered in the order their values are bound (each
+/// appears once), built without `QueryBuilder`, whose placeholders do not survive `Any` on
+/// PostgreSQL.
+#[derive(Default)]
+struct Conditions {
+    clauses: Vec<String>,
+    values: Vec<String>,
+}
+
+impl Conditions {
+    /// `template` holds one `{}` where the placeholder goes.
+    fn push(&mut self, template: &str, value: String) {
+        self.values.push(value);
+        let placeholder = format!("${}", self.values.len());
+        self.clauses.push(template.replacen("{}", &placeholder, 1));
+    }
+
+    fn push_fixed(&mut self, clause: &str) {
+        self.clauses.push(clause.to_owned());
+    }
+
+    fn sql(&self) -> String {
+        if self.clauses.is_empty() {
+            String::new()
+        } else {
+            format!("WHERE {}", self.clauses.join(" AND "))
+        }
+    }
+}
+
+fn filter_conditions(filter: &AuditFilter) -> Conditions {
+    let mut conditions = Conditions::default();
+    if let Some(actor) = &filter.actor {
+        conditions.push("actor = {}", actor.encode());
+    }
+    if let Some(project) = &filter.project {
+        conditions.push("project = {}", project.to_string());
+    }
+    match &filter.outcome {
+        None => {}
+        Some(OutcomeFilter::Ok) => conditions.push_fixed("outcome = 'ok'"),
+        Some(OutcomeFilter::Failed) => conditions.push_fixed("outcome <> 'ok'"),
+        Some(OutcomeFilter::Is(code)) => conditions.push("outcome = {}", code.clone()),
+    }
+    conditions
+}
+
+fn cut(text: &str, max_chars: usize) -> String {
+    match text.char_indices().nth(max_chars) {
+        Some((end, _)) => format!("{}…", &text[..end]),
+        None => text.to_owned(),
+    }
+}
+
+impl Store {
+    /// Appends one entry and returns it as stored.
+    pub async fn append_audit(&self, entry: &NewAuditEntry) -> Result<AuditEntry> {
+        const OP: &str = "append_audit";
+        let sql = format!(
+            "INSERT INTO audit ({COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9) \
+             RETURNING {COLUMNS}"
+        );
+        let row = sqlx::query(sqlx::AssertSqlSafe(sql))
+            .bind(time_ordered_id())
+            .bind(now_ms())
+            .bind(entry.actor.encode())
+            .bind(entry.action.as_str())
+            .bind(entry.subject.as_str())
+            .bind(entry.project.as_ref().map(|p| p.to_string()))
+            .bind(entry.outcome.as_str())
+            .bind(i64::try_from(entry.duration_ms).unwrap_or(i64::MAX))
+            .bind(cut(&entry.detail, DETAIL_MAX_CHARS))
+            .fetch_one(&self.pool)
+            .await
+            .map_err(StoreError::db(OP))?;
+        entry_from_row(OP, &row)
+    }
+
+    /// One page of entries matching `filter`, newest first.
+    pub async fn list_audit(&self, filter: &AuditFilter) -> Result<AuditPage> {
+        const OP: &str = "list_audit";
+        let limit = match filter.limit {
+            0 => DEFAULT_PAGE,
+            n => n.min(MAX_PAGE),
+        };
+
+        let conditions = filter_conditions(filter);
+        let count_sql = format!("SELECT COUNT(*) FROM audit {}", conditions.sql());
+        let mut count = sqlx::query_scalar(sqlx::AssertSqlSafe(count_sql));
+        for value in &conditions.values {
+            count = count.bind(value.as_str());
+        }
+        let total: i64 = count
+            .fetch_one(&self.pool)
+            .await
+            .map_err(StoreError::db(OP))?;
+
+        let mut conditions = conditions;
+        if let Some(before) = &filter.before {
+            conditions.push("id < {}", before.clone());
+        }
+        // One more than asked tells whether an older page exists.
+        let page_sql = format!(
+            "SELECT {COLUMNS} FROM audit {} ORDER BY id DESC LIMIT ${}",
+            conditions.sql(),
+            conditions.values.len() + 1
+        );
+        let mut page = sqlx::query(sqlx::AssertSqlSafe(page_sql));
+        for value in &conditions.values {
+            page = page.bind(value.as_str());
+        }
+        let rows = page
+            .bind(i64::from(limit) + 1)
+            .fetch_all(&self.pool)
+            .await
+            .map_err(StoreError::db(OP))?;
+        let mut entries = rows
+            .iter()
+            .map(|row| entry_from_row(OP, row))
+            .collect::<Result<Vec<_>>>()?;
+        let next_before = if entries.len() > limit as usize {
+            entries.truncate(limit as usize);
+            entries.last().map(|e| e.id.clone())
+        } else {
+            None
+        };
+        Ok(AuditPage {
+            entries,
+            next_before,
+            total: u64::try_from(total).unwrap_or(0),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn actors_round_trip_and_stay_apart() {
+        let agent = Actor::Agent(AgentSlug::parse("operator").expect("valid slug"));
+        for actor in [agent.clone(), Actor::Operator, Actor::Daemon] {
+            assert_eq!(Actor::decode(&actor.encode()), Some(actor));
+        }
+        assert_ne!(agent.encode(), Actor::Operator.encode());
+        assert_eq!(Actor::decode("agent:NOT OK"), None);
+    }
+
+    #[test]
+    fn placeholders_follow_binding_order() {
+        let filter = AuditFilter {
+            actor: Some(Actor::Daemon),
+            outcome: Some(OutcomeFilter::Failed),
+            project: Some(ProjectSlug::parse("p").expect("valid")),
+            ..Default::default()
+        };
+        let conditions = filter_conditions(&filter);
+        assert_eq!(
+            conditions.sql(),
+            "WHERE actor = $1 AND project = $2 AND outcome <> 'ok'"
+        );
+        assert_eq!(conditions.values, ["daemon", "p"]);
+    }
+
+    #[test]
+    fn detail_is_cut_on_a_character_boundary() {
+        assert_eq!(cut("héllo", 2), "hé…");
+        assert_eq!(cut("hi", 2), "hi");
+    }
+}

@@ -1,0 +1,150 @@
+//! Projects and their sandbox opt-in: `sandbox_services` (a JSON list of engine names, NULL when
+//! not opted in) and `sandbox_extensions` (a JSON map engine → features). Both are re-validated
+//! against the registry and the allowlists when read, so a row edited by hand cannot smuggle an
+//! engine or a feature past the types.
+
+use std::collections::BTreeMap;
+
+use sandboxd_domain::{EngineRef, FeatureRequest, ProjectSlug};
+use sqlx::Row;
+use sqlx::any::AnyRow;
+
+use crate::Store;
+use crate::clock::now_ms;
+use crate::error::{Result, StoreError, Violation, violation};
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Project {
+    pub slug: ProjectSlug,
+    /// The engines the project opted into, in the order they were given; `None` when it never
+    /// opted in. (What an empty list means is the broker's call.)
+    pub sandbox_services: Option<Vec<EngineRef>>,
+    /// Standing features per engine; `None` when none were set.
+    pub sandbox_extensions: Option<FeatureRequest>,
+    pub created_at_ms: i64,
+    pub updated_at_ms: i64,
+}
+
+const COLUMNS: &str = "slug, sandbox_services, sandbox_extensions, created_at_ms, updated_at_ms";
+
+fn services_json(services: &[EngineRef]) -> String {
+    let names: Vec<&str> = services.iter().map(|e| e.name()).collect();
+    serde_json::to_string(&names).expect("a list of strings always serializes")
+}
+
+fn extensions_json(extensions: &FeatureRequest) -> String {
+    serde_json::to_string(&extensions.to_map()).expect("a map of string lists always serializes")
+}
+
+fn project_from_row(op: &'static str, row: &AnyRow) -> Result<Project> {
+    let get = |e: sqlx::Error| StoreError::db(op)(e);
+    let slug: String = row.try_get("slug").map_err(get)?;
+    let slug = ProjectSlug::parse(&slug).map_err(|e| StoreError::corrupt(op, "project slug", e))?;
+    let what = |column: &str| format!("{column} of project {slug}");
+
+    let services: Option<String> = row.try_get("sandbox_services").map_err(get)?;
+    let sandbox_services = services
+        .map(|text| {
+            let names: Vec<String> = serde_json::from_str(&text)
+                .map_err(|e| StoreError::corrupt(op, what("sandbox_services"), e))?;
+            names
+                .iter()
+                .map(|name| EngineRef::parse(name))
+                .collect::<Result<Vec<_>, _>>()
+                .map_err(|e| StoreError::corrupt(op, what("sandbox_services"), e))
+        })
+        .transpose()?;
+
+    let extensions: Option<String> = row.try_get("sandbox_extensions").map_err(get)?;
+    let sandbox_extensions = extensions
+        .map(|text| {
+            let raw: BTreeMap<String, Vec<String>> = serde_json::from_str(&text)
+                .map_err(|e| StoreError::corrupt(op, what("sandbox_extensions"), e))?;
+            FeatureRequest::parse_map(&raw)
+                .map_err(|e| StoreError::corrupt(op, what("sandbox_extensions"), e))
+        })
+        .transpose()?;
+
+    Ok(Project {
+        sandbox_services,
+        sandbox_extensions,
+        created_at_ms: row.try_get("created_at_ms").map_err(get)?,
+        updated_at_ms: row.try_get("updated_at_ms").map_err(get)?,
+        slug,
+    })
+}
+
+impl Store {
+    /// Creates the project or replaces its sandbox settings (its creation time stays).
+    pub async fn put_project(
+        &self,
+        slug: &ProjectSlug,
+        sandbox_services: Option<&[EngineRef]>,
+        sandbox_extensions: Option<&FeatureRequest>,
+    ) -> Result<Project> {
+        const OP: &str = "put_project";
+        let now = now_ms();
+        let row = sqlx::query(
+            "INSERT INTO projects (slug, sandbox_services, sandbox_extensions, created_at_ms, \
+             updated_at_ms) VALUES ($1, $2, $3, $4, $5) \
+             ON CONFLICT (slug) DO UPDATE SET sandbox_services = excluded.sandbox_services, \
+             sandbox_extensions = excluded.sandbox_extensions, \
+             updated_at_ms = excluded.updated_at_ms \
+             RETURNING slug, sandbox_services, sandbox_extensions, created_at_ms, updated_at_ms",
+        )
+        .bind(slug.as_str())
+        .bind(sandbox_services.map(services_json))
+        .bind(sandbox_extensions.map(extensions_json))
+        .bind(now)
+        .bind(now)
+        .fetch_one(&self.pool)
+        .await
+        .map_err(StoreError::db(OP))?;
+        project_from_row(OP, &row)
+    }
+
+    pub async fn get_project(&self, slug: &ProjectSlug) -> Result<Option<Project>> {
+        const OP: &str = "get_project";
+        let sql = format!("SELECT {COLUMNS} FROM projects WHERE slug = $1");
+        sqlx::query(sqlx::AssertSqlSafe(sql))
+            .bind(slug.as_str())
+            .fetch_optional(&self.pool)
+            .await
+            .map_err(StoreError::db(OP))?
+            .map(|row| project_from_row(OP, &row))
+            .transpose()
+    }
+
+    /// Every project, by slug.
+    pub async fn list_projects(&self) -> Result<Vec<Project>> {
+        const OP: &str = "list_projects";
+        let sql = format!("SELECT {COLUMNS} FROM projects ORDER BY slug");
+        sqlx::query(sqlx::AssertSqlSafe(sql))
+            .fetch_all(&self.pool)
+            .await
+            .map_err(StoreError::db(OP))?
+            .iter()
+            .map(|row| project_from_row(OP, row))
+            .collect()
+    }
+
+    /// Deletes the project; `false` when there was none. Refused ([`StoreError::InUse`]) while
+    /// agents or tasks still belong to it.
+    pub async fn delete_project(&self, slug: &ProjectSlug) -> Result<bool> {
+        const OP: &str = "delete_project";
+        let result = sqlx::query("DELETE FROM projects WHERE slug = $1")
+            .bind(slug.as_str())
+            .execute(&self.pool)
+            .await
+            .map_err(|e| match violation(&e) {
+                Violation::ForeignKey => StoreError::InUse {
+                    op: OP,
+                    what: "project",
+                    id: slug.to_string(),
+                    detail: "agents or tasks still belong to it",
+                },
+                _ => StoreError::db(OP)(e),
+            })?;
+        Ok(result.rows_affected() > 0)
+    }
+}

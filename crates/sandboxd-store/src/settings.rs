@@ -1,0 +1,49 @@
+//! Persisted operator settings, e.g. `sandbox_db_enabled`. The store keeps strings; what a key
+//! means, its default and its environment override belong to the broker.
+
+use std::collections::BTreeMap;
+
+use sqlx::Row;
+
+use crate::Store;
+use crate::clock::now_ms;
+use crate::error::{Result, StoreError};
+
+impl Store {
+    /// The stored value of `key`, if one was ever set.
+    pub async fn get_setting(&self, key: &str) -> Result<Option<String>> {
+        sqlx::query_scalar("SELECT value FROM settings WHERE key = $1")
+            .bind(key)
+            .fetch_optional(&self.pool)
+            .await
+            .map_err(StoreError::db("get_setting"))
+    }
+
+    /// Stores `value` under `key`, replacing any earlier value.
+    pub async fn set_setting(&self, key: &str, value: &str) -> Result<()> {
+        sqlx::query(
+            "INSERT INTO settings (key, value, updated_at_ms) VALUES ($1, $2, $3) \
+             ON CONFLICT (key) DO UPDATE SET value = excluded.value, \
+             updated_at_ms = excluded.updated_at_ms",
+        )
+        .bind(key)
+        .bind(value)
+        .bind(now_ms())
+        .execute(&self.pool)
+        .await
+        .map_err(StoreError::db("set_setting"))?;
+        Ok(())
+    }
+
+    /// Every stored setting, by key.
+    pub async fn list_settings(&self) -> Result<BTreeMap<String, String>> {
+        let rows = sqlx::query("SELECT key, value FROM settings ORDER BY key")
+            .fetch_all(&self.pool)
+            .await
+            .map_err(StoreError::db("list_settings"))?;
+        rows.iter()
+            .map(|row| Ok((row.try_get("key")?, row.try_get("value")?)))
+            .collect::<Result<_, sqlx::Error>>()
+            .map_err(StoreError::db("list_settings"))
+    }
+}
