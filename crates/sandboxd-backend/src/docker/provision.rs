@@ -32,6 +32,14 @@ fn age(created_at_ms: i64) -> Duration {
     Duration::from_millis(u64::try_from(now_ms().saturating_sub(created_at_ms)).unwrap_or(0))
 }
 
+/// A container just created, not yet started.
+#[derive(Debug, Clone, Copy)]
+struct Created<'a> {
+    name: &'a str,
+    id: &'a str,
+    created_at_ms: i64,
+}
+
 impl DockerBackend {
     pub(super) async fn provision_one(
         &self,
@@ -75,7 +83,16 @@ impl DockerBackend {
             .id;
 
         let started = self
-            .start(docker, request, &name, &id, admin, agent, created_at_ms)
+            .start(
+                docker,
+                request,
+                Created {
+                    name: &name,
+                    id: &id,
+                    created_at_ms,
+                },
+                [admin, agent],
+            )
             .await;
         if started.is_err() {
             let target = Target {
@@ -91,17 +108,20 @@ impl DockerBackend {
         started
     }
 
-    #[allow(clippy::too_many_arguments)]
+    /// Starts the created container and brings it up. `accounts` is `[superuser, agent]`.
     async fn start(
         &self,
         docker: &Docker,
         request: &InstanceRequest,
-        name: &str,
-        id: &str,
-        admin: Credentials,
-        agent: Credentials,
-        created_at_ms: i64,
+        created: Created<'_>,
+        accounts: [Credentials; 2],
     ) -> Result<Instance, BackendError> {
+        let Created {
+            name,
+            id,
+            created_at_ms,
+        } = created;
+        let [admin, agent] = accounts;
         let engine = request.engine;
         docker
             .start_container(id, None)
