@@ -26,7 +26,12 @@ use secrecy::ExposeSecret;
 
 use crate::support;
 
-const SOCKET: &str = "/var/run/docker.sock";
+/// The engine under test; `SANDBOXD_TEST_DOCKER_SOCKET` points the tests at another one
+/// (Podman's socket, say).
+fn socket() -> String {
+    std::env::var("SANDBOXD_TEST_DOCKER_SOCKET")
+        .unwrap_or_else(|_| "/var/run/docker.sock".to_owned())
+}
 const POSTGRES: &str = "sandboxd-local/postgres:17";
 const REDIS: &str = "sandboxd-local/redis:8";
 const MARIADB: &str = "sandboxd-local/mariadb:11";
@@ -57,6 +62,7 @@ fn local_config() -> DockerConfig {
             ("redis".to_owned(), REDIS.to_owned()),
             ("mariadb".to_owned(), MARIADB.to_owned()),
         ]),
+        socket: socket(),
         ..DockerConfig::default()
     }
 }
@@ -73,16 +79,17 @@ fn skip(test: &str, why: &str) {
 
 /// The engine, when it answers.
 async fn engine_client() -> Result<Docker, String> {
-    let docker = Docker::connect_with_unix(SOCKET, 60, bollard::API_DEFAULT_VERSION)
-        .map_err(|e| format!("no Docker engine at {SOCKET}: {e}"))?;
+    let socket = socket();
+    let docker = Docker::connect_with_unix(&socket, 60, bollard::API_DEFAULT_VERSION)
+        .map_err(|e| format!("no Docker engine at {socket}: {e}"))?;
     let docker = docker
         .negotiate_version()
         .await
-        .map_err(|e| format!("the Docker engine at {SOCKET} does not answer: {e}"))?;
+        .map_err(|e| format!("the Docker engine at {socket} does not answer: {e}"))?;
     docker
         .ping()
         .await
-        .map_err(|e| format!("the Docker engine at {SOCKET} does not answer: {e}"))?;
+        .map_err(|e| format!("the Docker engine at {socket} does not answer: {e}"))?;
     Ok(docker)
 }
 
