@@ -177,7 +177,7 @@ pub(crate) async fn connect(url: &str) -> Result<(AnyPool, StoreKind)> {
         StoreKind::Postgres => AnyPoolOptions::new().max_connections(10),
     };
     let pool = options
-        .acquire_timeout(Duration::from_secs(30))
+        .acquire_timeout(Duration::from_secs(10))
         .connect(url)
         .await
         .map_err(|e| StoreError::Open {

@@ -280,6 +280,7 @@ impl Store {
                 return task_from_row(OP, &row).map(Some);
             }
             // Another caller took `id` between the two statements: look again.
+            tracing::debug!(task = %id, agent = %agent, "lost a claim race; retrying");
         }
         Err(StoreError::Contention {
             op: OP,
