@@ -17,7 +17,8 @@ pub enum Attempt {
 }
 
 /// Calls `attempt` until it succeeds, fails fatally, or `deadline` passes. The delay starts at a
-/// few milliseconds (a process is often ready in tens of them) and grows to 250 ms.
+/// few milliseconds (a process is often ready in tens of them) and grows to 50 ms: a failed
+/// attempt is cheap, and every millisecond of polling slack is provisioning latency.
 pub async fn poll_until_ready<T, F, Fut>(
     name: &str,
     deadline: Duration,
@@ -43,7 +44,7 @@ where
             });
         }
         sleep(delay).await;
-        delay = (delay * 2).min(Duration::from_millis(250));
+        delay = (delay * 2).min(Duration::from_millis(50));
     }
 }
 

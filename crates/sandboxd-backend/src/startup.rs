@@ -36,6 +36,27 @@ where
     F: Fn() -> Fut,
     Fut: Future<Output = Result<(), BackendError>>,
 {
+    let deadline = startup.deadline;
+    // Each phase polls within what is left; a timeout names the whole deadline.
+    phases(startup, still_running)
+        .await
+        .map_err(|err| match err {
+            BackendError::ReadinessTimeout {
+                name, last_error, ..
+            } => BackendError::ReadinessTimeout {
+                name,
+                deadline,
+                last_error,
+            },
+            other => other,
+        })
+}
+
+async fn phases<F, Fut>(startup: Startup<'_>, still_running: F) -> Result<ServerFacts, BackendError>
+where
+    F: Fn() -> Fut,
+    Fut: Future<Output = Result<(), BackendError>>,
+{
     let started = Instant::now();
     let remaining = || startup.deadline.saturating_sub(started.elapsed());
     let engine = startup.engine.get();

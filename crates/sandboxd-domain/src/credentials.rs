@@ -18,6 +18,48 @@ pub fn sha256_hex(secret: &SecretString) -> String {
     hex::encode(Sha256::digest(secret.expose_secret().as_bytes()))
 }
 
+/// A PostgreSQL SCRAM-SHA-256 verifier for `secret` (what `ALTER ROLE … PASSWORD` stores). The
+/// daemon sends this instead of the password, so the statement holds no plaintext even if a
+/// driver or the server logs it.
+pub fn pg_scram_verifier(secret: &SecretString) -> String {
+    use base64::Engine as _;
+    use hmac::{Hmac, Mac};
+    const ITERATIONS: u32 = 4096;
+    let b64 = base64::engine::general_purpose::STANDARD;
+    let mut salt = [0u8; 16];
+    rand::rng().fill_bytes(&mut salt);
+    let mut salted = [0u8; 32];
+    pbkdf2::pbkdf2_hmac::<Sha256>(
+        secret.expose_secret().as_bytes(),
+        &salt,
+        ITERATIONS,
+        &mut salted,
+    );
+    let hmac = |key: &[u8], message: &[u8]| {
+        let mut mac = Hmac::<Sha256>::new_from_slice(key).expect("HMAC takes keys of any length");
+        mac.update(message);
+        mac.finalize().into_bytes()
+    };
+    let client_key = hmac(&salted, b"Client Key");
+    let stored_key = Sha256::digest(client_key);
+    let server_key = hmac(&salted, b"Server Key");
+    format!(
+        "SCRAM-SHA-256${ITERATIONS}:{}${}:{}",
+        b64.encode(salt),
+        b64.encode(stored_key),
+        b64.encode(server_key)
+    )
+}
+
+/// The MySQL/MariaDB `mysql_native_password` hash of `secret` (`*` + SHA1(SHA1(password)) in
+/// uppercase hex), for `IDENTIFIED BY PASSWORD '…'`: no plaintext in the statement.
+pub fn mysql_native_hash(secret: &SecretString) -> String {
+    use sha1::Sha1;
+    let stage1 = Sha1::digest(secret.expose_secret().as_bytes());
+    let stage2 = Sha1::digest(stage1);
+    format!("*{}", hex::encode_upper(stage2))
+}
+
 /// A user and its password.
 #[derive(Debug, Clone)]
 pub struct Credentials {
@@ -45,6 +87,24 @@ mod tests {
         assert_eq!(a.expose_secret().len(), 32);
         assert!(a.expose_secret().bytes().all(|c| c.is_ascii_hexdigit()));
         assert_ne!(a.expose_secret(), b.expose_secret());
+    }
+
+    #[test]
+    fn mysql_native_hash_matches_the_server() {
+        // SELECT PASSWORD('password') on MariaDB.
+        assert_eq!(
+            mysql_native_hash(&SecretString::from("password")),
+            "*2470C0C06DEE42FD1618BB99005ADCA2EC9D1E19"
+        );
+    }
+
+    #[test]
+    fn scram_verifier_has_the_server_format_and_no_plaintext() {
+        let secret = generate_secret();
+        let verifier = pg_scram_verifier(&secret);
+        assert!(verifier.starts_with("SCRAM-SHA-256$4096:"), "{verifier}");
+        assert!(!verifier.contains(secret.expose_secret()));
+        assert_ne!(verifier, pg_scram_verifier(&secret), "salted");
     }
 
     #[test]

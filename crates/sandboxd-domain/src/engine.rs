@@ -87,6 +87,10 @@ pub struct Tmpfs {
     pub path: &'static str,
     pub size_mb: u32,
     pub mode: &'static str,
+    /// Owner of the mount. Some Docker versions ignore `mode` where the image already has the
+    /// directory, leaving a root-owned 0755 mount the non-root server cannot write; the official
+    /// images' service users are uid 999, so owning the mount works for them and ours alike.
+    pub uid: Option<u32>,
 }
 
 /// How to run an engine's image as a container. The secrets are the superuser's: the image's own

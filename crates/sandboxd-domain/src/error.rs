@@ -22,13 +22,19 @@ pub enum InputError {
     Malformed { what: &'static str, detail: String },
 }
 
-/// Renders untrusted text for an error message: escaped (control characters, quotes, non-ASCII),
-/// quoted, and cut to a length that cannot flood a log line.
+/// Renders untrusted text for an error message: escaped (control characters, quotes, non-ASCII,
+/// and markup brackets, so no consumer can render it as HTML), quoted, and cut to a length that
+/// cannot flood a log line.
 pub fn quote(untrusted: &str) -> String {
     const MAX_CHARS: usize = 64;
     let mut shown: String = untrusted.chars().take(MAX_CHARS).collect();
     let cut = shown.len() < untrusted.len();
-    shown = shown.escape_default().to_string();
+    shown = shown
+        .escape_default()
+        .to_string()
+        .replace('<', "\\u{3c}")
+        .replace('>', "\\u{3e}")
+        .replace('&', "\\u{26}");
     if cut {
         format!("\"{shown}\"…")
     } else {
@@ -55,6 +61,7 @@ mod tests {
         let shown = quote("x\n<script>\u{1b}[31m");
         assert!(!shown.contains('\n'));
         assert!(!shown.contains('\u{1b}'));
+        assert!(!shown.contains('<') && !shown.contains('>'), "{shown}");
         assert!(shown.starts_with('"'));
     }
 

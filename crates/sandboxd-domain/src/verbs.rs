@@ -65,6 +65,9 @@ pub struct NoteArgs {
     /// Visible to operators only (auditors can write only private notes).
     #[serde(default)]
     pub private: bool,
+    /// The task to note on; defaults to the task you hold.
+    #[serde(default)]
+    pub task: Option<String>,
 }
 
 #[derive(Debug, Clone, Default, Deserialize, JsonSchema)]

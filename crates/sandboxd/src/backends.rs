@@ -43,11 +43,11 @@ pub fn docker(settings: &Settings) -> Result<DockerBackend, BackendError> {
         cpus: docker.cpus,
         pids_limit: docker.pids_limit,
         grace: Duration::from_secs(docker.grace_secs),
+        stop_timeout: Duration::from_secs(docker.stop_timeout_secs),
         images: engines::all()
             .map(|engine| (engine.name().to_owned(), settings.image_for(engine)))
             .collect(),
         deadlines: settings.deadlines(),
-        ..DockerConfig::default()
     })
 }
 

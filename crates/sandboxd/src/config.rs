@@ -85,6 +85,8 @@ pub struct DockerSettings {
     pub pids_limit: i64,
     /// A same-named container younger than this is never cleared.
     pub grace_secs: u64,
+    /// How long a container may take to stop at teardown before it is killed.
+    pub stop_timeout_secs: u64,
 }
 
 impl Default for DockerSettings {
@@ -97,6 +99,7 @@ impl Default for DockerSettings {
             cpus: 1.0,
             pids_limit: 256,
             grace_secs: 180,
+            stop_timeout_secs: 2,
         }
     }
 }
@@ -129,7 +132,20 @@ impl Settings {
             }
             figment = figment.merge(Toml::file(file));
         }
-        figment = figment.merge(Env::prefixed("SANDBOXD_").ignore(&["CONFIG"]).split("__"));
+        // Only variables naming a settings section are configuration; others sharing the
+        // prefix (SANDBOXD_CONFIG, SANDBOXD_LOG, test switches) are not.
+        let sections: Vec<String> = serde_json::to_value(Settings::default())
+            .ok()
+            .and_then(|v| v.as_object().map(|o| o.keys().cloned().collect()))
+            .unwrap_or_default();
+        figment = figment.merge(
+            Env::prefixed("SANDBOXD_")
+                .filter(move |key| {
+                    let section = key.as_str().split("__").next().unwrap_or_default();
+                    sections.iter().any(|s| s.eq_ignore_ascii_case(section))
+                })
+                .split("__"),
+        );
         let settings: Settings = figment
             .extract()
             .map_err(|e| ConfigError::Invalid(e.to_string()))?;
@@ -184,6 +200,22 @@ mod tests {
         assert_eq!(settings.backend, BackendChoice::Auto);
         assert_eq!(settings.env_prefix.as_str(), "ROBOCO_TEST");
         assert_eq!(settings.docker.memory_mb, 512);
+    }
+
+    #[test]
+    #[allow(clippy::result_large_err)] // figment's Jail decides the closure's error type
+    fn env_overrides_the_file_and_other_prefixed_variables_are_not_config() {
+        figment::Jail::expect_with(|jail| {
+            jail.create_file("s.toml", "[process]\nrun_as = \"from-file\"\n")?;
+            jail.set_env("SANDBOXD_PROCESS__RUN_AS", "from-env");
+            jail.set_env("SANDBOXD_DOCKER__NETWORK", "agents");
+            jail.set_env("SANDBOXD_REQUIRE_DOCKER", "1");
+            let settings =
+                Settings::load(Some(std::path::Path::new("s.toml"))).map_err(|e| e.to_string())?;
+            assert_eq!(settings.process.run_as, "from-env");
+            assert_eq!(settings.docker.network.as_deref(), Some("agents"));
+            Ok(())
+        });
     }
 
     #[test]

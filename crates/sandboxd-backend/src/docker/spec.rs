@@ -58,9 +58,10 @@ pub(super) fn port_key(port: u16) -> String {
 
 /// `rw,nosuid,nodev,noexec,size=256m,mode=1777`, the size kept below the memory cap (tmpfs
 /// pages count against it).
-fn tmpfs_options(size_mb: u64, mode: &str, memory_mb: u64) -> String {
+fn tmpfs_options(size_mb: u64, mode: &str, uid: Option<u32>, memory_mb: u64) -> String {
     let size = size_mb.clamp(1, memory_mb * 3 / 4);
-    format!("rw,nosuid,nodev,noexec,size={size}m,mode={mode}")
+    let owner = uid.map(|uid| format!(",uid={uid}")).unwrap_or_default();
+    format!("rw,nosuid,nodev,noexec,size={size}m,mode={mode}{owner}")
 }
 
 fn mb(value: u64) -> i64 {
@@ -76,7 +77,7 @@ pub(super) fn create_body(spec: &Spec<'_>) -> ContainerCreateBody {
         .map(|t| {
             (
                 t.path.to_owned(),
-                tmpfs_options(u64::from(t.size_mb), t.mode, limits.memory_mb),
+                tmpfs_options(u64::from(t.size_mb), t.mode, t.uid, limits.memory_mb),
             )
         })
         .collect();
@@ -86,7 +87,7 @@ pub(super) fn create_body(spec: &Spec<'_>) -> ContainerCreateBody {
         if !tmpfs.contains_key(path) {
             tmpfs.insert(
                 path.to_owned(),
-                tmpfs_options(EXTRA_VOLUME_MB, "1777", limits.memory_mb),
+                tmpfs_options(EXTRA_VOLUME_MB, "1777", None, limits.memory_mb),
             );
         }
     }

@@ -89,7 +89,7 @@ async fn postgres_hands_out_a_working_non_superuser() {
         }
 
         let wrong = support::pg_connect(&instance, "0123456789abcdef0123456789abcdef").await;
-        let err = wrong.err().expect("a wrong password is refused");
+        let err = wrong.expect_err("a wrong password is refused");
         assert_eq!(err.code().map(|c| c.code()), Some("28P01"), "{err:?}");
 
         backend.teardown(&InstanceHandle::of(&instance)).await.expect("teardown");

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use secrecy::{ExposeSecret, SecretString};
 
-use crate::credentials::Credentials;
+use crate::credentials::{Credentials, mysql_native_hash};
 use crate::engine::{
     AdminAccess, AdminStep, CommandPlan, ContainerRecipe, Endpoint, Engine, FeatureKind,
     FeatureSpec, MYSQL_SOCKET_FILE, PlannedFile, ProcessContext, ProcessRecipe, Protocol,
@@ -76,16 +76,19 @@ impl Engine for MariaDb {
                     path: "/var/lib/mysql",
                     size_mb: 320,
                     mode: "1777",
+                    uid: Some(999),
                 },
                 Tmpfs {
                     path: "/run/mysqld",
                     size_mb: 1,
                     mode: "1777",
+                    uid: Some(999),
                 },
                 Tmpfs {
                     path: "/tmp",
                     size_mb: 32,
                     mode: "1777",
+                    uid: Some(999),
                 },
             ],
             capabilities: vec![],
@@ -113,12 +116,13 @@ impl Engine for MariaDb {
     fn setup(&self, agent: &Credentials, _facts: ServerFacts) -> Vec<AdminStep> {
         let database = mysql_identifier(self.agent_database());
         let account = format!("{}@'%'", sql_literal(&agent.user));
-        let password = sql_literal(agent.password.expose_secret());
+        // The native-password hash, never the password: the statement may be logged.
+        let password = sql_literal(&mysql_native_hash(&agent.password));
         let test_prefix = mysql_identifier("test\\_%");
         let own_prefix = mysql_identifier(&format!("{}\\_%", self.agent_database()));
         [
             format!("CREATE DATABASE IF NOT EXISTS {database}"),
-            format!("CREATE USER {account} IDENTIFIED BY {password}"),
+            format!("CREATE USER {account} IDENTIFIED BY PASSWORD {password}"),
             format!("GRANT ALL PRIVILEGES ON {database}.* TO {account}"),
             format!("GRANT ALL PRIVILEGES ON {test_prefix}.* TO {account}"),
             format!("GRANT ALL PRIVILEGES ON {own_prefix}.* TO {account}"),

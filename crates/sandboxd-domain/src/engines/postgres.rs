@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use secrecy::{ExposeSecret, SecretString};
 
-use crate::credentials::Credentials;
+use crate::credentials::{Credentials, pg_scram_verifier};
 use crate::engine::{
     Activation, AdminAccess, AdminStep, CommandPlan, ContainerRecipe, Endpoint, Engine,
     FeatureKind, FeatureSpec, PlannedFile, ProcessContext, ProcessRecipe, Protocol, ServerFacts,
@@ -130,11 +130,13 @@ impl Engine for Postgres {
                     path: DATA_MOUNT,
                     size_mb: 256,
                     mode: "1777",
+                    uid: None,
                 },
                 Tmpfs {
                     path: "/var/run/postgresql",
                     size_mb: 1,
                     mode: "1777",
+                    uid: None,
                 },
             ],
             capabilities: vec![],
@@ -167,7 +169,8 @@ impl Engine for Postgres {
         } else {
             ""
         };
-        let password = sql_literal(agent.password.expose_secret());
+        // A SCRAM verifier, never the password: the statement may be logged by a driver.
+        let password = sql_literal(&pg_scram_verifier(&agent.password));
         vec![
             AdminStep::Sql {
                 database: None,

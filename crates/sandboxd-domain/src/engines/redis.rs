@@ -105,7 +105,9 @@ fn settings(admin: &Credentials, agent: &Credentials) -> Vec<(&'static str, Vec<
         ("save", vec![String::new()]),
         ("appendonly", vec!["no".into()]),
         ("protected-mode", vec!["no".into()]),
-        ("enable-module-command", vec!["local".into()]),
+        // The handed-out user is denied MODULE by its ACL; the superuser may load an allowlisted
+        // module, also through Docker's port proxy (which is not a "local" connection).
+        ("enable-module-command", vec!["yes".into()]),
         ("user", vec!["default".into(), "off".into()]),
         ("user", acl_user(admin, false)),
         ("user", acl_user(agent, true)),
@@ -159,6 +161,7 @@ impl Engine for Redis {
                 path: "/data",
                 size_mb: 64,
                 mode: "1777",
+                uid: Some(999),
             }],
             capabilities: vec![],
         }

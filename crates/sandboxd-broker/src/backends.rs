@@ -1,0 +1,38 @@
+//! The backends a broker uses: one provisions new sandboxes; every available one is asked for
+//! liveness, teardown and listing, so instances of a backend that is no longer the primary (the
+//! configuration changed across a restart) are still found and reaped.
+
+use std::sync::Arc;
+
+use sandboxd_backend::Backend;
+use sandboxd_domain::BackendKind;
+
+#[derive(Debug, Clone)]
+pub struct Backends {
+    primary: Arc<dyn Backend>,
+    others: Vec<Arc<dyn Backend>>,
+}
+
+impl Backends {
+    pub fn new(primary: Arc<dyn Backend>, others: Vec<Arc<dyn Backend>>) -> Self {
+        let others = others
+            .into_iter()
+            .filter(|b| b.kind() != primary.kind())
+            .collect();
+        Self { primary, others }
+    }
+
+    pub fn primary(&self) -> &Arc<dyn Backend> {
+        &self.primary
+    }
+
+    pub fn for_kind(&self, kind: BackendKind) -> Option<&Arc<dyn Backend>> {
+        std::iter::once(&self.primary)
+            .chain(&self.others)
+            .find(|b| b.kind() == kind)
+    }
+
+    pub fn all(&self) -> impl Iterator<Item = &Arc<dyn Backend>> {
+        std::iter::once(&self.primary).chain(&self.others)
+    }
+}

@@ -1,0 +1,57 @@
+//! The broker's settings. The binary builds them from its settings tree.
+
+use std::time::Duration;
+
+use sandboxd_domain::EnvPrefix;
+use sandboxd_domain::roles::RoleBook;
+
+/// The settings key of the master switch.
+pub const SANDBOX_DB_ENABLED: &str = "sandbox_db_enabled";
+
+#[derive(Debug, Clone)]
+pub struct BrokerConfig {
+    pub env_prefix: EnvPrefix,
+    pub roles: RoleBook,
+    /// Sandboxes provisioned within this window are never reaped: a sandbox can exist before
+    /// its agent does.
+    pub grace: Duration,
+    /// Reap sandboxes older than this whatever their owner does (None: no limit).
+    pub max_lifetime: Option<Duration>,
+    pub janitor_interval: Duration,
+    /// `ROBOCO_SANDBOX_DB_ENABLED`, read by the binary at start: overrides the stored switch.
+    pub enabled_override: Option<bool>,
+}
+
+impl Default for BrokerConfig {
+    fn default() -> Self {
+        Self {
+            env_prefix: EnvPrefix::default(),
+            roles: RoleBook::default(),
+            grace: Duration::from_secs(180),
+            max_lifetime: None,
+            janitor_interval: Duration::from_secs(30),
+            enabled_override: None,
+        }
+    }
+}
+
+/// Parses the environment override's value: `1/true/yes/on` and `0/false/no/off`.
+pub fn parse_switch(value: &str) -> Option<bool> {
+    match value.trim().to_ascii_lowercase().as_str() {
+        "1" | "true" | "yes" | "on" => Some(true),
+        "0" | "false" | "no" | "off" => Some(false),
+        _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn switch_values() {
+        assert_eq!(parse_switch("TRUE"), Some(true));
+        assert_eq!(parse_switch(" off "), Some(false));
+        assert_eq!(parse_switch("maybe"), None);
+    }
+}

@@ -1,0 +1,37 @@
+//! Errors of the operator-facing API. Agent-facing verbs answer envelopes instead (see
+//! `envelopes.rs`): an agent never sees these.
+
+use sandboxd_backend::BackendError;
+use sandboxd_domain::InputError;
+use sandboxd_store::StoreError;
+
+#[derive(Debug, thiserror::Error)]
+pub enum BrokerError {
+    /// The caller's input was refused; nothing changed.
+    #[error(transparent)]
+    Input(#[from] InputError),
+    #[error("{what} {id} does not exist")]
+    NotFound { what: &'static str, id: String },
+    #[error("{what} {id} already exists")]
+    Conflict { what: &'static str, id: String },
+    #[error("store: {0}")]
+    Store(#[source] StoreError),
+    #[error("backend: {0}")]
+    Backend(#[from] BackendError),
+}
+
+impl From<StoreError> for BrokerError {
+    fn from(err: StoreError) -> Self {
+        Self::Store(err)
+    }
+}
+
+impl BrokerError {
+    /// True for the caller's mistakes (4xx), false for failures inside sandboxd (5xx).
+    pub fn is_client_error(&self) -> bool {
+        matches!(
+            self,
+            Self::Input(_) | Self::NotFound { .. } | Self::Conflict { .. }
+        )
+    }
+}

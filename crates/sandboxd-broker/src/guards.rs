@@ -1,0 +1,186 @@
+//! `request_sandbox`'s guard chain (§3.4), in its documented order; each refusal has its own
+//! code, and a call failing several guards gets the earliest one's. Only "provisioner
+//! unavailable" is retryable.
+
+use std::sync::atomic::Ordering;
+
+use sandboxd_domain::envelope::{ErrorCode, ErrorEnvelope};
+use sandboxd_domain::error::{allowed_list, quote};
+use sandboxd_domain::verbs::RequestSandboxArgs;
+use sandboxd_domain::{EngineRef, Feature, FeatureRequest};
+use sandboxd_store::{Agent, Task};
+
+use crate::Broker;
+use crate::envelopes::{internal, refuse};
+
+/// What passed the guards.
+#[derive(Debug)]
+pub(crate) struct Granted {
+    pub task: Task,
+    /// The project's whole opted-in set: what gets provisioned.
+    pub services: Vec<EngineRef>,
+    /// The services this call asked about: what the answer is filtered down to.
+    pub asked: Vec<EngineRef>,
+    /// The project's standing features plus this call's extra ones.
+    pub features: FeatureRequest,
+}
+
+fn names(engines: &[EngineRef]) -> String {
+    allowed_list(engines.iter().map(|e| e.name()))
+}
+
+impl Broker {
+    pub(crate) async fn check_guards(
+        &self,
+        agent: &Agent,
+        args: &RequestSandboxArgs,
+    ) -> Result<Granted, ErrorEnvelope> {
+        // 1. The master switch.
+        if !self.inner.enabled {
+            return Err(refuse(
+                ErrorCode::SandboxDisabled,
+                "sandboxes are switched off on this sandboxd",
+                "do not retry: an operator must arm Settings → Feature Flags → sandbox_db_enabled \
+                 and restart sandboxd; run your tests without a database meanwhile",
+            ));
+        }
+
+        // 2. An active, project-bound task.
+        let task = self
+            .store()
+            .active_task_of(&agent.slug)
+            .await
+            .map_err(|e| internal("looking up your task", &e))?;
+        let task = match task {
+            Some(task) if task.project == agent.project => task,
+            _ => {
+                return Err(refuse(
+                    ErrorCode::NoActiveTask,
+                    "request_sandbox needs a task you hold in your project, and you hold none",
+                    "call give_me_work (or i_will_work_on / claim_review) first, then request_sandbox",
+                ));
+            }
+        };
+
+        // 3. The project opted in.
+        let project = self
+            .store()
+            .get_project(&agent.project)
+            .await
+            .map_err(|e| internal("reading your project", &e))?;
+        let services: Vec<EngineRef> = project
+            .as_ref()
+            .and_then(|p| p.sandbox_services.clone())
+            .unwrap_or_default();
+        if services.is_empty() {
+            return Err(refuse(
+                ErrorCode::ProjectNotOptedIn,
+                format!("project {} has not opted into sandboxes", agent.project),
+                "do not retry: an operator must check the services on the project's Sandbox card; \
+                 run your tests without a database meanwhile",
+            ));
+        }
+
+        // 4. What was asked is within the project's set and the allowlists.
+        let asked = match args.services.as_deref() {
+            None | Some([]) => services.clone(),
+            Some(requested) => {
+                let mut asked = Vec::new();
+                for name in requested {
+                    match EngineRef::parse(name) {
+                        Ok(engine) if services.contains(&engine) => {
+                            if !asked.contains(&engine) {
+                                asked.push(engine);
+                            }
+                        }
+                        _ => {
+                            return Err(refuse(
+                                ErrorCode::ServiceNotAllowed,
+                                format!(
+                                    "service {} is not in project {}'s sandbox set; allowed: {}",
+                                    quote(name),
+                                    agent.project,
+                                    names(&services)
+                                ),
+                                format!(
+                                    "call request_sandbox again with services from: {}",
+                                    names(&services)
+                                ),
+                            )
+                            .with_missing(vec![name.chars().take(64).collect()]));
+                        }
+                    }
+                }
+                asked
+            }
+        };
+        let mut features = project
+            .as_ref()
+            .and_then(|p| p.sandbox_extensions.clone())
+            .unwrap_or_default();
+        for (engine_name, wanted) in args.extensions.iter().flatten() {
+            let engine = match EngineRef::parse(engine_name) {
+                Ok(engine) if services.contains(&engine) => engine,
+                _ => {
+                    return Err(refuse(
+                        ErrorCode::FeatureNotAllowed,
+                        format!(
+                            "extensions were asked for {}, which project {} has not opted into; allowed services: {}",
+                            quote(engine_name),
+                            agent.project,
+                            names(&services)
+                        ),
+                        format!(
+                            "call request_sandbox again with extensions only for: {}",
+                            names(&services)
+                        ),
+                    ));
+                }
+            };
+            for name in wanted {
+                let feature = Feature::parse(engine, name).map_err(|_| {
+                    let allowlist = allowed_list(engine.features().iter().map(|f| f.name));
+                    refuse(
+                        ErrorCode::FeatureNotAllowed,
+                        format!(
+                            "feature {} is not in {}'s allowlist; allowed: {allowlist}",
+                            quote(name),
+                            engine.name()
+                        ),
+                        format!(
+                            "call request_sandbox again with {} features from: {allowlist}",
+                            engine.name()
+                        ),
+                    )
+                })?;
+                features.insert(feature);
+            }
+        }
+
+        // 5. The provisioner is reachable.
+        let unavailable = |why: String| {
+            refuse(
+                ErrorCode::ProvisionerUnavailable,
+                format!("the provisioner is unavailable right now: {why}"),
+                "retry the same call in a few seconds",
+            )
+        };
+        if !self.inner.ready.load(Ordering::SeqCst) {
+            return Err(unavailable("sandboxd is starting".into()));
+        }
+        if let Err(err) = self.inner.backends.primary().ping().await {
+            tracing::warn!(error = %err, "backend unreachable");
+            return Err(unavailable(format!(
+                "the {} backend does not answer",
+                self.inner.backends.primary().kind()
+            )));
+        }
+
+        Ok(Granted {
+            task,
+            services,
+            asked,
+            features,
+        })
+    }
+}

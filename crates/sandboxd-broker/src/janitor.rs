@@ -1,0 +1,173 @@
+//! The orphan janitor: at start and on every tick it lists every instance the backends know
+//! (labels, metadata — never memory), and reaps those whose owner is gone, that died, or that
+//! outlived the maximum lifetime. Anything provisioned within the grace window is left alone: a
+//! sandbox can exist before its agent does.
+
+use std::collections::BTreeSet;
+use std::time::{Duration, Instant};
+
+use sandboxd_backend::ListedInstance;
+use sandboxd_domain::AgentSlug;
+use sandboxd_store::{Actor, now_ms};
+use serde::Serialize;
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+
+use crate::Broker;
+
+#[derive(Debug, Default, Clone, Serialize)]
+pub struct JanitorReport {
+    /// Instances the backends listed.
+    pub examined: usize,
+    /// Reaped instances and why (`owner_gone`, `dead`, `max_lifetime`).
+    pub reaped: Vec<(String, String)>,
+    /// Skipped because they are younger than the grace window.
+    pub kept_young: usize,
+    /// Stored sandbox rows whose instances no backend lists any more.
+    pub forgotten: usize,
+}
+
+fn age(instance: &ListedInstance, now: i64) -> Duration {
+    Duration::from_millis(u64::try_from(now - instance.created_at_ms).unwrap_or(0))
+}
+
+impl Broker {
+    /// One janitor pass.
+    pub async fn janitor_pass(&self) -> JanitorReport {
+        let mut report = JanitorReport::default();
+        let agents: BTreeSet<AgentSlug> = match self.store().list_agents(None).await {
+            Ok(agents) => agents.into_iter().map(|a| a.slug).collect(),
+            Err(err) => {
+                // Without the owner list nothing can be judged safely: reap nothing this time.
+                tracing::error!(error = %err, "janitor: listing agents failed; skipping this pass");
+                return report;
+            }
+        };
+        let grace = self.inner.config.grace;
+        let max_lifetime = self.inner.config.max_lifetime;
+        let mut listed_names = BTreeSet::new();
+        for backend in self.inner.backends.all() {
+            let listed = match backend.list().await {
+                Ok(listed) => listed,
+                Err(err) => {
+                    tracing::warn!(backend = %backend.kind(), error = %err, "janitor: listing failed");
+                    continue;
+                }
+            };
+            let now = now_ms();
+            for instance in listed {
+                report.examined += 1;
+                listed_names.insert(instance.handle.name.clone());
+                let age = age(&instance, now);
+                if age < grace {
+                    report.kept_young += 1;
+                    continue;
+                }
+                let reason = if !agents.contains(&instance.handle.owner) {
+                    "owner_gone"
+                } else if max_lifetime.is_some_and(|max| age > max) {
+                    "max_lifetime"
+                } else if !instance.live {
+                    "dead"
+                } else {
+                    continue;
+                };
+                self.reap(&instance, reason).await;
+                report
+                    .reaped
+                    .push((instance.handle.name.clone(), reason.to_owned()));
+            }
+        }
+        // Rows of instances no backend lists any more (removed out of band, host rebooted).
+        if let Ok(stored) = self.store().instance_summaries().await {
+            let now = now_ms();
+            for row in stored {
+                let old =
+                    Duration::from_millis(u64::try_from(now - row.created_at_ms).unwrap_or(0))
+                        >= grace;
+                if old && !listed_names.contains(&row.name) {
+                    let _turn = self.inner.locks.lock(&row.owner).await;
+                    if self
+                        .store()
+                        .delete_instance(&row.name)
+                        .await
+                        .unwrap_or(false)
+                    {
+                        report.forgotten += 1;
+                    }
+                }
+            }
+        }
+        self.refresh_live_gauge().await;
+        if !report.reaped.is_empty() || report.forgotten > 0 {
+            tracing::info!(
+                reaped = report.reaped.len(),
+                forgotten = report.forgotten,
+                "janitor pass"
+            );
+        }
+        report
+    }
+
+    async fn reap(&self, instance: &ListedInstance, reason: &str) {
+        let started = Instant::now();
+        let owner = &instance.handle.owner;
+        let _turn = self.inner.locks.lock(owner).await;
+        let outcome = match self.inner.backends.for_kind(instance.handle.backend) {
+            Some(backend) => backend.teardown(&instance.handle).await,
+            None => Ok(()),
+        };
+        // A dead member takes its whole sandbox with it: the agent's next request then gets a
+        // fresh full set with new credentials, never a mix of old and new.
+        let members = self.store().instances_of(owner).await.unwrap_or_default();
+        if reason == "dead" && members.iter().any(|m| m.name == instance.handle.name) {
+            let others: Vec<_> = members
+                .into_iter()
+                .filter(|m| m.name != instance.handle.name)
+                .collect();
+            self.teardown_instances(&others).await;
+            let _ = self.store().delete_instances_of(owner).await;
+        } else {
+            let _ = self.store().delete_instance(&instance.handle.name).await;
+        }
+        let result = match &outcome {
+            Ok(()) => {
+                self.inner.metrics.reaped(reason);
+                "ok"
+            }
+            Err(err) => {
+                tracing::warn!(instance = %instance.handle.name, error = %err, "janitor: reap failed");
+                "internal"
+            }
+        };
+        self.audit(
+            Actor::Daemon,
+            "reap",
+            owner.as_str(),
+            None,
+            result,
+            started,
+            format!("{} ({reason})", instance.handle.name),
+        )
+        .await;
+    }
+
+    /// Runs a pass every `janitor_interval` until `shutdown` is cancelled.
+    pub fn spawn_janitor(&self, shutdown: CancellationToken) -> JoinHandle<()> {
+        let broker = self.clone();
+        let period = self.inner.config.janitor_interval;
+        tokio::spawn(async move {
+            let mut ticker = tokio::time::interval(period);
+            ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            ticker.tick().await; // the first tick is immediate; start already ran a pass
+            loop {
+                tokio::select! {
+                    _ = shutdown.cancelled() => break,
+                    _ = ticker.tick() => {
+                        broker.janitor_pass().await;
+                    }
+                }
+            }
+        })
+    }
+}

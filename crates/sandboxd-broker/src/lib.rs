@@ -1,0 +1,140 @@
+//! The broker: everything sandboxd decides. The agent gateway and the operator surface call into
+//! it; it has no network transport of its own.
+//!
+//! Parts:
+//! - [`Broker::call`] (`verbs.rs`): one agent verb — manifest check, the lifecycle state machine,
+//!   `request_sandbox`'s guard chain (`guards.rs`), release hooks — answered as an envelope.
+//! - `sandbox.rs`: whole-set sandboxes per agent, serialized per agent (`locks.rs`), re-verified
+//!   live on every cache hit, persisted with encrypted credentials so a restart keeps them.
+//! - `janitor.rs`: reaps instances whose owner is gone, from what the backends list.
+//! - `operator.rs`: the operator's verbs (agents, projects, tasks, sandboxes, settings, audit).
+//! - `metrics.rs`, and the audit trail written by every verb and action.
+//!
+//! The broker never exposes a backend or the store to its callers, so no gateway can reach
+//! around the guard chain; and it never puts a credential in a log, an audit row, a metric or
+//! an error.
+#![forbid(unsafe_code)]
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Instant;
+
+use sandboxd_domain::ProjectSlug;
+use sandboxd_store::NewAuditEntry;
+
+mod backends;
+mod config;
+mod envelopes;
+mod error;
+mod guards;
+mod janitor;
+mod locks;
+pub mod metrics;
+mod operator;
+mod sandbox;
+mod verbs;
+
+pub use backends::Backends;
+pub use config::{BrokerConfig, SANDBOX_DB_ENABLED, parse_switch};
+pub use error::BrokerError;
+pub use janitor::JanitorReport;
+pub use operator::{
+    InstanceView, SERVICES_AVAILABLE_ENV, SandboxView, SettingsView, Spawned, parse_task_state,
+};
+pub use sandboxd_domain::lifecycle::TaskState;
+pub use sandboxd_store::{
+    Actor, Agent, AuditEntry, AuditFilter, AuditPage, OutcomeFilter, Project, SecretCipher, Store,
+    Task, TaskNote,
+};
+
+/// The broker handle: cheap to clone, shared by every gateway.
+#[derive(Debug, Clone)]
+pub struct Broker {
+    inner: Arc<Inner>,
+}
+
+#[derive(Debug)]
+struct Inner {
+    store: Store,
+    backends: Backends,
+    config: BrokerConfig,
+    /// The master switch as it was when this broker started: a stored change takes effect at
+    /// the next start.
+    enabled: bool,
+    locks: locks::AgentLocks,
+    metrics: metrics::Metrics,
+    /// False until startup reconciliation finished: until then `request_sandbox` answers
+    /// "provisioner unavailable" (retryable).
+    ready: AtomicBool,
+}
+
+impl Broker {
+    /// Starts a broker: reads the master switch, adopts the live sandboxes of a previous run and
+    /// drops the dead ones, and runs the janitor once.
+    pub async fn start(
+        config: BrokerConfig,
+        store: Store,
+        backends: Backends,
+    ) -> Result<Self, BrokerError> {
+        let stored = store
+            .get_setting(SANDBOX_DB_ENABLED)
+            .await?
+            .and_then(|v| parse_switch(&v))
+            .unwrap_or(false);
+        let enabled = config.enabled_override.unwrap_or(stored);
+        let broker = Self {
+            inner: Arc::new(Inner {
+                store,
+                backends,
+                config,
+                enabled,
+                locks: locks::AgentLocks::default(),
+                metrics: metrics::Metrics::default(),
+                ready: AtomicBool::new(false),
+            }),
+        };
+        broker.reconcile().await;
+        broker.janitor_pass().await;
+        broker.inner.ready.store(true, Ordering::SeqCst);
+        Ok(broker)
+    }
+
+    pub fn metrics(&self) -> &metrics::Metrics {
+        &self.inner.metrics
+    }
+
+    pub fn config(&self) -> &BrokerConfig {
+        &self.inner.config
+    }
+
+    fn store(&self) -> &Store {
+        &self.inner.store
+    }
+
+    /// Appends an audit row; a failure to audit is logged, never returned to the caller.
+    /// (Each argument is one column of the row; a builder would only rename them.)
+    #[allow(clippy::too_many_arguments)]
+    async fn audit(
+        &self,
+        actor: Actor,
+        action: &str,
+        subject: &str,
+        project: Option<&ProjectSlug>,
+        outcome: &str,
+        started: Instant,
+        detail: String,
+    ) {
+        let entry = NewAuditEntry {
+            actor,
+            action: action.to_owned(),
+            subject: subject.to_owned(),
+            project: project.cloned(),
+            outcome: outcome.to_owned(),
+            duration_ms: u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX),
+            detail,
+        };
+        if let Err(err) = self.store().append_audit(&entry).await {
+            tracing::error!(action, error = %err, "writing an audit row failed");
+        }
+    }
+}

@@ -1,0 +1,36 @@
+//! Per-agent serialization: concurrent calls for one agent queue behind one async mutex, so they
+//! can never race each other's provision or teardown, while different agents proceed in
+//! parallel.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use sandboxd_domain::AgentSlug;
+use tokio::sync::{Mutex as AsyncMutex, OwnedMutexGuard};
+
+#[derive(Debug, Default)]
+pub struct AgentLocks {
+    /// A std mutex guards only the map lookup (never held across an await); the per-agent
+    /// tokio mutex is what callers hold across provisioning.
+    locks: Mutex<HashMap<AgentSlug, Arc<AsyncMutex<()>>>>,
+}
+
+impl AgentLocks {
+    pub async fn lock(&self, agent: &AgentSlug) -> OwnedMutexGuard<()> {
+        let lock = {
+            let mut locks = self
+                .locks
+                .lock()
+                .expect("the lock map is never poisoned: nothing panics while holding it");
+            locks.entry(agent.clone()).or_default().clone()
+        };
+        lock.lock_owned().await
+    }
+
+    /// Forgets an agent's lock once the agent is removed.
+    pub fn forget(&self, agent: &AgentSlug) {
+        if let Ok(mut locks) = self.locks.lock() {
+            locks.remove(agent);
+        }
+    }
+}

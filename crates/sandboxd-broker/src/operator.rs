@@ -1,0 +1,500 @@
+//! The operator's verbs: agents, projects, tasks, sandboxes, settings, audit. Called by the admin
+//! API, the panel and the CLI; every change is audited with the operator as actor.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::Instant;
+
+use rand::RngCore;
+use sandboxd_domain::error::{allowed_list, quote};
+use sandboxd_domain::lifecycle::TaskState;
+use sandboxd_domain::roles::Verb;
+use sandboxd_domain::{AgentSlug, BackendKind, EngineRef, FeatureRequest, InputError, ProjectSlug};
+use sandboxd_store::{Actor, Agent, AuditFilter, AuditPage, NewAgent, Project, Task, token_hash};
+use secrecy::{ExposeSecret, SecretString};
+use serde::{Serialize, Serializer};
+
+use crate::Broker;
+use crate::config::SANDBOX_DB_ENABLED;
+use crate::error::BrokerError;
+use crate::janitor::JanitorReport;
+
+/// The marker a spawned agent's environment carries when its project offers sandboxes.
+pub const SERVICES_AVAILABLE_ENV: &str = "ROBOCO_SANDBOX_SERVICES_AVAILABLE";
+
+fn expose<S: Serializer>(secret: &SecretString, s: S) -> Result<S::Ok, S::Error> {
+    s.serialize_str(secret.expose_secret())
+}
+
+/// What spawning an agent returns (§3.1): the token (shown once; only its hash is stored), the
+/// manifest, the spawn environment and the briefing lines.
+#[derive(Debug, Serialize)]
+pub struct Spawned {
+    pub agent: AgentSlug,
+    pub role: String,
+    pub project: ProjectSlug,
+    #[serde(serialize_with = "expose")]
+    pub token: SecretString,
+    pub manifest: Vec<Verb>,
+    pub env: BTreeMap<String, String>,
+    pub briefing: Vec<String>,
+}
+
+/// The master switch: what is stored, what this running daemon uses, and whether the environment
+/// overrides the store.
+#[derive(Debug, Clone, Serialize)]
+pub struct SettingsView {
+    pub sandbox_db_enabled_stored: bool,
+    pub sandbox_db_enabled_running: bool,
+    pub env_override: Option<bool>,
+    pub takes_effect: &'static str,
+}
+
+/// One instance of a sandbox as the operator sees it.
+#[derive(Debug, Clone, Serialize)]
+pub struct InstanceView {
+    pub name: String,
+    pub engine: EngineRef,
+    pub backend: BackendKind,
+    pub host: String,
+    pub port: u16,
+    pub created_at_ms: i64,
+    pub live: bool,
+    pub status: String,
+    /// False for an instance no agent's sandbox record knows (left by a crash, or made by
+    /// `sandboxd provision`): the janitor reaps it once its owner is found gone.
+    pub tracked: bool,
+}
+
+/// A sandbox: every instance of one owner.
+#[derive(Debug, Clone, Serialize)]
+pub struct SandboxView {
+    pub owner: AgentSlug,
+    pub engines: Vec<EngineRef>,
+    pub backends: Vec<BackendKind>,
+    pub created_at_ms: i64,
+    /// `live`, `degraded` (some member not live), `dead`.
+    pub status: &'static str,
+    pub instances: Vec<InstanceView>,
+}
+
+fn new_token() -> SecretString {
+    let mut bytes = [0u8; 32];
+    rand::rng().fill_bytes(&mut bytes);
+    SecretString::from(format!("sbx_{}", hex::encode(bytes)))
+}
+
+impl Broker {
+    /// Resolves a bearer token to its agent.
+    pub async fn authenticate(&self, token: &SecretString) -> Result<Option<Agent>, BrokerError> {
+        Ok(self.store().agent_by_token_hash(&token_hash(token)).await?)
+    }
+
+    pub async fn spawn_agent(
+        &self,
+        slug: &AgentSlug,
+        role: &str,
+        project: &ProjectSlug,
+    ) -> Result<Spawned, BrokerError> {
+        let started = Instant::now();
+        let spec = self.inner.config.roles.check(role)?.clone();
+        let project_row =
+            self.store()
+                .get_project(project)
+                .await?
+                .ok_or_else(|| BrokerError::NotFound {
+                    what: "project",
+                    id: project.to_string(),
+                })?;
+        let token = new_token();
+        let hash = token_hash(&token);
+        self.store()
+            .create_agent(&NewAgent {
+                slug,
+                role,
+                project,
+                token_hash: &hash,
+            })
+            .await
+            .map_err(|e| {
+                if e.is_conflict() {
+                    BrokerError::Conflict {
+                        what: "agent",
+                        id: slug.to_string(),
+                    }
+                } else {
+                    e.into()
+                }
+            })?;
+        let mut env = BTreeMap::new();
+        let mut briefing = vec![format!(
+            "You are {slug}, a {role} on project {project}. Your verbs: {}.",
+            spec.verbs
+                .iter()
+                .map(|v| v.name())
+                .collect::<Vec<_>>()
+                .join(", ")
+        )];
+        let services = project_row.sandbox_services.clone().unwrap_or_default();
+        if !services.is_empty() && spec.allows(Verb::RequestSandbox) {
+            let csv = services
+                .iter()
+                .map(|e| e.name())
+                .collect::<Vec<_>>()
+                .join(",");
+            env.insert(SERVICES_AVAILABLE_ENV.to_owned(), csv.clone());
+            briefing.push(format!(
+                "This project offers throwaway databases ({csv}): call request_sandbox() once \
+                 you hold a task and your tests need one; it answers with credentials and an env \
+                 dict to export. Never use any other database credentials."
+            ));
+        }
+        self.audit(
+            Actor::Operator,
+            "spawn_agent",
+            slug.as_str(),
+            Some(project),
+            "ok",
+            started,
+            format!("role {role}"),
+        )
+        .await;
+        Ok(Spawned {
+            agent: slug.clone(),
+            role: role.to_owned(),
+            project: project.clone(),
+            token,
+            manifest: spec.verbs.iter().copied().collect(),
+            env,
+            briefing,
+        })
+    }
+
+    /// Removes an agent; its sandbox is released first (best effort) and it can no longer
+    /// authenticate.
+    pub async fn remove_agent(&self, slug: &AgentSlug) -> Result<(), BrokerError> {
+        let started = Instant::now();
+        let agent = self
+            .store()
+            .get_agent(slug)
+            .await?
+            .ok_or_else(|| BrokerError::NotFound {
+                what: "agent",
+                id: slug.to_string(),
+            })?;
+        self.release_best_effort(&agent, "agent removed").await;
+        // A task the agent held goes back to where it was waiting.
+        if let Ok(Some(task)) = self.store().active_task_of(slug).await {
+            let back = if task.state == TaskState::InReview {
+                TaskState::Review
+            } else {
+                TaskState::Open
+            };
+            let _ = self
+                .store()
+                .transition(&task.id, task.state, Some(slug), back, None)
+                .await;
+        }
+        self.store().delete_agent(slug).await?;
+        self.inner.locks.forget(slug);
+        self.audit(
+            Actor::Operator,
+            "remove_agent",
+            slug.as_str(),
+            Some(&agent.project),
+            "ok",
+            started,
+            String::new(),
+        )
+        .await;
+        Ok(())
+    }
+
+    pub async fn agents(&self, project: Option<&ProjectSlug>) -> Result<Vec<Agent>, BrokerError> {
+        Ok(self.store().list_agents(project).await?)
+    }
+
+    pub async fn agent(&self, slug: &AgentSlug) -> Result<Option<Agent>, BrokerError> {
+        Ok(self.store().get_agent(slug).await?)
+    }
+
+    /// Creates or updates a project's sandbox opt-in. Features must be for opted-in services;
+    /// an empty service list means "not opted in".
+    pub async fn set_project(
+        &self,
+        slug: &ProjectSlug,
+        services: Option<Vec<EngineRef>>,
+        extensions: Option<FeatureRequest>,
+    ) -> Result<Project, BrokerError> {
+        let started = Instant::now();
+        let services = services.filter(|s| !s.is_empty());
+        let mut deduped: Vec<EngineRef> = Vec::new();
+        for engine in services.iter().flatten() {
+            if !deduped.contains(engine) {
+                deduped.push(*engine);
+            }
+        }
+        let extensions = extensions.filter(|e| !e.is_empty());
+        if let Some(extensions) = &extensions {
+            let opted: BTreeSet<EngineRef> = deduped.iter().copied().collect();
+            if let Some(stray) = extensions.engines().find(|e| !opted.contains(e)) {
+                return Err(InputError::Malformed {
+                    what: "sandbox_extensions",
+                    detail: format!(
+                        "extensions for {stray}, which is not in sandbox_services; opted in: {}",
+                        allowed_list(deduped.iter().map(|e| e.name()))
+                    ),
+                }
+                .into());
+            }
+        }
+        let services = (!deduped.is_empty()).then_some(deduped);
+        let project = self
+            .store()
+            .put_project(slug, services.as_deref(), extensions.as_ref())
+            .await?;
+        self.audit(
+            Actor::Operator,
+            "set_project",
+            slug.as_str(),
+            Some(slug),
+            "ok",
+            started,
+            format!(
+                "services {}; extensions {}",
+                project
+                    .sandbox_services
+                    .as_ref()
+                    .map(|s| s.iter().map(|e| e.name()).collect::<Vec<_>>().join(","))
+                    .unwrap_or_else(|| "none".into()),
+                project
+                    .sandbox_extensions
+                    .as_ref()
+                    .map(|e| serde_json::to_string(e).unwrap_or_default())
+                    .unwrap_or_else(|| "none".into())
+            ),
+        )
+        .await;
+        Ok(project)
+    }
+
+    pub async fn projects(&self) -> Result<Vec<Project>, BrokerError> {
+        Ok(self.store().list_projects().await?)
+    }
+
+    pub async fn project(&self, slug: &ProjectSlug) -> Result<Option<Project>, BrokerError> {
+        Ok(self.store().get_project(slug).await?)
+    }
+
+    pub async fn add_task(
+        &self,
+        project: &ProjectSlug,
+        title: &str,
+        description: &str,
+    ) -> Result<Task, BrokerError> {
+        let started = Instant::now();
+        if title.trim().is_empty() || title.len() > 200 {
+            return Err(InputError::Malformed {
+                what: "task title",
+                detail: "give a title of 1 to 200 characters".into(),
+            }
+            .into());
+        }
+        if description.len() > 16 * 1024 {
+            return Err(InputError::Malformed {
+                what: "task description",
+                detail: "at most 16 KiB".into(),
+            }
+            .into());
+        }
+        let task = self
+            .store()
+            .create_task(project, title, description)
+            .await
+            .map_err(|e| {
+                if e.is_not_found() {
+                    BrokerError::NotFound {
+                        what: "project",
+                        id: project.to_string(),
+                    }
+                } else {
+                    e.into()
+                }
+            })?;
+        self.audit(
+            Actor::Operator,
+            "add_task",
+            &task.id,
+            Some(project),
+            "ok",
+            started,
+            String::new(),
+        )
+        .await;
+        Ok(task)
+    }
+
+    pub async fn tasks(
+        &self,
+        project: Option<&ProjectSlug>,
+        state: Option<TaskState>,
+    ) -> Result<Vec<Task>, BrokerError> {
+        Ok(self.store().list_tasks(project, state).await?)
+    }
+
+    /// Every sandbox: what the backends list, joined with what the broker tracks.
+    pub async fn sandboxes(&self) -> Result<Vec<SandboxView>, BrokerError> {
+        let tracked: BTreeSet<String> = self
+            .store()
+            .instance_summaries()
+            .await?
+            .into_iter()
+            .map(|s| s.name)
+            .collect();
+        let mut by_owner: BTreeMap<AgentSlug, Vec<InstanceView>> = BTreeMap::new();
+        for backend in self.inner.backends.all() {
+            let listed = match backend.list().await {
+                Ok(listed) => listed,
+                Err(err) => {
+                    tracing::warn!(backend = %backend.kind(), error = %err, "listing failed");
+                    continue;
+                }
+            };
+            for instance in listed {
+                by_owner
+                    .entry(instance.handle.owner.clone())
+                    .or_default()
+                    .push(InstanceView {
+                        tracked: tracked.contains(&instance.handle.name),
+                        name: instance.handle.name,
+                        engine: instance.handle.engine,
+                        backend: instance.handle.backend,
+                        host: instance.host,
+                        port: instance.port,
+                        created_at_ms: instance.created_at_ms,
+                        live: instance.live,
+                        status: instance.status,
+                    });
+            }
+        }
+        Ok(by_owner
+            .into_iter()
+            .map(|(owner, instances)| {
+                let live = instances.iter().filter(|i| i.live).count();
+                SandboxView {
+                    engines: instances.iter().map(|i| i.engine).collect(),
+                    backends: instances
+                        .iter()
+                        .map(|i| i.backend)
+                        .collect::<BTreeSet<_>>()
+                        .into_iter()
+                        .collect(),
+                    created_at_ms: instances.iter().map(|i| i.created_at_ms).min().unwrap_or(0),
+                    status: if live == instances.len() {
+                        "live"
+                    } else if live == 0 {
+                        "dead"
+                    } else {
+                        "degraded"
+                    },
+                    owner,
+                    instances,
+                }
+            })
+            .collect())
+    }
+
+    /// Tears down one owner's sandbox. Returns how many instances went.
+    pub async fn teardown_sandbox(&self, owner: &AgentSlug) -> Result<usize, BrokerError> {
+        let started = Instant::now();
+        let removed = self
+            .release(owner)
+            .await
+            .map_err(|e| BrokerError::NotFound {
+                what: "sandbox",
+                id: format!("{owner} ({e})"),
+            })?;
+        self.audit(
+            Actor::Operator,
+            "teardown_sandbox",
+            owner.as_str(),
+            None,
+            "ok",
+            started,
+            format!("{removed} instance(s)"),
+        )
+        .await;
+        Ok(removed)
+    }
+
+    pub async fn settings(&self) -> Result<SettingsView, BrokerError> {
+        let stored = self
+            .store()
+            .get_setting(SANDBOX_DB_ENABLED)
+            .await?
+            .and_then(|v| crate::config::parse_switch(&v))
+            .unwrap_or(false);
+        Ok(SettingsView {
+            sandbox_db_enabled_stored: stored,
+            sandbox_db_enabled_running: self.inner.enabled,
+            env_override: self.inner.config.enabled_override,
+            takes_effect: "on the next restart of sandboxd",
+        })
+    }
+
+    /// Persists the master switch at once; it takes effect at the next start.
+    pub async fn set_enabled(&self, enabled: bool) -> Result<SettingsView, BrokerError> {
+        let started = Instant::now();
+        self.store()
+            .set_setting(SANDBOX_DB_ENABLED, if enabled { "true" } else { "false" })
+            .await?;
+        self.audit(
+            Actor::Operator,
+            "set_setting",
+            SANDBOX_DB_ENABLED,
+            None,
+            "ok",
+            started,
+            format!("stored {enabled}; takes effect on the next restart"),
+        )
+        .await;
+        self.settings().await
+    }
+
+    pub async fn audit_log(&self, filter: &AuditFilter) -> Result<AuditPage, BrokerError> {
+        Ok(self.store().list_audit(filter).await?)
+    }
+
+    /// One janitor pass now (`sandboxd janitor run`).
+    pub async fn run_janitor(&self) -> JanitorReport {
+        let started = Instant::now();
+        let report = self.janitor_pass().await;
+        self.audit(
+            Actor::Operator,
+            "janitor_run",
+            "sandboxes",
+            None,
+            "ok",
+            started,
+            format!(
+                "{} examined, {} reaped, {} kept (grace)",
+                report.examined,
+                report.reaped.len(),
+                report.kept_young
+            ),
+        )
+        .await;
+        report
+    }
+}
+
+/// Parses a task state for filters, naming the states that exist.
+pub fn parse_task_state(value: &str) -> Result<TaskState, InputError> {
+    TaskState::parse(value).ok_or_else(|| InputError::Malformed {
+        what: "task state",
+        detail: format!(
+            "unknown state {}; states: {}",
+            quote(value),
+            allowed_list(TaskState::ALL.iter().map(|s| s.as_str()))
+        ),
+    })
+}

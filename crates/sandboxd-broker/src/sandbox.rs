@@ -1,0 +1,400 @@
+//! Sandboxes: the whole opted-in set of instances of one agent. Provisioned whole on the first
+//! request, answered from the (persisted) cache afterwards once every member is re-verified
+//! live, evicted and re-provisioned with new credentials when a member died, released when the
+//! agent's engagement ends.
+
+use std::collections::BTreeSet;
+use std::time::Instant;
+
+use futures::future::join_all;
+use sandboxd_backend::{BackendError, InstanceHandle, InstanceRequest, provision_set};
+use sandboxd_domain::envelope::{ErrorCode, ErrorEnvelope, OkEnvelope};
+use sandboxd_domain::verbs::RequestSandboxArgs;
+use sandboxd_domain::{AgentSlug, EngineRef, FeatureRequest, Instance};
+use sandboxd_store::{Actor, Agent};
+
+use crate::Broker;
+use crate::envelopes::refuse;
+
+/// How `ensure_sandbox` answered.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Cache {
+    Hit,
+    Miss,
+}
+
+/// Why `ensure_sandbox` failed.
+#[derive(Debug)]
+pub(crate) enum SandboxFailure {
+    Backend(BackendError),
+    Store(sandboxd_store::StoreError),
+}
+
+impl std::fmt::Display for SandboxFailure {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Backend(err) => write!(f, "{err}"),
+            Self::Store(err) => write!(f, "{err}"),
+        }
+    }
+}
+
+impl Broker {
+    /// `request_sandbox`: the guard chain, then the sandbox, answered filtered to what was
+    /// asked.
+    pub(crate) async fn request_sandbox(
+        &self,
+        agent: &Agent,
+        args: RequestSandboxArgs,
+    ) -> Result<(OkEnvelope, String), ErrorEnvelope> {
+        let granted = self
+            .check_guards(agent, &args)
+            .await
+            .inspect_err(|refusal| {
+                self.inner.metrics.failed(refusal.error.as_str());
+            })?;
+        let (instances, cache) = self
+            .ensure_sandbox(&agent.slug, &granted.services, &granted.features)
+            .await
+            .map_err(|failure| {
+                let retryable = !matches!(
+                    failure,
+                    SandboxFailure::Backend(BackendError::FeatureUnavailable { .. })
+                );
+                self.inner.metrics.failed(ErrorCode::InvalidState.as_str());
+                tracing::warn!(agent = %agent.slug, error = %failure, "provisioning failed");
+                refuse(
+                    ErrorCode::InvalidState,
+                    format!("the sandbox could not be provisioned: {failure}"),
+                    if retryable {
+                        "retry request_sandbox in a little while; nothing was left behind"
+                    } else {
+                        "call request_sandbox again without the unavailable feature, or ask an \
+                         operator to provide it; nothing was left behind"
+                    },
+                )
+                .retryable(retryable)
+            })?;
+        self.inner.metrics.cache(cache == Cache::Hit);
+        let prefix = &self.inner.config.env_prefix;
+        let evidence: Vec<serde_json::Value> = instances
+            .iter()
+            .filter(|i| granted.asked.contains(&i.engine))
+            .map(|i| {
+                serde_json::to_value(i.evidence(prefix))
+                    .expect("evidence is plain strings and numbers")
+            })
+            .collect();
+        let served: Vec<&str> = granted.asked.iter().map(|e| e.name()).collect();
+        let briefing = format!(
+            "Sandbox for task {}: {}. Export each service's env (or use its url) in your test \
+             run; these credentials are yours alone and stay the same on every request_sandbox \
+             call until the sandbox is released.",
+            granted.task.id,
+            served.join(", ")
+        );
+        let ok = OkEnvelope::new(
+            Some(granted.task.id.clone()),
+            "run your tests against the sandbox; call i_am_done when your work is finished",
+            briefing,
+        )
+        .with_evidence(serde_json::Value::Array(evidence));
+        let detail = format!(
+            "{} {}",
+            if cache == Cache::Hit {
+                "cache hit"
+            } else {
+                "provisioned"
+            },
+            served.join(",")
+        );
+        Ok((ok, detail))
+    }
+
+    /// The agent's whole sandbox, ready: from the cache when every member is live, else freshly
+    /// provisioned. Serialized per agent.
+    pub(crate) async fn ensure_sandbox(
+        &self,
+        agent: &AgentSlug,
+        services: &[EngineRef],
+        features: &FeatureRequest,
+    ) -> Result<(Vec<Instance>, Cache), SandboxFailure> {
+        let _turn = self.inner.locks.lock(agent).await;
+        let store = self.store();
+        let mut cached = store
+            .instances_of(agent)
+            .await
+            .map_err(SandboxFailure::Store)?;
+        if !cached.is_empty() {
+            if self.all_live(&cached).await {
+                let changed = self
+                    .complete_in_place(agent, &mut cached, services, features)
+                    .await?;
+                if changed {
+                    store
+                        .put_instances(agent, &cached)
+                        .await
+                        .map_err(SandboxFailure::Store)?;
+                    self.refresh_live_gauge().await;
+                }
+                return Ok((cached, Cache::Hit));
+            }
+            tracing::info!(%agent, "a sandbox member died: evicting the whole sandbox");
+            self.teardown_instances(&cached).await;
+            store
+                .delete_instances_of(agent)
+                .await
+                .map_err(SandboxFailure::Store)?;
+        }
+        let instances = self.provision(agent, services, features).await?;
+        if let Err(err) = store.put_instances(agent, &instances).await {
+            self.teardown_instances(&instances).await;
+            return Err(SandboxFailure::Store(err));
+        }
+        self.refresh_live_gauge().await;
+        Ok((instances, Cache::Miss))
+    }
+
+    /// Provisions engines for `agent` on the primary backend, all or nothing.
+    async fn provision(
+        &self,
+        agent: &AgentSlug,
+        engines: &[EngineRef],
+        features: &FeatureRequest,
+    ) -> Result<Vec<Instance>, SandboxFailure> {
+        let backend = self.inner.backends.primary();
+        let requests: Vec<InstanceRequest> = engines
+            .iter()
+            .map(|engine| InstanceRequest {
+                engine: *engine,
+                owner: agent.clone(),
+                features: features.for_engine(*engine),
+            })
+            .collect();
+        let started = Instant::now();
+        let outcome = provision_set(backend.as_ref(), &requests).await;
+        let elapsed = started.elapsed();
+        self.audit(
+            Actor::Daemon,
+            "provision",
+            agent.as_str(),
+            None,
+            match &outcome {
+                Ok(_) => "ok",
+                Err(_) => "invalid_state",
+            },
+            started,
+            format!(
+                "{} on {}{}",
+                engines
+                    .iter()
+                    .map(|e| e.name())
+                    .collect::<Vec<_>>()
+                    .join(","),
+                backend.kind(),
+                match &outcome {
+                    Ok(_) => String::new(),
+                    Err(err) => format!(": {err}"),
+                }
+            ),
+        )
+        .await;
+        let instances = outcome.map_err(SandboxFailure::Backend)?;
+        for instance in &instances {
+            // Members start in parallel, so each one's latency is the set's.
+            self.inner.metrics.provisioned(
+                instance.engine.name(),
+                instance.backend.as_str(),
+                elapsed.as_secs_f64(),
+            );
+        }
+        Ok(instances)
+    }
+
+    /// Brings a live cached sandbox up to what is asked now: engines the project added since,
+    /// features not yet active. True when something changed.
+    async fn complete_in_place(
+        &self,
+        agent: &AgentSlug,
+        cached: &mut Vec<Instance>,
+        services: &[EngineRef],
+        features: &FeatureRequest,
+    ) -> Result<bool, SandboxFailure> {
+        let mut changed = false;
+        let present: BTreeSet<EngineRef> = cached.iter().map(|i| i.engine).collect();
+        let missing: Vec<EngineRef> = services
+            .iter()
+            .copied()
+            .filter(|e| !present.contains(e))
+            .collect();
+        if !missing.is_empty() {
+            cached.extend(self.provision(agent, &missing, features).await?);
+            changed = true;
+        }
+        for instance in cached.iter_mut() {
+            let wanted = features.for_engine(instance.engine);
+            if wanted.is_subset(&instance.features) {
+                continue;
+            }
+            let backend = self
+                .inner
+                .backends
+                .for_kind(instance.backend)
+                .ok_or_else(|| {
+                    SandboxFailure::Backend(BackendError::Unavailable {
+                        backend: instance.backend.as_str(),
+                        detail: "not configured on this sandboxd".into(),
+                    })
+                })?;
+            backend
+                .activate(instance, &wanted)
+                .await
+                .map_err(SandboxFailure::Backend)?;
+            changed = true;
+        }
+        Ok(changed)
+    }
+
+    /// Every member answers `is_live` on its own backend. A backend that is gone or errs
+    /// counts as dead: a sandbox is trusted only when proven live.
+    pub(crate) async fn all_live(&self, instances: &[Instance]) -> bool {
+        let checks = instances.iter().map(|instance| async move {
+            match self.inner.backends.for_kind(instance.backend) {
+                Some(backend) => backend
+                    .is_live(&InstanceHandle::of(instance))
+                    .await
+                    .unwrap_or(false),
+                None => false,
+            }
+        });
+        join_all(checks).await.into_iter().all(|live| live)
+    }
+
+    /// Tears instances down on their own backends, best effort.
+    pub(crate) async fn teardown_instances(&self, instances: &[Instance]) {
+        let handles: Vec<InstanceHandle> = instances.iter().map(InstanceHandle::of).collect();
+        self.teardown_handles(&handles).await;
+    }
+
+    pub(crate) async fn teardown_handles(&self, handles: &[InstanceHandle]) {
+        let work = handles.iter().map(|handle| async move {
+            let Some(backend) = self.inner.backends.for_kind(handle.backend) else {
+                tracing::warn!(instance = %handle.name, "no backend of its kind to tear it down");
+                return;
+            };
+            if let Err(err) = backend.teardown(handle).await {
+                tracing::warn!(instance = %handle.name, error = %err, "teardown failed");
+            }
+        });
+        join_all(work).await;
+    }
+
+    /// Releases an agent's sandbox: its cached members and any stray instance a backend lists
+    /// under its name. Returns how many instances went.
+    pub(crate) async fn release(&self, agent: &AgentSlug) -> Result<usize, SandboxFailure> {
+        let _turn = self.inner.locks.lock(agent).await;
+        let cached = self
+            .store()
+            .instances_of(agent)
+            .await
+            .map_err(SandboxFailure::Store)?;
+        let mut handles: Vec<InstanceHandle> = cached.iter().map(InstanceHandle::of).collect();
+        for backend in self.inner.backends.all() {
+            if let Ok(listed) = backend.list().await {
+                for instance in listed {
+                    if &instance.handle.owner == agent
+                        && !handles.iter().any(|h| h.name == instance.handle.name)
+                    {
+                        handles.push(instance.handle);
+                    }
+                }
+            }
+        }
+        self.teardown_handles(&handles).await;
+        self.store()
+            .delete_instances_of(agent)
+            .await
+            .map_err(SandboxFailure::Store)?;
+        self.refresh_live_gauge().await;
+        Ok(handles.len())
+    }
+
+    /// The release hook of lifecycle verbs and agent removal: best effort, audited, never
+    /// failing its caller.
+    pub(crate) async fn release_best_effort(&self, agent: &Agent, because: &str) {
+        let started = Instant::now();
+        let outcome = self.release(&agent.slug).await;
+        let (result, detail) = match &outcome {
+            Ok(0) => ("ok", format!("nothing to release ({because})")),
+            Ok(n) => ("ok", format!("{n} instance(s) released ({because})")),
+            Err(err) => {
+                tracing::warn!(agent = %agent.slug, error = %err, "release failed");
+                ("internal", format!("release failed ({because})"))
+            }
+        };
+        if !matches!(outcome, Ok(0)) {
+            self.audit(
+                Actor::Agent(agent.slug.clone()),
+                "release",
+                agent.slug.as_str(),
+                Some(&agent.project),
+                result,
+                started,
+                detail,
+            )
+            .await;
+        }
+    }
+
+    /// At start: sandboxes of a previous run whose members are all live keep their credentials
+    /// (adopted); any other is torn down and forgotten, to be re-provisioned on the next request.
+    pub(crate) async fn reconcile(&self) {
+        let started = Instant::now();
+        let instances = match self.store().all_instances().await {
+            Ok(instances) => instances,
+            Err(err) => {
+                tracing::error!(error = %err, "reading stored sandboxes failed");
+                return;
+            }
+        };
+        let owners: BTreeSet<AgentSlug> = instances.iter().map(|i| i.owner.clone()).collect();
+        let (mut adopted, mut dropped) = (0, 0);
+        for owner in owners {
+            let members: Vec<Instance> = instances
+                .iter()
+                .filter(|i| i.owner == owner)
+                .cloned()
+                .collect();
+            if self.all_live(&members).await {
+                adopted += members.len();
+                continue;
+            }
+            dropped += members.len();
+            self.teardown_instances(&members).await;
+            if let Err(err) = self.store().delete_instances_of(&owner).await {
+                tracing::error!(%owner, error = %err, "forgetting a dead sandbox failed");
+            }
+        }
+        self.refresh_live_gauge().await;
+        tracing::info!(adopted, dropped, "reconciled stored sandboxes");
+        self.audit(
+            Actor::Daemon,
+            "reconcile",
+            "sandboxes",
+            None,
+            "ok",
+            started,
+            format!("{adopted} instance(s) adopted, {dropped} dropped"),
+        )
+        .await;
+    }
+
+    pub(crate) async fn refresh_live_gauge(&self) {
+        if let Ok(all) = self.store().instance_summaries().await {
+            self.inner
+                .metrics
+                .live_sandboxes
+                .set(i64::try_from(all.len()).unwrap_or(i64::MAX));
+        }
+    }
+}

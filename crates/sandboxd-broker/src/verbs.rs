@@ -1,0 +1,458 @@
+//! One agent verb call: the manifest check (again, on every call), argument parsing, the verb
+//! itself, the release hook, and the audit row and metrics of the call.
+
+use std::time::Instant;
+
+use sandboxd_domain::envelope::{Envelope, ErrorCode, ErrorEnvelope, OkEnvelope};
+use sandboxd_domain::lifecycle::TaskState;
+use sandboxd_domain::lifecycle::{self, Move};
+use sandboxd_domain::roles::{RoleSpec, Verb};
+use sandboxd_domain::verbs::{
+    CommentArg, EvidenceArgs, NoArgs, NoteArgs, OptionalTaskArg, RequestSandboxArgs, SummaryArg,
+    TaskArg,
+};
+use sandboxd_store::{Actor, Agent, NoteKind, Task};
+use serde::de::DeserializeOwned;
+
+use crate::Broker;
+use crate::envelopes::{bad_arguments, internal, out_of_order, refuse};
+
+/// Text an agent may record is capped, so a note cannot flood the store or the panel.
+const MAX_TEXT: usize = 16 * 1024;
+
+fn parse<T: DeserializeOwned>(verb: Verb, args: serde_json::Value) -> Result<T, ErrorEnvelope> {
+    let args = if args.is_null() {
+        serde_json::Value::Object(Default::default())
+    } else {
+        args
+    };
+    serde_json::from_value(args).map_err(|e| bad_arguments(verb.name(), &e))
+}
+
+fn check_text(verb: Verb, text: &str) -> Result<(), ErrorEnvelope> {
+    if text.len() > MAX_TEXT {
+        return Err(refuse(
+            ErrorCode::InvalidArgument,
+            format!(
+                "the text given to {verb} is {} bytes; at most {MAX_TEXT}",
+                text.len()
+            ),
+            format!("call {verb} again with a shorter text"),
+        ));
+    }
+    Ok(())
+}
+
+fn briefing(task: &Task) -> String {
+    format!("Task {}: {}\n{}", task.id, task.title, task.description)
+        .trim_end()
+        .to_owned()
+}
+
+impl Broker {
+    /// Runs one verb for an authenticated agent and answers its envelope. Every call is
+    /// audited; none can fail with anything but an envelope.
+    pub async fn call(&self, agent: &Agent, verb: Verb, args: serde_json::Value) -> Envelope {
+        let started = Instant::now();
+        let outcome = self.dispatch(agent, verb, args).await;
+        let (code, subject, detail) = match &outcome {
+            Ok((ok, detail)) => (
+                "ok",
+                ok.task_id.clone().unwrap_or_else(|| agent.slug.to_string()),
+                detail.clone(),
+            ),
+            Err(err) => (
+                err.error.as_str(),
+                agent.slug.to_string(),
+                err.message.clone(),
+            ),
+        };
+        self.inner.metrics.verb(verb.name(), code);
+        self.audit(
+            Actor::Agent(agent.slug.clone()),
+            verb.name(),
+            &subject,
+            Some(&agent.project),
+            code,
+            started,
+            detail,
+        )
+        .await;
+        match outcome {
+            Ok((ok, _)) => Envelope::Ok(ok),
+            Err(err) => Envelope::Error(err),
+        }
+    }
+
+    /// The role's manifest, if the role is configured.
+    pub fn manifest(&self, role: &str) -> Option<&RoleSpec> {
+        self.inner.config.roles.get(role)
+    }
+
+    async fn dispatch(
+        &self,
+        agent: &Agent,
+        verb: Verb,
+        args: serde_json::Value,
+    ) -> Result<(OkEnvelope, String), ErrorEnvelope> {
+        let role = self.manifest(&agent.role).ok_or_else(|| {
+            refuse(
+                ErrorCode::VerbNotAllowed,
+                format!(
+                    "your role {} is not configured on this sandboxd",
+                    agent.role
+                ),
+                "ask the operator to fix the role configuration; no verb can run meanwhile",
+            )
+        })?;
+        if !role.allows(verb) {
+            let yours: Vec<&str> = role.verbs.iter().map(|v| v.name()).collect();
+            return Err(refuse(
+                ErrorCode::VerbNotAllowed,
+                format!("{verb} is not in the manifest of role {}", agent.role),
+                format!("use only your verbs: {}", yours.join(", ")),
+            ));
+        }
+        match verb {
+            Verb::RequestSandbox => {
+                let args: RequestSandboxArgs = parse(verb, args)?;
+                self.request_sandbox(agent, args).await
+            }
+            Verb::ReleaseSandbox => {
+                let _: NoArgs = parse(verb, args)?;
+                let released = self
+                    .release(&agent.slug)
+                    .await
+                    .map_err(|e| internal("releasing your sandbox", &e))?;
+                let held = self
+                    .store()
+                    .active_task_of(&agent.slug)
+                    .await
+                    .ok()
+                    .flatten();
+                Ok((
+                    OkEnvelope::new(
+                        held.as_ref().map(|t| t.id.clone()),
+                        "continue your task; call request_sandbox again if you need a fresh database",
+                        format!("{released} instance(s) released"),
+                    ),
+                    format!("{released} instance(s) released"),
+                ))
+            }
+            Verb::Note => self.note(agent, role, verb, parse(verb, args)?).await,
+            Verb::Evidence => self.evidence(agent, role, verb, parse(verb, args)?).await,
+            _ => self.lifecycle(agent, role, verb, args).await,
+        }
+    }
+
+    async fn lifecycle(
+        &self,
+        agent: &Agent,
+        role: &RoleSpec,
+        verb: Verb,
+        args: serde_json::Value,
+    ) -> Result<(OkEnvelope, String), ErrorEnvelope> {
+        // Parse first: a malformed call changes nothing.
+        let (named_task, text) = match verb {
+            Verb::IWillWorkOn => (Some(parse::<TaskArg>(verb, args)?.task), None),
+            Verb::ClaimReview => (parse::<OptionalTaskArg>(verb, args)?.task, None),
+            Verb::IAmDone | Verb::IDocumented => (None, parse::<SummaryArg>(verb, args)?.summary),
+            Verb::PassReview | Verb::FailReview => (None, parse::<CommentArg>(verb, args)?.comment),
+            _ => {
+                let _: NoArgs = parse(verb, args)?;
+                (None, None)
+            }
+        };
+        if let Some(text) = &text {
+            check_text(verb, text)?;
+        }
+        let held = self
+            .store()
+            .active_task_of(&agent.slug)
+            .await
+            .map_err(|e| internal("looking up your task", &e))?;
+        let plan = lifecycle::plan(verb, held.as_ref().map(|t| (t.id.as_str(), t.state)))
+            .map_err(out_of_order)?;
+        match plan {
+            Move::Claim { from, to } => {
+                let task = self
+                    .claim(agent, verb, named_task.as_deref(), from, to)
+                    .await?;
+                let next = match verb {
+                    Verb::ClaimReview if role.allows(Verb::RequestSandbox) => {
+                        "request_sandbox if the review needs a database; then pass_review or fail_review"
+                    }
+                    Verb::ClaimReview => "review the work, then call pass_review or fail_review",
+                    _ if role.allows(Verb::RequestSandbox) => {
+                        "do the work (call request_sandbox if your tests need a database), then call i_am_done"
+                    }
+                    _ if role.allows(Verb::IDocumented) => {
+                        "write the documentation, then call i_documented"
+                    }
+                    _ => "do the work, then call i_am_done",
+                };
+                let detail = format!("claimed {}", task.id);
+                Ok((
+                    OkEnvelope::new(Some(task.id.clone()), next, briefing(&task)),
+                    detail,
+                ))
+            }
+            Move::Hand { from, to } => {
+                let task = held.expect("lifecycle::plan hands only a task the caller holds");
+                if let Some(text) = text.filter(|t| !t.trim().is_empty()) {
+                    let kind = if matches!(verb, Verb::FailReview | Verb::PassReview) {
+                        NoteKind::Note
+                    } else {
+                        NoteKind::Evidence
+                    };
+                    self.store()
+                        .record_task_note(&task.id, &agent.slug, kind, false, &text)
+                        .await
+                        .map_err(|e| internal("recording your summary", &e))?;
+                }
+                let moved = self
+                    .store()
+                    .transition(&task.id, from, Some(&agent.slug), to, None)
+                    .await
+                    .map_err(|e| internal("moving your task", &e))?;
+                if !moved {
+                    return Err(refuse(
+                        ErrorCode::OutOfOrder,
+                        format!("task {} changed while you were calling {verb}", task.id),
+                        "call give_me_work or claim_review to see what you hold now",
+                    ));
+                }
+                if verb.releases_sandbox() {
+                    self.release_best_effort(agent, verb.name()).await;
+                }
+                let next = match verb {
+                    Verb::PassReview | Verb::FailReview => {
+                        "claim_review for the next review, or i_am_idle"
+                    }
+                    Verb::Unclaim if from == TaskState::InReview => "claim_review, or i_am_idle",
+                    _ => "give_me_work for the next task, or i_am_idle",
+                };
+                Ok((
+                    OkEnvelope::new(
+                        Some(task.id.clone()),
+                        next,
+                        format!("task {} is now {to}", task.id),
+                    ),
+                    format!("{} {from} -> {to}", task.id),
+                ))
+            }
+            Move::None => {
+                // i_am_idle: the engagement ends.
+                self.release_best_effort(agent, verb.name()).await;
+                Ok((
+                    OkEnvelope::new(
+                        None,
+                        "nothing: your engagement is over (give_me_work if new work arrives)",
+                        "your sandbox, if any, was released",
+                    ),
+                    "idle".to_owned(),
+                ))
+            }
+        }
+    }
+
+    async fn claim(
+        &self,
+        agent: &Agent,
+        verb: Verb,
+        named: Option<&str>,
+        from: TaskState,
+        to: TaskState,
+    ) -> Result<Task, ErrorEnvelope> {
+        let Some(id) = named else {
+            return self
+                .store()
+                .claim_next(&agent.project, from, to, &agent.slug)
+                .await
+                .map_err(|e| internal("claiming a task", &e))?
+                .ok_or_else(|| {
+                    refuse(
+                        ErrorCode::NoWork,
+                        format!("no task of project {} is waiting ({from})", agent.project),
+                        format!("call {verb} again later, or i_am_idle to end your engagement"),
+                    )
+                });
+        };
+        let not_found = || {
+            refuse(
+                ErrorCode::NotFound,
+                format!(
+                    "task {} does not exist in project {}",
+                    sandboxd_domain::error::quote(id),
+                    agent.project
+                ),
+                format!(
+                    "call {verb} with a task id of your project, or without one to take the next"
+                ),
+            )
+        };
+        let task = self
+            .store()
+            .get_task(id)
+            .await
+            .map_err(|e| internal("reading the task", &e))?
+            .filter(|t| t.project == agent.project)
+            .ok_or_else(not_found)?;
+        let taken = || {
+            refuse(
+                ErrorCode::TaskTaken,
+                format!(
+                    "task {} is {} and cannot be claimed now",
+                    task.id, task.state
+                ),
+                format!("call {verb} without a task id to take the next waiting one"),
+            )
+        };
+        if task.state != from || task.claimed_by.is_some() {
+            return Err(taken());
+        }
+        let claimed = self
+            .store()
+            .transition(&task.id, from, None, to, Some(&agent.slug))
+            .await
+            .map_err(|e| internal("claiming the task", &e))?;
+        if !claimed {
+            return Err(taken());
+        }
+        Ok(Task {
+            state: to,
+            claimed_by: Some(agent.slug.clone()),
+            ..task
+        })
+    }
+
+    async fn note(
+        &self,
+        agent: &Agent,
+        role: &RoleSpec,
+        verb: Verb,
+        args: NoteArgs,
+    ) -> Result<(OkEnvelope, String), ErrorEnvelope> {
+        check_text(verb, &args.text)?;
+        let task = match &args.task {
+            Some(id) => self.task_in_project(agent, verb, id).await?,
+            None => self.held_task(agent, verb).await?,
+        };
+        // Roles that observe (the auditor) write only private notes.
+        let private = args.private || role.private_notes;
+        self.store()
+            .record_task_note(&task.id, &agent.slug, NoteKind::Note, private, &args.text)
+            .await
+            .map_err(|e| internal("recording your note", &e))?;
+        Ok((
+            OkEnvelope::new(Some(task.id.clone()), "continue your task", "note recorded"),
+            format!(
+                "note on {}{}",
+                task.id,
+                if private { " (private)" } else { "" }
+            ),
+        ))
+    }
+
+    async fn evidence(
+        &self,
+        agent: &Agent,
+        role: &RoleSpec,
+        verb: Verb,
+        args: EvidenceArgs,
+    ) -> Result<(OkEnvelope, String), ErrorEnvelope> {
+        let task = match &args.task {
+            Some(id) => self.task_in_project(agent, verb, id).await?,
+            None => self.held_task(agent, verb).await?,
+        };
+        match args.text {
+            Some(text) => {
+                if role.read_only_evidence {
+                    return Err(refuse(
+                        ErrorCode::VerbNotAllowed,
+                        format!("role {} reads evidence but does not record it", agent.role),
+                        "call evidence without text to read it",
+                    ));
+                }
+                check_text(verb, &text)?;
+                if task.claimed_by.as_ref() != Some(&agent.slug) {
+                    return Err(refuse(
+                        ErrorCode::OutOfOrder,
+                        format!(
+                            "you can record evidence only on a task you hold, not {}",
+                            task.id
+                        ),
+                        "call give_me_work or claim_review first",
+                    ));
+                }
+                self.store()
+                    .record_task_note(&task.id, &agent.slug, NoteKind::Evidence, false, &text)
+                    .await
+                    .map_err(|e| internal("recording your evidence", &e))?;
+                Ok((
+                    OkEnvelope::new(
+                        Some(task.id.clone()),
+                        "continue your task",
+                        "evidence recorded",
+                    ),
+                    format!("evidence on {}", task.id),
+                ))
+            }
+            None => {
+                let notes = self
+                    .store()
+                    .list_task_notes(&task.id, false)
+                    .await
+                    .map_err(|e| internal("reading evidence", &e))?;
+                let items: Vec<serde_json::Value> = notes
+                    .iter()
+                    .filter(|n| n.kind == NoteKind::Evidence)
+                    .map(|n| serde_json::json!({"by": n.agent, "at_ms": n.at_ms, "text": n.text}))
+                    .collect();
+                Ok((
+                    OkEnvelope::new(Some(task.id.clone()), "continue", briefing(&task))
+                        .with_evidence(serde_json::Value::Array(items)),
+                    format!("read evidence of {}", task.id),
+                ))
+            }
+        }
+    }
+
+    async fn task_in_project(
+        &self,
+        agent: &Agent,
+        verb: Verb,
+        id: &str,
+    ) -> Result<Task, ErrorEnvelope> {
+        self.store()
+            .get_task(id)
+            .await
+            .map_err(|e| internal("reading the task", &e))?
+            .filter(|t| t.project == agent.project)
+            .ok_or_else(|| {
+                refuse(
+                    ErrorCode::NotFound,
+                    format!(
+                        "task {} does not exist in project {}",
+                        sandboxd_domain::error::quote(id),
+                        agent.project
+                    ),
+                    format!("call {verb} with a task id of your project"),
+                )
+            })
+    }
+
+    async fn held_task(&self, agent: &Agent, verb: Verb) -> Result<Task, ErrorEnvelope> {
+        self.store()
+            .active_task_of(&agent.slug)
+            .await
+            .map_err(|e| internal("looking up your task", &e))?
+            .ok_or_else(|| {
+                refuse(
+                    ErrorCode::OutOfOrder,
+                    format!("{verb} records on the task you hold, and you hold none"),
+                    "call give_me_work or claim_review first (or pass a task id)",
+                )
+            })
+    }
+}

@@ -1,0 +1,170 @@
+//! The guard chain of request_sandbox, in order, each with its own code; injections refused
+//! with nothing created.
+
+use sandboxd_domain::envelope::ErrorCode;
+use sandboxd_domain::roles::Verb;
+use serde_json::json;
+
+use crate::support::{World, WorldSpec, refused};
+
+#[tokio::test]
+async fn each_guard_refuses_with_its_own_code_in_order() {
+    // Guard 1 (switch off) wins over guard 2 (no task) for the same call.
+    let off = World::new(WorldSpec {
+        enabled: false,
+        ..WorldSpec::default()
+    })
+    .await
+    .expect("process world");
+    off.run(|w| async move {
+        let dev = w.agent("developer").await;
+        let err = refused(w.call(&dev, Verb::RequestSandbox, json!({})).await);
+        assert_eq!(err.error, ErrorCode::SandboxDisabled);
+        assert!(!err.retryable);
+        let settings = w.broker.settings().await.expect("settings");
+        assert!(!settings.sandbox_db_enabled_running);
+        assert_eq!(w.backend.total(), 0);
+    })
+    .await;
+
+    World::new(WorldSpec::default())
+        .await
+        .expect("process world")
+        .run(|w| async move {
+            // Guard 2: no task held; and it wins over guard 4 (an unknown service).
+            let dev = w.agent("developer").await;
+            let err = refused(
+                w.call(&dev, Verb::RequestSandbox, json!({"services": ["oracle"]}))
+                    .await,
+            );
+            assert_eq!(err.error, ErrorCode::NoActiveTask);
+            assert!(err.remediate.contains("give_me_work"), "{err:?}");
+            assert!(!err.retryable);
+
+            // Guard 4: a service outside the project's set, naming the allowed set.
+            let dev = w.working_agent("developer").await;
+            let err = refused(
+                w.call(&dev, Verb::RequestSandbox, json!({"services": ["mariadb"]}))
+                    .await,
+            );
+            assert_eq!(err.error, ErrorCode::ServiceNotAllowed);
+            assert!(err.message.contains("postgres, redis"), "{err:?}");
+            assert!(!err.retryable);
+
+            // Guard 4: extensions for a service not opted into, and outside the allowlist.
+            let err = refused(
+                w.call(
+                    &dev,
+                    Verb::RequestSandbox,
+                    json!({"extensions": {"mariadb": ["x"]}}),
+                )
+                .await,
+            );
+            assert_eq!(err.error, ErrorCode::FeatureNotAllowed);
+            let err = refused(
+                w.call(
+                    &dev,
+                    Verb::RequestSandbox,
+                    json!({"extensions": {"postgres": ["plpython3u"]}}),
+                )
+                .await,
+            );
+            assert_eq!(err.error, ErrorCode::FeatureNotAllowed);
+            assert!(
+                err.message
+                    .contains("vector, postgis, pg_trgm, citext, uuid-ossp"),
+                "{err:?}"
+            );
+
+            // Guard 3: the project opts out; it wins over guard 4 for the same call.
+            w.broker
+                .set_project(&w.project, None, None)
+                .await
+                .expect("opt out");
+            let err = refused(
+                w.call(&dev, Verb::RequestSandbox, json!({"services": ["oracle"]}))
+                    .await,
+            );
+            assert_eq!(err.error, ErrorCode::ProjectNotOptedIn);
+            assert!(!err.retryable);
+
+            // A role without request_sandbox is refused by the manifest, whatever it sends.
+            let reviewer = w.agent("pr_reviewer").await;
+            let err = refused(w.call(&reviewer, Verb::RequestSandbox, json!({})).await);
+            assert_eq!(err.error, ErrorCode::VerbNotAllowed);
+            assert_eq!(w.backend.total(), 0, "no guard lets anything be created");
+        })
+        .await;
+}
+
+#[tokio::test]
+async fn provisioner_unavailable_is_the_one_retryable_guard() {
+    // A Docker socket that does not exist: the backend cannot be reached.
+    let world = World::new(WorldSpec::default())
+        .await
+        .expect("process world");
+    world
+        .run(|w| async move {
+            let unreachable = sandboxd_backend::docker::DockerBackend::new(
+                sandboxd_backend::docker::DockerConfig {
+                    socket: "unix:///nonexistent/docker.sock".into(),
+                    ..Default::default()
+                },
+            )
+            .expect("config is valid");
+            let cipher = sandboxd_broker::SecretCipher::load_or_create(&w.key_path).expect("key");
+            let store = sandboxd_broker::Store::open(
+                &format!("sqlite://{}", w.store_path.display()),
+                cipher,
+            )
+            .await
+            .expect("store");
+            let broker = sandboxd_broker::Broker::start(
+                w.config.clone(),
+                store,
+                sandboxd_broker::Backends::new(std::sync::Arc::new(unreachable), vec![]),
+            )
+            .await
+            .expect("a broker starts even when its backend is down");
+            let dev = w.working_agent("developer").await;
+            let err = refused(broker.call(&dev, Verb::RequestSandbox, json!({})).await);
+            assert_eq!(err.error, ErrorCode::ProvisionerUnavailable);
+            assert!(err.retryable);
+        })
+        .await;
+}
+
+#[tokio::test]
+async fn injections_in_names_are_refused_escaped_and_create_nothing() {
+    World::new(WorldSpec::default())
+        .await
+        .expect("process world")
+        .run(|w| async move {
+            let dev = w.working_agent("developer").await;
+            for args in [
+                json!({"services": ["postgres; DROP TABLE x"]}),
+                json!({"services": ["postgres\n<script>alert(1)</script>"]}),
+                json!({"extensions": {"postgres": ["vector; DROP TABLE x"]}}),
+                json!({"extensions": {"postgres": ["plpython3u"]}}),
+                json!({"extensions": {"../../etc": ["x"]}}),
+                json!({"services": "postgres"}),
+                json!({"servicez": ["postgres"]}),
+            ] {
+                let err = refused(w.call(&dev, Verb::RequestSandbox, args.clone()).await);
+                assert!(
+                    matches!(
+                        err.error,
+                        ErrorCode::ServiceNotAllowed
+                            | ErrorCode::FeatureNotAllowed
+                            | ErrorCode::InvalidArgument
+                    ),
+                    "{args}: {err:?}"
+                );
+                assert!(!err.message.contains('\n'), "escaped: {err:?}");
+                assert!(!err.message.contains("<script>"), "escaped: {err:?}");
+            }
+            assert_eq!(w.backend.total(), 0);
+            assert!(w.listed(&dev.slug).await.is_empty());
+        })
+        .await;
+}

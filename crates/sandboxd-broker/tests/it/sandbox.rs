@@ -1,0 +1,363 @@
+//! Whole-set sandboxes: one provision per service under concurrency, cache hits for subsets and
+//! supersets, eviction of a dead sandbox, all-or-nothing failures, features, release hooks.
+
+use std::collections::BTreeSet;
+use std::time::Duration;
+
+use sandboxd_backend::Backend;
+
+use futures::future::join_all;
+use sandboxd_domain::envelope::ErrorCode;
+use sandboxd_domain::roles::Verb;
+use serde_json::json;
+
+use crate::support::{Kind, World, WorldSpec, evidence_of, ok, passwords, pg_query, refused};
+
+async fn twenty_concurrent_requests_provision_once(kind: Kind) {
+    let Some(world) = World::new(WorldSpec {
+        kind,
+        ..WorldSpec::default()
+    })
+    .await
+    else {
+        return;
+    };
+    world
+        .run(|w| async move {
+            let dev = w.working_agent("developer").await;
+            let calls = (0..20).map(|i| {
+                let services = match i % 3 {
+                    0 => json!({}),
+                    1 => json!({"services": ["postgres"]}),
+                    _ => json!({"services": ["redis", "postgres"]}),
+                };
+                w.call(&dev, Verb::RequestSandbox, services)
+            });
+            let answers: Vec<_> = join_all(calls).await.into_iter().map(ok).collect();
+            assert_eq!(
+                w.backend.provisions_of("postgres"),
+                1,
+                "one postgres provision"
+            );
+            assert_eq!(w.backend.provisions_of("redis"), 1, "one redis provision");
+            let postgres: BTreeSet<String> = answers
+                .iter()
+                .map(|a| passwords(a)["postgres"].clone())
+                .collect();
+            assert_eq!(postgres.len(), 1, "identical credentials in all 20 answers");
+            // Filtered to what each call asked.
+            let only_pg = answers
+                .iter()
+                .find(|a| passwords(a).len() == 1)
+                .expect("a postgres-only answer");
+            assert!(passwords(only_pg).contains_key("postgres"));
+            pg_query(
+                evidence_of(&answers[0], "postgres"),
+                "CREATE TABLE t(x int)",
+            )
+            .await
+            .expect("the handed-out credentials work");
+        })
+        .await;
+}
+
+#[tokio::test]
+async fn twenty_concurrent_requests_provision_once_on_processes() {
+    twenty_concurrent_requests_provision_once(Kind::Process).await;
+}
+
+#[tokio::test]
+async fn twenty_concurrent_requests_provision_once_on_docker() {
+    twenty_concurrent_requests_provision_once(Kind::Docker).await;
+}
+
+#[tokio::test]
+async fn a_subset_then_a_superset_are_cache_hits() {
+    World::new(WorldSpec::default())
+        .await
+        .expect("process world")
+        .run(|w| async move {
+            let dev = w.working_agent("developer").await;
+            let first = ok(w
+                .call(&dev, Verb::RequestSandbox, json!({"services": ["redis"]}))
+                .await);
+            assert_eq!(passwords(&first).keys().collect::<Vec<_>>(), ["redis"]);
+            assert_eq!(
+                w.backend.total(),
+                2,
+                "the whole opted-in set on the first call"
+            );
+            let second = ok(w
+                .call(
+                    &dev,
+                    Verb::RequestSandbox,
+                    json!({"services": ["postgres", "redis"]}),
+                )
+                .await);
+            assert_eq!(w.backend.total(), 2, "no backend create for the superset");
+            assert_eq!(passwords(&first)["redis"], passwords(&second)["redis"]);
+            let text = w.broker.metrics().render();
+            assert!(
+                text.contains("sandboxd_sandbox_cache_requests_total{result=\"hit\"} 1"),
+                "{text}"
+            );
+            assert!(
+                text.contains("sandboxd_sandbox_cache_requests_total{result=\"miss\"} 1"),
+                "{text}"
+            );
+        })
+        .await;
+}
+
+async fn a_dead_member_evicts_the_whole_sandbox(kind: Kind) {
+    let Some(world) = World::new(WorldSpec {
+        kind,
+        ..WorldSpec::default()
+    })
+    .await
+    else {
+        return;
+    };
+    world
+        .run(|w| async move {
+            let dev = w.working_agent("developer").await;
+            let before = ok(w.call(&dev, Verb::RequestSandbox, json!({})).await);
+            let listed = w.listed(&dev.slug).await;
+            assert_eq!(listed.len(), 2);
+            let redis = listed
+                .iter()
+                .find(|i| i.handle.engine.name() == "redis")
+                .expect("redis listed");
+            kill_out_of_band(kind, redis);
+            let mut dead = false;
+            for _ in 0..100 {
+                if !w.backend.is_live(&redis.handle).await.unwrap_or(true) {
+                    dead = true;
+                    break;
+                }
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            assert!(dead, "the killed instance is seen dead");
+
+            let after = ok(w.call(&dev, Verb::RequestSandbox, json!({})).await);
+            let (old, new) = (passwords(&before), passwords(&after));
+            assert_ne!(
+                old["postgres"], new["postgres"],
+                "new credentials for the whole set"
+            );
+            assert_ne!(old["redis"], new["redis"]);
+            assert_eq!(w.backend.total(), 4, "a fresh full-set provision");
+            // The old postgres is gone: its credentials no longer open anything.
+            assert!(
+                pg_query(evidence_of(&before, "postgres"), "SELECT 1")
+                    .await
+                    .is_err(),
+                "the old instance was torn down"
+            );
+            pg_query(evidence_of(&after, "postgres"), "SELECT 1")
+                .await
+                .expect("the new one answers");
+            assert_eq!(w.listed(&dev.slug).await.len(), 2);
+        })
+        .await;
+}
+
+fn kill_out_of_band(kind: Kind, instance: &sandboxd_backend::ListedInstance) {
+    match kind {
+        Kind::Process => {
+            let meta = std::fs::read_to_string(
+                std::path::Path::new(&instance.handle.backend_id).join("sandboxd.json"),
+            )
+            .expect("metadata");
+            let meta: serde_json::Value = serde_json::from_str(&meta).expect("json");
+            let pid = i32::try_from(meta["pid"].as_i64().expect("pid")).expect("pid fits");
+            nix::sys::signal::kill(
+                nix::unistd::Pid::from_raw(pid),
+                nix::sys::signal::Signal::SIGKILL,
+            )
+            .expect("kill");
+        }
+        Kind::Docker => {
+            let status = std::process::Command::new("docker")
+                .args(["kill", &instance.handle.name])
+                .output()
+                .expect("docker kill");
+            assert!(status.status.success(), "{status:?}");
+        }
+    }
+}
+
+#[tokio::test]
+async fn a_dead_member_evicts_the_whole_sandbox_on_processes() {
+    a_dead_member_evicts_the_whole_sandbox(Kind::Process).await;
+}
+
+#[tokio::test]
+async fn a_dead_member_evicts_the_whole_sandbox_on_docker() {
+    a_dead_member_evicts_the_whole_sandbox(Kind::Docker).await;
+}
+
+#[tokio::test]
+async fn a_partial_failure_leaves_nothing_and_is_retryable() {
+    World::new(WorldSpec {
+        services: vec!["postgres", "redis", "mariadb"],
+        tweak_process: |config| {
+            config
+                .deadlines
+                .insert("mariadb".into(), Duration::from_millis(1));
+        },
+        ..WorldSpec::default()
+    })
+    .await
+    .expect("process world")
+    .run(|w| async move {
+        let dev = w.working_agent("developer").await;
+        let err = refused(w.call(&dev, Verb::RequestSandbox, json!({})).await);
+        assert_eq!(err.error, ErrorCode::InvalidState);
+        assert!(err.retryable);
+        assert!(err.message.contains("mariadb"), "{err:?}");
+        assert!(w.listed(&dev.slug).await.is_empty(), "nothing left behind");
+        let sandboxes = w.broker.sandboxes().await.expect("sandboxes");
+        assert!(sandboxes.iter().all(|s| s.owner != dev.slug));
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn standing_and_per_call_features_are_activated_in_place() {
+    World::new(WorldSpec {
+        services: vec!["postgres"],
+        extensions: vec![("postgres", "citext")],
+        ..WorldSpec::default()
+    })
+    .await
+    .expect("process world")
+    .run(|w| async move {
+        let dev = w.working_agent("developer").await;
+        let first = ok(w.call(&dev, Verb::RequestSandbox, json!({})).await);
+        assert_eq!(
+            evidence_of(&first, "postgres")["available_extensions"],
+            json!(["citext"])
+        );
+        let second = ok(w
+            .call(
+                &dev,
+                Verb::RequestSandbox,
+                json!({"extensions": {"postgres": ["pg_trgm"]}}),
+            )
+            .await);
+        assert_eq!(w.backend.total(), 1, "activated in place, no teardown");
+        assert_eq!(passwords(&first), passwords(&second));
+        assert_eq!(
+            evidence_of(&second, "postgres")["available_extensions"],
+            json!(["citext", "pg_trgm"])
+        );
+        pg_query(
+            evidence_of(&second, "postgres"),
+            "SELECT similarity('a'::citext::text, 'a')",
+        )
+        .await
+        .expect("both extensions usable by the agent");
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn lifecycle_exits_release_the_sandbox_and_never_fail() {
+    World::new(WorldSpec::default())
+        .await
+        .expect("process world")
+        .run(|w| async move {
+            let dev = w.working_agent("developer").await;
+            ok(w.call(&dev, Verb::RequestSandbox, json!({})).await);
+            assert_eq!(w.listed(&dev.slug).await.len(), 2);
+            let done = ok(w
+                .call(&dev, Verb::IAmDone, json!({"summary": "tests pass"}))
+                .await);
+            assert!(done.next.contains("give_me_work"), "{done:?}");
+            assert!(
+                w.listed(&dev.slug).await.is_empty(),
+                "released on i_am_done"
+            );
+
+            // A qa takes the review, asks for its own sandbox, fails the review: released too.
+            let qa = w.agent("qa").await;
+            ok(w.call(&qa, Verb::ClaimReview, json!({})).await);
+            ok(w.call(&qa, Verb::RequestSandbox, json!({})).await);
+            ok(w.call(&qa, Verb::FailReview, json!({"comment": "flaky"}))
+                .await);
+            assert!(
+                w.listed(&qa.slug).await.is_empty(),
+                "released on fail_review"
+            );
+
+            // Explicit release, then a removed agent's sandbox goes too.
+            let dev2 = w.working_agent("developer").await;
+            ok(w.call(&dev2, Verb::RequestSandbox, json!({})).await);
+            ok(w.call(&dev2, Verb::ReleaseSandbox, json!({})).await);
+            assert!(w.listed(&dev2.slug).await.is_empty());
+            ok(w.call(&dev2, Verb::RequestSandbox, json!({})).await);
+            w.broker.remove_agent(&dev2.slug).await.expect("remove");
+            assert!(w.listed(&dev2.slug).await.is_empty(), "released on removal");
+        })
+        .await;
+}
+
+#[tokio::test]
+async fn orphans_past_the_grace_window_are_reaped_young_ones_kept() {
+    use sandboxd_backend::InstanceRequest;
+    use sandboxd_domain::{AgentSlug, EngineRef};
+
+    for (grace, expect_reaped) in [(Duration::from_secs(600), false), (Duration::ZERO, true)] {
+        let world = World::new(WorldSpec {
+            tweak_config: if grace.is_zero() {
+                |c| c.grace = Duration::ZERO
+            } else {
+                |c| c.grace = Duration::from_secs(600)
+            },
+            ..WorldSpec::default()
+        })
+        .await
+        .expect("process world");
+        world
+            .run(|w| async move {
+                // An instance whose owner is no agent (a crash-missed teardown).
+                let ghost = AgentSlug::parse(&crate::support::unique("ghost")).expect("slug");
+                w.track(&ghost);
+                w.backend
+                    .inner
+                    .provision(&InstanceRequest {
+                        engine: EngineRef::parse("redis").expect("registered"),
+                        owner: ghost.clone(),
+                        features: Default::default(),
+                    })
+                    .await
+                    .expect("orphan");
+                // A live agent's sandbox is never reaped.
+                let dev = w.working_agent("developer").await;
+                ok(w.call(&dev, Verb::RequestSandbox, json!({})).await);
+
+                let report = w.broker.run_janitor().await;
+                let reaped: Vec<&str> = report.reaped.iter().map(|(n, _)| n.as_str()).collect();
+                assert_eq!(
+                    w.listed(&ghost).await.is_empty(),
+                    expect_reaped,
+                    "{report:?}"
+                );
+                assert_eq!(reaped.len(), usize::from(expect_reaped), "{report:?}");
+                assert_eq!(
+                    w.listed(&dev.slug).await.len(),
+                    2,
+                    "the agent's sandbox stays"
+                );
+                if expect_reaped {
+                    let text = w.broker.metrics().render();
+                    assert!(
+                        text.contains("sandboxd_janitor_reaps_total{reason=\"owner_gone\"} 1"),
+                        "{text}"
+                    );
+                }
+            })
+            .await;
+    }
+}

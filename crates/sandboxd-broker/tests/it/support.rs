@@ -1,0 +1,397 @@
+//! A test world: a real store file, a real backend (processes, or Docker when it answers) wrapped
+//! to count provisions, a broker, and helpers to drive agents through verbs. Everything a world
+//! created is torn down and checked gone when the test ends, even when it panics.
+
+use std::collections::BTreeMap;
+use std::future::Future;
+use std::panic::AssertUnwindSafe;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use futures::FutureExt;
+use sandboxd_backend::docker::{DockerBackend, DockerConfig};
+use sandboxd_backend::process::{ProcessBackend, ProcessConfig};
+use sandboxd_backend::{
+    Backend, BackendError, DoctorCheck, InstanceHandle, InstanceRequest, ListedInstance,
+};
+use sandboxd_broker::{Agent, Backends, Broker, BrokerConfig, SecretCipher, Store};
+use sandboxd_domain::envelope::{Envelope, ErrorEnvelope, OkEnvelope};
+use sandboxd_domain::roles::Verb;
+use sandboxd_domain::{AgentSlug, BackendKind, EngineRef, Feature, Instance, ProjectSlug};
+
+/// A real backend that counts what it was asked to create.
+#[derive(Debug)]
+pub struct Counting {
+    pub inner: Arc<dyn Backend>,
+    provisions: Mutex<BTreeMap<String, usize>>,
+    pub total: AtomicUsize,
+}
+
+impl Counting {
+    pub fn new(inner: Arc<dyn Backend>) -> Self {
+        Self {
+            inner,
+            provisions: Mutex::new(BTreeMap::new()),
+            total: AtomicUsize::new(0),
+        }
+    }
+
+    pub fn provisions_of(&self, engine: &str) -> usize {
+        self.provisions
+            .lock()
+            .expect("lock")
+            .get(engine)
+            .copied()
+            .unwrap_or(0)
+    }
+
+    pub fn total(&self) -> usize {
+        self.total.load(Ordering::SeqCst)
+    }
+}
+
+#[async_trait]
+impl Backend for Counting {
+    fn kind(&self) -> BackendKind {
+        self.inner.kind()
+    }
+    async fn ping(&self) -> Result<(), BackendError> {
+        self.inner.ping().await
+    }
+    async fn supports(&self, engine: EngineRef) -> Result<(), BackendError> {
+        self.inner.supports(engine).await
+    }
+    async fn provision(&self, request: &InstanceRequest) -> Result<Instance, BackendError> {
+        self.total.fetch_add(1, Ordering::SeqCst);
+        *self
+            .provisions
+            .lock()
+            .expect("lock")
+            .entry(request.engine.name().to_owned())
+            .or_default() += 1;
+        self.inner.provision(request).await
+    }
+    async fn is_live(&self, handle: &InstanceHandle) -> Result<bool, BackendError> {
+        self.inner.is_live(handle).await
+    }
+    async fn teardown(&self, handle: &InstanceHandle) -> Result<(), BackendError> {
+        self.inner.teardown(handle).await
+    }
+    async fn list(&self) -> Result<Vec<ListedInstance>, BackendError> {
+        self.inner.list().await
+    }
+    async fn doctor(&self) -> Vec<DoctorCheck> {
+        self.inner.doctor().await
+    }
+    fn feature_location(&self, engine: EngineRef) -> String {
+        self.inner.feature_location(engine)
+    }
+}
+
+pub fn unique(tag: &str) -> String {
+    static COUNTER: AtomicU32 = AtomicU32::new(0);
+    format!(
+        "{tag}-{}-{}",
+        std::process::id(),
+        COUNTER.fetch_add(1, Ordering::Relaxed)
+    )
+}
+
+/// Which backend a world runs on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    Process,
+    Docker,
+}
+
+/// Docker tests skip when no engine answers, unless CI requires Docker.
+pub async fn docker_or_skip() -> Option<DockerBackend> {
+    let images = BTreeMap::from([
+        (
+            "postgres".to_owned(),
+            "sandboxd-local/postgres:17".to_owned(),
+        ),
+        ("redis".to_owned(), "sandboxd-local/redis:8".to_owned()),
+        ("mariadb".to_owned(), "sandboxd-local/mariadb:11".to_owned()),
+    ]);
+    let config = DockerConfig {
+        images,
+        grace: Duration::ZERO,
+        ..DockerConfig::default()
+    };
+    let backend = DockerBackend::new(config).ok();
+    let reachable = match &backend {
+        Some(b) => b.ping().await.is_ok(),
+        None => false,
+    };
+    if reachable {
+        return backend;
+    }
+    if std::env::var("SANDBOXD_REQUIRE_DOCKER").as_deref() == Ok("1") {
+        panic!("SANDBOXD_REQUIRE_DOCKER=1 but no Docker engine answers");
+    }
+    eprintln!("skipping: no Docker engine answers");
+    None
+}
+
+/// Everything one test runs against.
+pub struct World {
+    pub broker: Broker,
+    pub backend: Arc<Counting>,
+    pub store_path: PathBuf,
+    pub key_path: PathBuf,
+    pub config: BrokerConfig,
+    pub project: ProjectSlug,
+    /// Owners this world created instances for, torn down at the end.
+    owners: Mutex<Vec<AgentSlug>>,
+    _dir: tempfile::TempDir,
+}
+
+pub struct WorldSpec {
+    pub kind: Kind,
+    pub services: Vec<&'static str>,
+    pub extensions: Vec<(&'static str, &'static str)>,
+    pub enabled: bool,
+    pub tweak_config: fn(&mut BrokerConfig),
+    pub tweak_process: fn(&mut ProcessConfig),
+}
+
+impl Default for WorldSpec {
+    fn default() -> Self {
+        Self {
+            kind: Kind::Process,
+            services: vec!["postgres", "redis"],
+            extensions: vec![],
+            enabled: true,
+            tweak_config: |_| {},
+            tweak_process: |_| {},
+        }
+    }
+}
+
+impl World {
+    /// Builds a world, or None when its backend is not available here (Docker skipped).
+    pub async fn new(spec: WorldSpec) -> Option<Self> {
+        let dir = tempfile::Builder::new()
+            .prefix("sandboxd-test-")
+            .tempdir_in(if std::path::Path::new("/dev/shm").is_dir() {
+                "/dev/shm"
+            } else {
+                "/tmp"
+            })
+            .expect("temp dir");
+        {
+            use std::os::unix::fs::PermissionsExt;
+            std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755))
+                .expect("chmod");
+        }
+        let inner: Arc<dyn Backend> = match spec.kind {
+            Kind::Process => {
+                let mut config = ProcessConfig {
+                    root: dir.path().join("instances"),
+                    grace: Duration::ZERO,
+                    ..ProcessConfig::default()
+                };
+                (spec.tweak_process)(&mut config);
+                Arc::new(ProcessBackend::new(config).expect("process backend"))
+            }
+            Kind::Docker => Arc::new(docker_or_skip().await?),
+        };
+        let backend = Arc::new(Counting::new(inner));
+        let store_path = dir.path().join("sandboxd.db");
+        let key_path = dir.path().join("secret.key");
+        let cipher = SecretCipher::load_or_create(&key_path).expect("key");
+        let store = Store::open(&format!("sqlite://{}", store_path.display()), cipher)
+            .await
+            .expect("store");
+        let mut config = BrokerConfig {
+            enabled_override: Some(spec.enabled),
+            grace: Duration::from_secs(600),
+            ..BrokerConfig::default()
+        };
+        (spec.tweak_config)(&mut config);
+        let broker = Broker::start(
+            config.clone(),
+            store,
+            Backends::new(backend.clone(), vec![]),
+        )
+        .await
+        .expect("broker");
+        let project = ProjectSlug::parse(&unique("p")).expect("slug");
+        let services: Vec<EngineRef> = spec
+            .services
+            .iter()
+            .map(|s| EngineRef::parse(s).expect("engine"))
+            .collect();
+        let mut extensions = sandboxd_domain::FeatureRequest::default();
+        for (engine, feature) in &spec.extensions {
+            extensions.insert(
+                Feature::parse(EngineRef::parse(engine).expect("engine"), feature)
+                    .expect("allowlisted"),
+            );
+        }
+        broker
+            .set_project(&project, Some(services), Some(extensions))
+            .await
+            .expect("project");
+        Some(Self {
+            broker,
+            backend,
+            store_path,
+            key_path,
+            config,
+            project,
+            owners: Mutex::new(Vec::new()),
+            _dir: dir,
+        })
+    }
+
+    /// Spawns an agent of `role` in the world's project.
+    pub async fn agent(&self, role: &str) -> Agent {
+        let slug = AgentSlug::parse(&unique(role.replace('_', "-").as_str())).expect("slug");
+        self.owners.lock().expect("lock").push(slug.clone());
+        self.broker
+            .spawn_agent(&slug, role, &self.project)
+            .await
+            .expect("spawn");
+        self.broker
+            .agent(&slug)
+            .await
+            .expect("read agent")
+            .expect("agent exists")
+    }
+
+    /// An agent of `role` holding a fresh task.
+    pub async fn working_agent(&self, role: &str) -> Agent {
+        let agent = self.agent(role).await;
+        self.broker
+            .add_task(&self.project, &unique("task"), "a task")
+            .await
+            .expect("task");
+        let verb = if role == "qa" {
+            Verb::ClaimReview
+        } else {
+            Verb::GiveMeWork
+        };
+        if role == "qa" {
+            // A task waiting for review needs a developer to hand it over first.
+            let dev = self.agent("developer").await;
+            ok(self
+                .call(&dev, Verb::GiveMeWork, serde_json::json!({}))
+                .await);
+            ok(self.call(&dev, Verb::IAmDone, serde_json::json!({})).await);
+        }
+        ok(self.call(&agent, verb, serde_json::json!({})).await);
+        agent
+    }
+
+    pub async fn call(&self, agent: &Agent, verb: Verb, args: serde_json::Value) -> Envelope {
+        self.broker.call(agent, verb, args).await
+    }
+
+    pub fn track(&self, owner: &AgentSlug) {
+        self.owners.lock().expect("lock").push(owner.clone());
+    }
+
+    /// A second broker on the same store and backend, as after a restart or a crash.
+    pub async fn restarted(&self) -> Broker {
+        let cipher = SecretCipher::load_or_create(&self.key_path).expect("key");
+        let store = Store::open(&format!("sqlite://{}", self.store_path.display()), cipher)
+            .await
+            .expect("store");
+        Broker::start(
+            self.config.clone(),
+            store,
+            Backends::new(self.backend.clone(), vec![]),
+        )
+        .await
+        .expect("broker")
+    }
+
+    /// Instances the backend lists for `owner`.
+    pub async fn listed(&self, owner: &AgentSlug) -> Vec<ListedInstance> {
+        self.backend
+            .list()
+            .await
+            .expect("list")
+            .into_iter()
+            .filter(|i| &i.handle.owner == owner)
+            .collect()
+    }
+
+    /// Runs `body`, then tears down everything this world's owners have and asserts nothing of
+    /// theirs is left; re-raises a panic of `body`.
+    pub async fn run<F, Fut>(self, body: F)
+    where
+        F: FnOnce(Arc<World>) -> Fut,
+        Fut: Future<Output = ()>,
+    {
+        let world = Arc::new(self);
+        let outcome = AssertUnwindSafe(body(world.clone())).catch_unwind().await;
+        let owners: Vec<AgentSlug> = world.owners.lock().expect("lock").clone();
+        for owner in &owners {
+            for instance in world.listed(owner).await {
+                let _ = world.backend.teardown(&instance.handle).await;
+            }
+        }
+        for owner in &owners {
+            let left = world.listed(owner).await;
+            assert!(left.is_empty(), "instances left for {owner}: {left:?}");
+        }
+        if let Err(panic) = outcome {
+            std::panic::resume_unwind(panic);
+        }
+    }
+}
+
+pub fn ok(envelope: Envelope) -> OkEnvelope {
+    match envelope {
+        Envelope::Ok(ok) => ok,
+        Envelope::Error(err) => panic!("expected ok, got {err:?}"),
+    }
+}
+
+pub fn refused(envelope: Envelope) -> ErrorEnvelope {
+    match envelope {
+        Envelope::Error(err) => err,
+        Envelope::Ok(ok) => panic!("expected a refusal, got {ok:?}"),
+    }
+}
+
+/// `(service, password)` pairs of a request_sandbox answer.
+pub fn passwords(ok: &OkEnvelope) -> BTreeMap<String, String> {
+    ok.evidence
+        .as_ref()
+        .and_then(|e| e.as_array())
+        .expect("evidence array")
+        .iter()
+        .map(|entry| {
+            (
+                entry["service"].as_str().expect("service").to_owned(),
+                entry["password"].as_str().expect("password").to_owned(),
+            )
+        })
+        .collect()
+}
+
+pub async fn pg_query(entry: &serde_json::Value, sql: &str) -> Result<(), tokio_postgres::Error> {
+    let (client, connection) =
+        tokio_postgres::connect(entry["url"].as_str().expect("url"), tokio_postgres::NoTls).await?;
+    tokio::spawn(async move {
+        let _ = connection.await;
+    });
+    client.batch_execute(sql).await
+}
+
+pub fn evidence_of<'a>(ok: &'a OkEnvelope, service: &str) -> &'a serde_json::Value {
+    ok.evidence
+        .as_ref()
+        .and_then(|e| e.as_array())
+        .expect("evidence array")
+        .iter()
+        .find(|e| e["service"] == service)
+        .unwrap_or_else(|| panic!("{service} in {:?}", ok.evidence))
+}
