@@ -2,7 +2,7 @@
 //!
 //! Both databases go through sqlx's `Any` driver so every query in this crate is written once.
 //! The `Any` driver builds SQLite connections from the URL alone, which cannot ask for WAL, so
-//! [`prepare_sqlite_file`] opens the file once with SQLite's own options first (WAL is a property
+//! `prepare_sqlite_file` opens the file once with SQLite's own options first (WAL is a property
 //! of the file and sticks), and every pooled connection then sets its per-connection pragmas.
 
 use std::borrow::Cow;
@@ -164,12 +164,14 @@ pub(crate) async fn connect(url: &str) -> Result<(AnyPool, StoreKind)> {
                 .max_connections(4)
                 .after_connect(|conn, _meta| {
                     Box::pin(async move {
-                        sqlx::raw_sql(
-                            "PRAGMA foreign_keys = ON; PRAGMA busy_timeout = 10000; \
+                        let pragmas = format!(
+                            "PRAGMA foreign_keys = ON; PRAGMA busy_timeout = {}; \
                              PRAGMA synchronous = NORMAL;",
-                        )
-                        .execute(conn)
-                        .await?;
+                            SQLITE_BUSY_TIMEOUT.as_millis()
+                        );
+                        sqlx::raw_sql(sqlx::AssertSqlSafe(pragmas))
+                            .execute(conn)
+                            .await?;
                         Ok(())
                     })
                 })

@@ -7,7 +7,7 @@
 //! atomic: SQLite has one writer at a time, and PostgreSQL re-checks the `WHERE` of a blocked
 //! `UPDATE` against the row the other writer committed. No database-specific locking clause is
 //! needed, so there is one code path. The states are the domain's
-//! [`TaskState`](sandboxd_domain::lifecycle::TaskState).
+//! [`TaskState`].
 
 use sandboxd_domain::lifecycle::TaskState;
 use sandboxd_domain::{AgentSlug, ProjectSlug};
