@@ -1,0 +1,96 @@
+//! `/v1/projects`: projects and their sandbox opt-in, validated against the engine registry
+//! and each engine's feature allowlist before anything is stored.
+
+use std::collections::BTreeMap;
+
+use axum::Json;
+use axum::extract::State;
+use sandboxd_domain::{EngineRef, FeatureRequest, ProjectSlug};
+
+use super::wire::{ProjectOut, PutProject};
+use super::{ApiJson, ApiPath, TAG};
+use crate::AppState;
+use crate::error::{ApiError, ErrorBody};
+
+/// Parses an opt-in as the operator wrote it. Unknown engines and features outside an
+/// engine's allowlist are refused here, naming the allowed set; the broker then refuses
+/// features for engines that are not opted in.
+pub(crate) fn parse_opt_in(
+    services: Option<&[String]>,
+    extensions: Option<&BTreeMap<String, Vec<String>>>,
+) -> Result<(Option<Vec<EngineRef>>, Option<FeatureRequest>), ApiError> {
+    let services = services
+        .map(|names| {
+            names
+                .iter()
+                .map(|name| EngineRef::parse(name.trim()))
+                .collect::<Result<Vec<_>, _>>()
+        })
+        .transpose()?;
+    let extensions = extensions.map(FeatureRequest::parse_map).transpose()?;
+    Ok((services, extensions))
+}
+
+/// Every project with its opt-in.
+#[utoipa::path(get, path = "/v1/projects", tag = TAG,
+    responses(
+        (status = 200, body = Vec<ProjectOut>),
+        (status = 401, body = ErrorBody),
+    ))]
+pub async fn list_projects(
+    State(state): State<AppState>,
+) -> Result<Json<Vec<ProjectOut>>, ApiError> {
+    let projects = state.broker.projects().await?;
+    Ok(Json(projects.into_iter().map(ProjectOut::from).collect()))
+}
+
+/// One project.
+#[utoipa::path(get, path = "/v1/projects/{slug}", tag = TAG,
+    params(("slug" = String, Path, description = "The project's slug")),
+    responses(
+        (status = 200, body = ProjectOut),
+        (status = 400, body = ErrorBody),
+        (status = 401, body = ErrorBody),
+        (status = 404, body = ErrorBody),
+    ))]
+pub async fn get_project(
+    State(state): State<AppState>,
+    ApiPath(slug): ApiPath<String>,
+) -> Result<Json<ProjectOut>, ApiError> {
+    let slug = ProjectSlug::parse(&slug)?;
+    let project = state.broker.project(&slug).await?.ok_or_else(|| {
+        sandboxd_broker::BrokerError::NotFound {
+            what: "project",
+            id: slug.to_string(),
+        }
+    })?;
+    Ok(Json(project.into()))
+}
+
+/// Creates or updates a project's sandbox opt-in (both fields replace what is stored).
+#[utoipa::path(put, path = "/v1/projects/{slug}", tag = TAG,
+    params(("slug" = String, Path, description = "The project's slug")),
+    request_body = PutProject,
+    responses(
+        (status = 200, body = ProjectOut),
+        (status = 400, description = "Invalid slug, unknown engine, feature outside the \
+            allowlist, or features for an engine that is not opted in; nothing changed",
+            body = ErrorBody),
+        (status = 401, body = ErrorBody),
+    ))]
+pub async fn put_project(
+    State(state): State<AppState>,
+    ApiPath(slug): ApiPath<String>,
+    ApiJson(body): ApiJson<PutProject>,
+) -> Result<Json<ProjectOut>, ApiError> {
+    let slug = ProjectSlug::parse(&slug)?;
+    let (services, extensions) = parse_opt_in(
+        body.sandbox_services.as_deref(),
+        body.sandbox_extensions.as_ref(),
+    )?;
+    let project = state
+        .broker
+        .set_project(&slug, services, extensions)
+        .await?;
+    Ok(Json(project.into()))
+}

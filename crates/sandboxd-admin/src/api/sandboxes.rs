@@ -1,0 +1,45 @@
+//! `/v1/sandboxes`: what runs (as the backends list it, joined with what the broker tracks),
+//! and teardown by owner.
+
+use axum::Json;
+use axum::extract::State;
+use sandboxd_domain::AgentSlug;
+
+use super::wire::{SandboxOut, TeardownOut};
+use super::{ApiPath, TAG};
+use crate::AppState;
+use crate::error::{ApiError, ErrorBody};
+
+/// Every sandbox, by owner. No credentials.
+#[utoipa::path(get, path = "/v1/sandboxes", tag = TAG,
+    responses(
+        (status = 200, body = Vec<SandboxOut>),
+        (status = 401, body = ErrorBody),
+    ))]
+pub async fn list_sandboxes(
+    State(state): State<AppState>,
+) -> Result<Json<Vec<SandboxOut>>, ApiError> {
+    let sandboxes = state.broker.sandboxes().await?;
+    Ok(Json(sandboxes.into_iter().map(SandboxOut::from).collect()))
+}
+
+/// Tears down every instance of one owner.
+#[utoipa::path(delete, path = "/v1/sandboxes/{owner}", tag = TAG,
+    params(("owner" = String, Path, description = "The owning agent's slug")),
+    responses(
+        (status = 200, body = TeardownOut),
+        (status = 400, body = ErrorBody),
+        (status = 401, body = ErrorBody),
+        (status = 404, body = ErrorBody),
+    ))]
+pub async fn teardown_sandbox(
+    State(state): State<AppState>,
+    ApiPath(owner): ApiPath<String>,
+) -> Result<Json<TeardownOut>, ApiError> {
+    let owner = AgentSlug::parse(&owner)?;
+    let removed = state.broker.teardown_sandbox(&owner).await?;
+    Ok(Json(TeardownOut {
+        owner: owner.to_string(),
+        removed,
+    }))
+}

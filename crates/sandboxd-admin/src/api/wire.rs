@@ -1,0 +1,363 @@
+//! The admin API's wire types. The broker's and the store's types are not the wire format: each
+//! is mapped here, field by field, so a change inside cannot silently change the API (and a
+//! token hash or a credential cannot leak through a derived `Serialize`).
+
+use std::collections::BTreeMap;
+
+use sandboxd_broker::{
+    Actor, Agent, AuditEntry, AuditPage, InstanceView, JanitorReport, Project, SandboxView,
+    SettingsView, Spawned, Task,
+};
+use secrecy::ExposeSecret;
+use serde::{Deserialize, Serialize};
+use utoipa::{IntoParams, ToSchema};
+
+/// The master switch (§2): the stored value, the value this running daemon uses, and the
+/// environment override if one is set.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct Settings {
+    pub sandbox_db_enabled_stored: bool,
+    pub sandbox_db_enabled_running: bool,
+    /// `ROBOCO_SANDBOX_DB_ENABLED` as read at start; it wins over the stored value.
+    pub env_override: Option<bool>,
+    /// When a stored change takes effect.
+    pub takes_effect: String,
+}
+
+impl From<SettingsView> for Settings {
+    fn from(view: SettingsView) -> Self {
+        Self {
+            sandbox_db_enabled_stored: view.sandbox_db_enabled_stored,
+            sandbox_db_enabled_running: view.sandbox_db_enabled_running,
+            env_override: view.env_override,
+            takes_effect: view.takes_effect.to_owned(),
+        }
+    }
+}
+
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct PutSettings {
+    /// Persisted at once; takes effect at the next restart.
+    pub sandbox_db_enabled: bool,
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct ProjectOut {
+    pub slug: String,
+    /// Engines the project opted into; `null` when not opted in.
+    pub sandbox_services: Option<Vec<String>>,
+    /// Standing features per engine, e.g. `{"<engine>": ["<feature>"]}`.
+    pub sandbox_extensions: Option<BTreeMap<String, Vec<String>>>,
+    pub created_at_ms: i64,
+    pub updated_at_ms: i64,
+}
+
+impl From<Project> for ProjectOut {
+    fn from(p: Project) -> Self {
+        Self {
+            slug: p.slug.to_string(),
+            sandbox_services: p
+                .sandbox_services
+                .map(|s| s.iter().map(|e| e.name().to_owned()).collect()),
+            sandbox_extensions: p.sandbox_extensions.map(|e| e.to_map()),
+            created_at_ms: p.created_at_ms,
+            updated_at_ms: p.updated_at_ms,
+        }
+    }
+}
+
+/// A project's sandbox opt-in. Both fields replace what is stored; `null` or an empty list
+/// means "not opted in". Engines and features are validated against the registry and each
+/// engine's allowlist; features may only name opted-in engines.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct PutProject {
+    #[serde(default)]
+    pub sandbox_services: Option<Vec<String>>,
+    #[serde(default)]
+    pub sandbox_extensions: Option<BTreeMap<String, Vec<String>>>,
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct AgentOut {
+    pub slug: String,
+    pub role: String,
+    pub project: String,
+    pub created_at_ms: i64,
+}
+
+impl From<Agent> for AgentOut {
+    fn from(a: Agent) -> Self {
+        Self {
+            slug: a.slug.to_string(),
+            role: a.role,
+            project: a.project.to_string(),
+            created_at_ms: a.created_at_ms,
+        }
+    }
+}
+
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct SpawnAgent {
+    pub slug: String,
+    /// A role of the daemon's role book (`developer`, `qa`, `pr_reviewer`, `documenter`,
+    /// `auditor` by default).
+    pub role: String,
+    pub project: String,
+}
+
+/// The spawn answer (§3.1). The token is shown here once and never again: only its hash is
+/// stored.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct SpawnedOut {
+    pub agent: String,
+    pub role: String,
+    pub project: String,
+    /// The agent's bearer token for the MCP gateway.
+    pub token: String,
+    /// The exact verbs of the role.
+    pub manifest: Vec<String>,
+    /// The spawn environment: only `ROBOCO_SANDBOX_SERVICES_AVAILABLE`, and only for an
+    /// opted-in project and a role that may request sandboxes. Never a credential.
+    pub env: BTreeMap<String, String>,
+    pub briefing: Vec<String>,
+}
+
+impl From<Spawned> for SpawnedOut {
+    fn from(s: Spawned) -> Self {
+        Self {
+            agent: s.agent.to_string(),
+            role: s.role,
+            project: s.project.to_string(),
+            token: s.token.expose_secret().to_owned(),
+            manifest: s.manifest.iter().map(|v| v.name().to_owned()).collect(),
+            env: s.env,
+            briefing: s.briefing,
+        }
+    }
+}
+
+#[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
+pub struct AgentsQuery {
+    /// Only this project's agents.
+    pub project: Option<String>,
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct TaskOut {
+    pub id: String,
+    pub project: String,
+    pub title: String,
+    pub description: String,
+    /// `open`, `in_progress`, `review`, `in_review` or `done`.
+    pub state: String,
+    pub claimed_by: Option<String>,
+    pub created_at_ms: i64,
+    pub updated_at_ms: i64,
+}
+
+impl From<Task> for TaskOut {
+    fn from(t: Task) -> Self {
+        Self {
+            id: t.id,
+            project: t.project.to_string(),
+            title: t.title,
+            description: t.description,
+            state: t.state.as_str().to_owned(),
+            claimed_by: t.claimed_by.map(|s| s.to_string()),
+            created_at_ms: t.created_at_ms,
+            updated_at_ms: t.updated_at_ms,
+        }
+    }
+}
+
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct NewTask {
+    pub project: String,
+    /// 1 to 200 characters.
+    pub title: String,
+    /// At most 16 KiB.
+    #[serde(default)]
+    pub description: String,
+}
+
+#[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
+pub struct TasksQuery {
+    pub project: Option<String>,
+    /// A task state, e.g. `open`.
+    pub state: Option<String>,
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct InstanceOut {
+    pub name: String,
+    pub engine: String,
+    pub backend: String,
+    pub host: String,
+    pub port: u16,
+    pub created_at_ms: i64,
+    pub live: bool,
+    pub status: String,
+    /// False for an instance no agent's sandbox record knows (the janitor reaps it once its
+    /// owner is gone).
+    pub tracked: bool,
+}
+
+impl From<InstanceView> for InstanceOut {
+    fn from(i: InstanceView) -> Self {
+        Self {
+            name: i.name,
+            engine: i.engine.name().to_owned(),
+            backend: i.backend.as_str().to_owned(),
+            host: i.host,
+            port: i.port,
+            created_at_ms: i.created_at_ms,
+            live: i.live,
+            status: i.status,
+            tracked: i.tracked,
+        }
+    }
+}
+
+/// Every instance of one owner (an agent slug). No credentials.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct SandboxOut {
+    pub owner: String,
+    pub engines: Vec<String>,
+    pub backends: Vec<String>,
+    pub created_at_ms: i64,
+    /// `live`, `degraded` (some member not live) or `dead`.
+    pub status: String,
+    pub instances: Vec<InstanceOut>,
+}
+
+impl From<SandboxView> for SandboxOut {
+    fn from(s: SandboxView) -> Self {
+        Self {
+            owner: s.owner.to_string(),
+            engines: s.engines.iter().map(|e| e.name().to_owned()).collect(),
+            backends: s.backends.iter().map(|b| b.as_str().to_owned()).collect(),
+            created_at_ms: s.created_at_ms,
+            status: s.status.to_owned(),
+            instances: s.instances.into_iter().map(InstanceOut::from).collect(),
+        }
+    }
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct TeardownOut {
+    pub owner: String,
+    /// How many instances were removed.
+    pub removed: usize,
+}
+
+#[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
+pub struct AuditQuery {
+    /// Only entries of this agent (its slug).
+    pub agent: Option<String>,
+    /// Only entries about this project.
+    pub project: Option<String>,
+    /// `ok`, `failed` (anything but ok), or one error code.
+    pub outcome: Option<String>,
+    /// The `next_before` of the previous page.
+    pub before: Option<String>,
+    /// Page size (default 50, at most 1000).
+    pub limit: Option<u32>,
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct AuditEntryOut {
+    pub id: String,
+    pub at_ms: i64,
+    /// `operator`, `daemon` or `agent:<slug>`.
+    pub actor: String,
+    pub action: String,
+    pub subject: String,
+    pub project: Option<String>,
+    /// `ok` or an error code.
+    pub outcome: String,
+    pub duration_ms: u64,
+    pub detail: String,
+}
+
+pub fn actor_text(actor: &Actor) -> String {
+    match actor {
+        Actor::Agent(slug) => format!("agent:{slug}"),
+        other => other.to_string(),
+    }
+}
+
+impl From<AuditEntry> for AuditEntryOut {
+    fn from(e: AuditEntry) -> Self {
+        Self {
+            actor: actor_text(&e.actor),
+            id: e.id,
+            at_ms: e.at_ms,
+            action: e.action,
+            subject: e.subject,
+            project: e.project.map(|p| p.to_string()),
+            outcome: e.outcome,
+            duration_ms: e.duration_ms,
+            detail: e.detail,
+        }
+    }
+}
+
+/// One page of the audit log, newest first.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct AuditPageOut {
+    pub entries: Vec<AuditEntryOut>,
+    /// Pass as `before` for the next (older) page; `null` on the last page.
+    pub next_before: Option<String>,
+    /// Entries matching the filter in all.
+    pub total: u64,
+}
+
+impl From<AuditPage> for AuditPageOut {
+    fn from(p: AuditPage) -> Self {
+        Self {
+            entries: p.entries.into_iter().map(AuditEntryOut::from).collect(),
+            next_before: p.next_before,
+            total: p.total,
+        }
+    }
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct ReapedOut {
+    pub instance: String,
+    /// `owner_gone`, `dead` or `max_lifetime`.
+    pub reason: String,
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct JanitorOut {
+    /// Instances the backends listed.
+    pub examined: usize,
+    pub reaped: Vec<ReapedOut>,
+    /// Skipped: younger than the grace window.
+    pub kept_young: usize,
+    /// Stored sandbox records whose instances no backend lists any more.
+    pub forgotten: usize,
+}
+
+impl From<JanitorReport> for JanitorOut {
+    fn from(r: JanitorReport) -> Self {
+        Self {
+            examined: r.examined,
+            reaped: r
+                .reaped
+                .into_iter()
+                .map(|(instance, reason)| ReapedOut { instance, reason })
+                .collect(),
+            kept_young: r.kept_young,
+            forgotten: r.forgotten,
+        }
+    }
+}

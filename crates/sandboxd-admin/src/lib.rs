@@ -1,0 +1,88 @@
+//! The operator surface: everything an operator (a person, or the orchestrator running agents)
+//! reaches over HTTP. [`router`] serves it as one axum router the daemon merges with the agent
+//! gateway's.
+//!
+//! Parts:
+//! - `api/`: the admin API under `/v1` (JSON, `Authorization: Bearer <admin token>`), one file
+//!   per resource; each handler carries its OpenAPI description, and the router and the
+//!   document at `/v1/openapi.json` are built from the same `routes!` lists, so they cannot
+//!   drift. `api/wire.rs` holds the wire types: the broker's types are not the wire format.
+//! - `auth.rs`: the admin token, compared in constant time.
+//! - `error.rs`: caller mistakes (4xx, a clear message naming what is allowed) apart from
+//!   internal failures (500, a generic message; the cause is logged).
+//! - `panel/`: the web panel, server-rendered with maud, no JavaScript: an admin login with
+//!   in-memory sessions (HttpOnly, SameSite=Strict cookie), a CSRF token in every form, and
+//!   the Settings, Projects, Sandboxes and Audit pages.
+//! - `metrics.rs`: `/metrics`, the broker's Prometheus text.
+//!
+//! What this crate will not do: touch the store or a backend (it asks the
+//! [`Broker`](sandboxd_broker::Broker), which audits every change), decide anything the broker
+//! decides, or show a credential anywhere but the one answer that hands out an agent token.
+#![forbid(unsafe_code)]
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::Router;
+use sandboxd_broker::Broker;
+use secrecy::SecretString;
+
+mod api;
+mod auth;
+mod error;
+mod metrics;
+mod panel;
+
+pub use api::openapi;
+
+/// How the operator surface is set up. Only the admin token has no default.
+#[derive(Debug, Clone)]
+pub struct AdminConfig {
+    /// The admin token: the API's bearer token and the panel's login secret.
+    pub admin_token: SecretString,
+    /// How long a panel login lasts.
+    pub session_ttl: Duration,
+    /// Mark the panel's cookies `Secure` (only when the daemon is reached over HTTPS, e.g.
+    /// behind a TLS proxy; over plain loopback HTTP a browser would drop them).
+    pub secure_cookies: bool,
+    /// Panel sessions held at once; the oldest is dropped past this.
+    pub max_sessions: usize,
+}
+
+impl AdminConfig {
+    pub fn new(admin_token: SecretString) -> Self {
+        Self {
+            admin_token,
+            session_ttl: Duration::from_secs(12 * 3600),
+            secure_cookies: false,
+            max_sessions: 256,
+        }
+    }
+}
+
+/// What every handler shares.
+#[derive(Debug, Clone)]
+pub(crate) struct AppState {
+    pub broker: Broker,
+    pub token: Arc<auth::AdminToken>,
+    pub sessions: Arc<panel::session::Sessions>,
+    pub config: Arc<AdminConfig>,
+}
+
+/// The admin API (`/v1/...`, `/v1/openapi.json`), `/metrics` and the panel (`/`).
+pub fn router(broker: Broker, config: AdminConfig) -> Router {
+    let state = AppState {
+        broker,
+        token: Arc::new(auth::AdminToken::new(&config.admin_token)),
+        sessions: Arc::new(panel::session::Sessions::new(
+            config.session_ttl,
+            config.max_sessions,
+        )),
+        config: Arc::new(config),
+    };
+    Router::new()
+        .merge(api::router(state.clone()))
+        .merge(panel::router(state.clone()))
+        .merge(metrics::router())
+        .with_state(state)
+}

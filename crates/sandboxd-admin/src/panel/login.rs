@@ -1,0 +1,150 @@
+//! The admin login: a form taking the admin token. Before there is a session, the login form is
+//! protected from cross-site submission by a double-submit token (a SameSite=Strict cookie that
+//! the form must echo); after it, by the session's own CSRF token.
+
+use axum::Extension;
+use axum::body::Bytes;
+use axum::extract::{Request, State};
+use axum::http::{HeaderMap, StatusCode, header};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Redirect, Response};
+use maud::{Markup, html};
+
+use super::layout;
+use super::session::{PanelSession, random_token, tokens_match};
+use super::{FormFields, SESSION_COOKIE, cookie, csrf_refusal, set_cookie};
+use crate::AppState;
+
+/// The login form's double-submit cookie.
+const LOGIN_COOKIE: &str = "sandboxd_login";
+const LOGIN_COOKIE_SECS: u64 = 3600;
+
+fn session_of(state: &AppState, headers: &HeaderMap) -> Option<PanelSession> {
+    cookie(headers, SESSION_COOKIE).and_then(|id| state.sessions.get(&id))
+}
+
+/// The gate in front of every page but the login: no session, no page (303 to the login).
+pub async fn require_session(
+    State(state): State<AppState>,
+    mut request: Request,
+    next: Next,
+) -> Response {
+    match session_of(&state, request.headers()) {
+        Some(session) => {
+            request.extensions_mut().insert(session);
+            next.run(request).await
+        }
+        None => Redirect::to("/login").into_response(),
+    }
+}
+
+fn form(csrf: &str, error: Option<&str>) -> Markup {
+    layout::bare(
+        "Log in",
+        html! {
+            div class="card login" {
+                h1 { span class="brand-mark" { "◆" } " sandboxd" }
+                p class="muted" { "Operator panel" }
+                @if let Some(error) = error {
+                    div class="flash flash-error" role="alert" { (error) }
+                }
+                form method="post" action="/login" {
+                    input type="hidden" name="csrf" value=(csrf);
+                    label for="token" { "Admin token" }
+                    input id="token" type="password" name="token" autocomplete="current-password"
+                        required autofocus;
+                    button class="primary" type="submit" { "Log in" }
+                }
+                p class="muted small" {
+                    "The token is in the daemon's admin token file ("
+                    code { "admin.token" } " in its state directory) or in "
+                    code { "SANDBOXD_ADMIN_TOKEN" } "."
+                }
+            }
+        },
+    )
+}
+
+fn login_page(state: &AppState, status: StatusCode, error: Option<&str>) -> Response {
+    let csrf = random_token();
+    (
+        status,
+        [(
+            header::SET_COOKIE,
+            set_cookie(
+                LOGIN_COOKIE,
+                &csrf,
+                LOGIN_COOKIE_SECS,
+                state.config.secure_cookies,
+            ),
+        )],
+        form(&csrf, error),
+    )
+        .into_response()
+}
+
+pub async fn show(State(state): State<AppState>, headers: HeaderMap) -> Response {
+    if session_of(&state, &headers).is_some() {
+        return Redirect::to("/").into_response();
+    }
+    login_page(&state, StatusCode::OK, None)
+}
+
+pub async fn submit(State(state): State<AppState>, headers: HeaderMap, body: Bytes) -> Response {
+    let fields = FormFields::parse(&body);
+    let expected = cookie(&headers, LOGIN_COOKIE).unwrap_or_default();
+    let sent = fields.get("csrf").unwrap_or_default();
+    if !tokens_match(sent, &expected) {
+        return login_page(
+            &state,
+            StatusCode::FORBIDDEN,
+            Some("The login form expired (or cookies are off). Try again."),
+        );
+    }
+    let token = fields.get("token").unwrap_or_default();
+    if !state.token.verify(token) {
+        tracing::warn!("panel: a login with a wrong admin token");
+        return login_page(
+            &state,
+            StatusCode::UNAUTHORIZED,
+            Some("That is not the admin token."),
+        );
+    }
+    let session = state.sessions.create();
+    let secure = state.config.secure_cookies;
+    let mut response = Redirect::to("/").into_response();
+    let headers = response.headers_mut();
+    for value in [
+        set_cookie(
+            SESSION_COOKIE,
+            &session.id,
+            state.sessions.ttl().as_secs(),
+            secure,
+        ),
+        set_cookie(LOGIN_COOKIE, "", 0, secure),
+    ] {
+        if let Ok(value) = value.parse() {
+            headers.append(header::SET_COOKIE, value);
+        }
+    }
+    response
+}
+
+pub async fn logout(
+    State(state): State<AppState>,
+    Extension(session): Extension<PanelSession>,
+    body: Bytes,
+) -> Response {
+    if let Some(refused) = csrf_refusal(&session, &FormFields::parse(&body)) {
+        return refused;
+    }
+    state.sessions.remove(&session.id);
+    (
+        [(
+            header::SET_COOKIE,
+            set_cookie(SESSION_COOKIE, "", 0, state.config.secure_cookies),
+        )],
+        Redirect::to("/login"),
+    )
+        .into_response()
+}

@@ -1,0 +1,368 @@
+//! Projects: the list, and one project's Sandbox card — a checkbox per engine of the registry
+//! and, per engine, a checkbox per feature of its allowlist. Saving goes through the same
+//! validation as the API (registry, allowlists, then the broker).
+
+use std::collections::BTreeMap;
+
+use axum::Extension;
+use axum::body::Bytes;
+use axum::extract::State;
+use axum::response::{IntoResponse, Response};
+use maud::{Markup, html};
+use sandboxd_broker::{BrokerError, Project};
+use sandboxd_domain::engine::FeatureKind;
+use sandboxd_domain::{EngineRef, ProjectSlug, engines};
+
+use super::layout::{self, Section, age, badge, csrf_field, now_ms};
+use super::session::PanelSession;
+use super::{FormFields, csrf_refusal, done, failure};
+use crate::AppState;
+use crate::api::ApiPath;
+use crate::api::projects::parse_opt_in;
+
+fn services_cell(project: &Project) -> Markup {
+    html! {
+        @match &project.sandbox_services {
+            Some(services) if !services.is_empty() => {
+                @for engine in services {
+                    (badge("info", engine.name())) " "
+                }
+            }
+            _ => span class="muted" { "not opted in" },
+        }
+    }
+}
+
+fn extensions_cell(project: &Project) -> Markup {
+    html! {
+        @match &project.sandbox_extensions {
+            Some(extensions) if !extensions.is_empty() => {
+                @for (engine, features) in extensions.to_map() {
+                    span class="kv" { (engine) ": " (features.join(", ")) } " "
+                }
+            }
+            _ => span class="muted" { "—" },
+        }
+    }
+}
+
+pub async fn list(
+    State(state): State<AppState>,
+    Extension(session): Extension<PanelSession>,
+) -> Response {
+    let flash = state.sessions.take_flash(&session.id);
+    let projects = match state.broker.projects().await {
+        Ok(projects) => projects,
+        Err(err) => return failure(&session, Section::Projects, "Projects", err),
+    };
+    let now = now_ms();
+    let body = html! {
+        section class="card" {
+            @if projects.is_empty() {
+                p class="empty" { "No projects yet. Create one below, then opt it into sandboxes." }
+            } @else {
+                table class="grid" id="projects" {
+                    thead { tr { th { "Project" } th { "Sandbox services" } th { "Extensions" } th class="num" { "Updated" } } }
+                    tbody {
+                        @for project in &projects {
+                            tr {
+                                td { a href={ "/projects/" (project.slug) } { (project.slug) } }
+                                td { (services_cell(project)) }
+                                td { (extensions_cell(project)) }
+                                td class="num" { (age(now - project.updated_at_ms)) " ago" }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        section class="card" {
+            h2 { "New project" }
+            form class="inline" method="post" action="/projects" {
+                (csrf_field(&session))
+                label for="new-slug" { "Slug" }
+                input id="new-slug" name="slug" required maxlength="48" pattern="[a-z0-9][a-z0-9-]*"
+                    placeholder="my-project";
+                button class="primary" type="submit" { "Create" }
+            }
+        }
+    };
+    layout::page(
+        Section::Projects,
+        "Projects",
+        &session,
+        flash.as_ref(),
+        body,
+    )
+    .into_response()
+}
+
+pub async fn create(
+    State(state): State<AppState>,
+    Extension(session): Extension<PanelSession>,
+    body: Bytes,
+) -> Response {
+    let form = FormFields::parse(&body);
+    if let Some(refused) = csrf_refusal(&session, &form) {
+        return refused;
+    }
+    let slug = match ProjectSlug::parse(form.get("slug").unwrap_or_default().trim()) {
+        Ok(slug) => slug,
+        Err(err) => return done(&state, &session, "/projects", false, err.to_string()),
+    };
+    let target = format!("/projects/{slug}");
+    match state.broker.project(&slug).await {
+        Ok(Some(_)) => done(
+            &state,
+            &session,
+            &target,
+            false,
+            format!("Project {slug} already exists."),
+        ),
+        Ok(None) => match state.broker.set_project(&slug, None, None).await {
+            Ok(_) => done(
+                &state,
+                &session,
+                &target,
+                true,
+                format!("Project {slug} created."),
+            ),
+            Err(err) => save_failed(&state, &session, "/projects", err),
+        },
+        Err(err) => save_failed(&state, &session, "/projects", err),
+    }
+}
+
+fn save_failed(state: &AppState, session: &PanelSession, to: &str, err: BrokerError) -> Response {
+    let (status, _, message) = crate::error::ApiError::Broker(err).parts();
+    let message = if status.is_server_error() {
+        "Saving failed; the daemon's log has the cause. Nothing changed.".to_owned()
+    } else {
+        format!("Not saved: {message}")
+    };
+    done(state, session, to, false, message)
+}
+
+fn feature_noun(engine: EngineRef) -> &'static str {
+    match engine.feature_kind() {
+        FeatureKind::Extension => "extensions",
+        FeatureKind::Module => "modules",
+    }
+}
+
+/// The Sandbox card: every engine of the registry, every feature of its allowlist.
+fn sandbox_card(session: &PanelSession, project: &Project) -> Markup {
+    let services = project.sandbox_services.clone().unwrap_or_default();
+    let extensions = project.sandbox_extensions.clone().unwrap_or_default();
+    html! {
+        section class="card" id="sandbox-card" {
+            h2 { "Sandbox" }
+            p class="muted" {
+                "Services this project's developers and QA agents may request with "
+                code { "request_sandbox" } ". The first request provisions the whole set; "
+                "extensions are activated by the daemon, only from each engine's allowlist."
+            }
+            form method="post" action={ "/projects/" (project.slug) } {
+                (csrf_field(session))
+                table class="grid services" {
+                    thead { tr { th { "Service" } th { "Extensions and modules" } } }
+                    tbody {
+                        @for engine in engines::all() {
+                            @let chosen = extensions.for_engine(engine);
+                            tr {
+                                td class="service" {
+                                    label class="check" {
+                                        input type="checkbox" name="service" value=(engine.name())
+                                            id={ "service-" (engine.name()) }
+                                            checked[services.contains(&engine)];
+                                        strong { (engine.title()) }
+                                        " " code class="muted" { (engine.name()) }
+                                    }
+                                }
+                                td {
+                                    @if engine.features().is_empty() {
+                                        span class="muted small" { "no " (feature_noun(engine)) " to choose" }
+                                    } @else {
+                                        div class="chips" {
+                                            @for feature in engine.features() {
+                                                label class="chip" title=(feature.summary) {
+                                                    input type="checkbox" name="feature"
+                                                        value={ (engine.name()) ":" (feature.name) }
+                                                        id={ "feature-" (engine.name()) "-" (feature.name) }
+                                                        checked[chosen.iter().any(|f| f.name() == feature.name)];
+                                                    (feature.name)
+                                                }
+                                            }
+                                        }
+                                    }
+                                }
+                            }
+                        }
+                    }
+                }
+                div class="form-actions" {
+                    button class="primary" type="submit" id="save-sandbox" { "Save" }
+                    span class="muted small" { "No service checked means the project is not opted in." }
+                }
+            }
+        }
+    }
+}
+
+pub async fn show(
+    State(state): State<AppState>,
+    Extension(session): Extension<PanelSession>,
+    ApiPath(slug): ApiPath<String>,
+) -> Response {
+    let flash = state.sessions.take_flash(&session.id);
+    let slug = match ProjectSlug::parse(&slug) {
+        Ok(slug) => slug,
+        Err(err) => return failure(&session, Section::Projects, "Project", err),
+    };
+    let project = match state.broker.project(&slug).await {
+        Ok(Some(project)) => project,
+        Ok(None) => {
+            return failure(
+                &session,
+                Section::Projects,
+                "Project",
+                BrokerError::NotFound {
+                    what: "project",
+                    id: slug.to_string(),
+                },
+            );
+        }
+        Err(err) => return failure(&session, Section::Projects, "Project", err),
+    };
+    let (agents, tasks) = match (
+        state.broker.agents(Some(&slug)).await,
+        state.broker.tasks(Some(&slug), None).await,
+    ) {
+        (Ok(agents), Ok(tasks)) => (agents, tasks),
+        (Err(err), _) | (_, Err(err)) => {
+            return failure(&session, Section::Projects, "Project", err);
+        }
+    };
+    let now = now_ms();
+    let body = html! {
+        p class="crumbs" { a href="/projects" { "Projects" } " / " (project.slug) }
+        (sandbox_card(&session, &project))
+        div class="columns" {
+            section class="card" {
+                h2 { "Agents" }
+                @if agents.is_empty() {
+                    p class="empty" { "No agents. Spawn one with " code { "sandboxd agents spawn" } "." }
+                } @else {
+                    table class="grid" {
+                        thead { tr { th { "Agent" } th { "Role" } th class="num" { "Age" } } }
+                        tbody {
+                            @for agent in &agents {
+                                tr {
+                                    td { code { (agent.slug) } }
+                                    td { (agent.role) }
+                                    td class="num" { (age(now - agent.created_at_ms)) }
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+            section class="card" {
+                h2 { "Tasks" }
+                @if tasks.is_empty() {
+                    p class="empty" { "No tasks. Add one with " code { "sandboxd tasks add" } "." }
+                } @else {
+                    table class="grid" {
+                        thead { tr { th { "Task" } th { "Title" } th { "State" } th { "Held by" } } }
+                        tbody {
+                            @for task in &tasks {
+                                tr {
+                                    td { code { (task.id) } }
+                                    td { (task.title) }
+                                    td { (badge(if task.state.is_claimed() { "warn" } else { "info" }, task.state.as_str())) }
+                                    td { @if let Some(agent) = &task.claimed_by { code { (agent) } } @else { span class="muted" { "—" } } }
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    };
+    let title = format!("Project {}", project.slug);
+    layout::page(Section::Projects, &title, &session, flash.as_ref(), body).into_response()
+}
+
+pub async fn save(
+    State(state): State<AppState>,
+    Extension(session): Extension<PanelSession>,
+    ApiPath(slug): ApiPath<String>,
+    body: Bytes,
+) -> Response {
+    let form = FormFields::parse(&body);
+    if let Some(refused) = csrf_refusal(&session, &form) {
+        return refused;
+    }
+    let slug = match ProjectSlug::parse(&slug) {
+        Ok(slug) => slug,
+        Err(err) => return failure(&session, Section::Projects, "Project", err),
+    };
+    let target = format!("/projects/{slug}");
+    match state.broker.project(&slug).await {
+        Ok(Some(_)) => {}
+        Ok(None) => {
+            return failure(
+                &session,
+                Section::Projects,
+                "Project",
+                BrokerError::NotFound {
+                    what: "project",
+                    id: slug.to_string(),
+                },
+            );
+        }
+        Err(err) => return save_failed(&state, &session, &target, err),
+    }
+    let services: Vec<String> = form.all("service").map(str::to_owned).collect();
+    let mut features: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    for value in form.all("feature") {
+        let (engine, feature) = value.split_once(':').unwrap_or((value, ""));
+        features
+            .entry(engine.to_owned())
+            .or_default()
+            .push(feature.to_owned());
+    }
+    let (services, extensions) = match parse_opt_in(Some(&services), Some(&features)) {
+        Ok(parsed) => parsed,
+        Err(err) => {
+            let (_, _, message) = err.parts();
+            return done(
+                &state,
+                &session,
+                &target,
+                false,
+                format!("Not saved: {message}"),
+            );
+        }
+    };
+    match state.broker.set_project(&slug, services, extensions).await {
+        Ok(project) => {
+            let summary = match &project.sandbox_services {
+                Some(services) if !services.is_empty() => services
+                    .iter()
+                    .map(|e| e.name())
+                    .collect::<Vec<_>>()
+                    .join(", "),
+                _ => "not opted in".to_owned(),
+            };
+            done(
+                &state,
+                &session,
+                &target,
+                true,
+                format!("Saved: {summary}."),
+            )
+        }
+        Err(err) => save_failed(&state, &session, &target, err),
+    }
+}
