@@ -32,6 +32,7 @@ mod locks;
 pub mod metrics;
 mod operator;
 mod sandbox;
+mod sessions;
 mod verbs;
 
 pub use backends::Backends;

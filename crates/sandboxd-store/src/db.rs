@@ -32,15 +32,21 @@ impl StoreKind {
     pub fn as_str(self) -> &'static str {
         match self {
             StoreKind::Sqlite => "sqlite",
-            StoreKind::Postgres => "postgres",
+            StoreKind::Postgres => "postgres", // not-an-engine: the store's own database kind
         }
     }
 }
 
 /// The migrations, compiled in (no `migrations/` directory is needed at run time). Each file is
 /// portable DDL: TEXT and BIGINT columns only, so the same statements run on both databases.
-const MIGRATIONS: &[(i64, &str, &str)] =
-    &[(1, "initial", include_str!("../migrations/0001_initial.sql"))];
+const MIGRATIONS: &[(i64, &str, &str)] = &[
+    (1, "initial", include_str!("../migrations/0001_initial.sql")),
+    (
+        2,
+        "mcp_sessions",
+        include_str!("../migrations/0002_mcp_sessions.sql"),
+    ),
+];
 
 fn migrator() -> Migrator {
     Migrator::with_migrations(
@@ -81,7 +87,7 @@ pub(crate) fn kind_of(url: &str) -> Result<StoreKind> {
     let scheme = url.split(':').next().unwrap_or_default();
     match scheme {
         "sqlite" => Ok(StoreKind::Sqlite),
-        "postgres" | "postgresql" => Ok(StoreKind::Postgres),
+        "postgres" | "postgresql" => Ok(StoreKind::Postgres), // not-an-engine: URL scheme
         _ => Err(StoreError::Url {
             url: redact_url(url),
             detail: "use sqlite:///path/to/file.db or postgres://user:password@host:port/database"

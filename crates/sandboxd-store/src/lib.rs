@@ -31,6 +31,7 @@ pub mod db;
 pub mod error;
 pub mod instances;
 pub mod projects;
+pub mod sessions;
 pub mod settings;
 pub mod tasks;
 

@@ -27,6 +27,10 @@ pub struct Cli {
 
 #[derive(Debug, Subcommand)]
 pub enum Command {
+    /// Run the daemon: MCP for agents at /mcp, the admin API at /v1, the panel at /, /metrics.
+    Serve(commands::serve::Args),
+    /// Serve one agent's verbs over stdio (relays to the running daemon).
+    Mcp(commands::mcp::Args),
     /// Provision a set of engines for an owner and print the credentials (one evidence entry per
     /// service).
     Provision(commands::provision::Args),
@@ -68,6 +72,8 @@ pub fn main() -> ExitCode {
 
 async fn run(command: Command, settings: Settings) -> ExitCode {
     match command {
+        Command::Serve(args) => commands::serve::run(args, &settings).await,
+        Command::Mcp(args) => commands::mcp::run(args, &settings).await,
         Command::Provision(args) => commands::provision::run(args, &settings).await,
         Command::Ls(args) => commands::ls::run(args, &settings).await,
         Command::Teardown(args) => commands::teardown::run(args, &settings).await,

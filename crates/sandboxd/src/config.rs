@@ -28,6 +28,11 @@ pub struct Settings {
     pub backend: BackendChoice,
     /// Prefix of the rendered environment names.
     pub env_prefix: EnvPrefix,
+    /// Where the daemon keeps its state: the SQLite store, the store key, the admin token.
+    pub state_dir: PathBuf,
+    pub server: ServerSettings,
+    pub store: StoreSettings,
+    pub broker: BrokerSettings,
     pub process: ProcessSettings,
     pub docker: DockerSettings,
     /// Per-engine overrides, keyed by engine name.
@@ -39,10 +44,110 @@ impl Default for Settings {
         Self {
             backend: BackendChoice::Auto,
             env_prefix: EnvPrefix::default(),
+            state_dir: default_state_dir(),
+            server: ServerSettings::default(),
+            store: StoreSettings::default(),
+            broker: BrokerSettings::default(),
             process: ProcessSettings::default(),
             docker: DockerSettings::default(),
             engines: BTreeMap::new(),
         }
+    }
+}
+
+fn default_state_dir() -> PathBuf {
+    if nix::unistd::geteuid().is_root() {
+        PathBuf::from("/var/lib/sandboxd")
+    } else {
+        std::env::var_os("XDG_STATE_HOME")
+            .map(PathBuf::from)
+            .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".local/state")))
+            .unwrap_or_else(std::env::temp_dir)
+            .join("sandboxd")
+    }
+}
+
+/// The HTTP server: MCP at `/mcp`, the admin API under `/v1`, the panel, `/metrics`.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ServerSettings {
+    /// Address to listen on. Loopback by default; port 0 picks a free port.
+    pub listen: String,
+    /// Host header values accepted besides loopback names (for a daemon reached by a name).
+    pub allowed_hosts: Vec<String>,
+    /// Origin header values accepted (browsers); requests without Origin are accepted.
+    pub allowed_origins: Vec<String>,
+    /// The admin token file (created with a random token when missing). `SANDBOXD_ADMIN_TOKEN`
+    /// overrides it.
+    pub admin_token_file: Option<PathBuf>,
+}
+
+impl Default for ServerSettings {
+    fn default() -> Self {
+        Self {
+            listen: "127.0.0.1:7878".to_owned(),
+            allowed_hosts: vec![],
+            allowed_origins: vec![],
+            admin_token_file: None,
+        }
+    }
+}
+
+/// The state store.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct StoreSettings {
+    /// `sqlite:///path/file.db` or `postgres://…`; default `sqlite://<state_dir>/sandboxd.db`.
+    pub url: Option<String>,
+    /// The key sealing credentials at rest (created when missing); default
+    /// `<state_dir>/store.key`.
+    pub key_file: Option<PathBuf>,
+}
+
+/// The broker: lifetimes, the janitor, roles.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct BrokerSettings {
+    /// Sandboxes younger than this are never reaped.
+    pub grace_secs: u64,
+    /// Reap sandboxes older than this whatever their owner does (unset: no limit).
+    pub max_lifetime_secs: Option<u64>,
+    pub janitor_interval_secs: u64,
+    /// A TOML role file (`[roles.<name>] verbs = [...]`); default: the built-in roles.
+    pub roles_file: Option<PathBuf>,
+}
+
+impl Default for BrokerSettings {
+    fn default() -> Self {
+        Self {
+            grace_secs: 180,
+            max_lifetime_secs: None,
+            janitor_interval_secs: 30,
+            roles_file: None,
+        }
+    }
+}
+
+impl Settings {
+    pub fn store_url(&self) -> String {
+        self.store
+            .url
+            .clone()
+            .unwrap_or_else(|| format!("sqlite://{}", self.state_dir.join("sandboxd.db").display()))
+    }
+
+    pub fn store_key_file(&self) -> PathBuf {
+        self.store
+            .key_file
+            .clone()
+            .unwrap_or_else(|| self.state_dir.join("store.key"))
+    }
+
+    pub fn admin_token_file(&self) -> PathBuf {
+        self.server
+            .admin_token_file
+            .clone()
+            .unwrap_or_else(|| self.state_dir.join("admin.token"))
     }
 }
 

@@ -4,6 +4,9 @@
 //! - [`cli`]: the command line (`clap`), one module per command under [`commands`].
 //! - [`config`]: one settings tree: defaults → TOML file → `SANDBOXD_*` environment.
 //! - [`backends`]: builds the backend the settings ask for (`auto` picks Docker when it can).
+//! - [`daemon`]: the state directory, store, key, roles, backends and broker of `serve`.
+//! - [`http`]: the daemon's one listener: `/mcp`, `/v1`, the panel, `/metrics`, behind a
+//!   Host/Origin guard.
 //!
 //! This crate holds no domain logic: it parses, wires and prints.
 #![forbid(unsafe_code)]
@@ -12,4 +15,6 @@ pub mod backends;
 pub mod cli;
 pub mod commands;
 pub mod config;
+pub mod daemon;
+pub mod http;
 pub mod output;

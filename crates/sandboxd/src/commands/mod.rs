@@ -3,7 +3,9 @@
 pub mod demo;
 pub mod doctor;
 pub mod ls;
+pub mod mcp;
 pub mod provision;
+pub mod serve;
 pub mod teardown;
 
 use std::process::ExitCode;

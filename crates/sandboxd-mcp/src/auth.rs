@@ -1,0 +1,66 @@
+//! Bearer authentication of every HTTP request to the gateway: token → agent, before any MCP
+//! message is read. The agent rides in the request's extensions to the handler.
+
+use axum::extract::{Request, State};
+use axum::http::{HeaderValue, StatusCode, header};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+use sandboxd_broker::Broker;
+use secrecy::SecretString;
+
+fn unauthorized(reason: &str) -> Response {
+    let mut response = (
+        StatusCode::UNAUTHORIZED,
+        [(header::CONTENT_TYPE, "application/json")],
+        serde_json::json!({
+            "error": "unauthorized",
+            "message": reason,
+            "remediate": "send the agent token issued at spawn as `Authorization: Bearer <token>`",
+        })
+        .to_string(),
+    )
+        .into_response();
+    response.headers_mut().insert(
+        header::WWW_AUTHENTICATE,
+        HeaderValue::from_static("Bearer realm=\"sandboxd\""),
+    );
+    response
+}
+
+/// The bearer token of a request, if it carries one.
+pub(crate) fn bearer(request: &Request) -> Option<SecretString> {
+    let value = request
+        .headers()
+        .get(header::AUTHORIZATION)?
+        .to_str()
+        .ok()?;
+    let token = value
+        .strip_prefix("Bearer ")
+        .or_else(|| value.strip_prefix("bearer "))?;
+    (!token.is_empty()).then(|| SecretString::from(token.trim().to_owned()))
+}
+
+pub(crate) async fn require_agent(
+    State(broker): State<Broker>,
+    mut request: Request,
+    next: Next,
+) -> Response {
+    let Some(token) = bearer(&request) else {
+        return unauthorized("no bearer token");
+    };
+    match broker.authenticate(&token).await {
+        Ok(Some(agent)) => {
+            request.extensions_mut().insert(agent);
+            next.run(request).await
+        }
+        Ok(None) => unauthorized("unknown or revoked token"),
+        Err(err) => {
+            tracing::error!(error = %err, "authenticating an agent failed");
+            (
+                StatusCode::SERVICE_UNAVAILABLE,
+                "sandboxd cannot check tokens right now",
+            )
+                .into_response()
+        }
+    }
+}

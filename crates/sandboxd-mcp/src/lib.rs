@@ -1,0 +1,87 @@
+//! The agent gateway: each agent's role-scoped verbs as MCP tools, over streamable HTTP at
+//! `/mcp` and over stdio (`sandboxd mcp --token …`).
+//!
+//! Parts:
+//! - `auth.rs`: the bearer token of every HTTP request resolves to an agent before any MCP
+//!   message is read; a missing or wrong token is a 401 and nothing runs.
+//! - `gateway.rs`: the MCP server handler. `tools/list` shows exactly the caller's role's verbs
+//!   (`tools.rs`); `tools/call` hands the call to the broker, which checks the role again and
+//!   answers an envelope, returned as the tool result's structured content (error envelopes are
+//!   flagged as tool errors).
+//! - `sessions.rs`: MCP session state kept by the broker, so a session survives a restart.
+//! - `stdio.rs`: `sandboxd mcp --token …`, a stdio MCP server relaying to the daemon's `/mcp`
+//!   with the agent's token, so there is always exactly one broker.
+//!
+//! The gateway never sees a backend or the store: it can only ask the broker, so no verb can
+//! reach around the guard chain.
+#![forbid(unsafe_code)]
+
+use std::sync::Arc;
+
+use axum::Router;
+use rmcp::transport::streamable_http_server::StreamableHttpServerConfig;
+use rmcp::transport::streamable_http_server::StreamableHttpService;
+use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
+use sandboxd_broker::Broker;
+use tokio_util::sync::CancellationToken;
+
+mod auth;
+mod gateway;
+mod sessions;
+mod stdio;
+mod tools;
+
+pub use gateway::Gateway;
+pub use stdio::serve_stdio;
+pub use tools::tools_for;
+
+/// Where the gateway answers, and who may reach it.
+#[derive(Debug, Clone)]
+pub struct McpConfig {
+    /// `Host` values accepted besides the loopback names (DNS-rebinding protection).
+    pub allowed_hosts: Vec<String>,
+    /// Browser `Origin`s accepted; any other present `Origin` is refused (403). Clients that are
+    /// not browsers send none.
+    pub allowed_origins: Vec<String>,
+    /// Cancelled at shutdown: open streams end.
+    pub shutdown: CancellationToken,
+}
+
+impl Default for McpConfig {
+    fn default() -> Self {
+        Self {
+            allowed_hosts: vec![],
+            allowed_origins: vec![],
+            shutdown: CancellationToken::new(),
+        }
+    }
+}
+
+/// The loopback names every gateway accepts in `Host`.
+pub const LOOPBACK_HOSTS: [&str; 4] = ["localhost", "127.0.0.1", "::1", "[::1]"];
+
+/// The `/mcp` route: bearer authentication, then the streamable HTTP transport.
+pub fn router(broker: Broker, config: McpConfig) -> Router {
+    let mut hosts: Vec<String> = LOOPBACK_HOSTS.iter().map(|h| (*h).to_owned()).collect();
+    hosts.extend(config.allowed_hosts.iter().cloned());
+    let mut transport = StreamableHttpServerConfig::default()
+        .with_allowed_hosts(hosts)
+        .with_allowed_origins(config.allowed_origins.clone())
+        .with_cancellation_token(config.shutdown.clone());
+    if config.allowed_origins.is_empty() {
+        transport = transport.enforce_origin_validation();
+    }
+    transport.session_store = Some(Arc::new(sessions::BrokerSessions::new(broker.clone())));
+    let factory_broker = broker.clone();
+    let service = StreamableHttpService::new(
+        move || Ok(Gateway::new(factory_broker.clone())),
+        Arc::new(LocalSessionManager::default()),
+        transport,
+    );
+    Router::new()
+        .route_service("/mcp", service)
+        .layer(axum::middleware::from_fn_with_state(
+            broker,
+            auth::require_agent,
+        ))
+}

@@ -1,0 +1,149 @@
+//! Wiring the daemon: the state directory, the store and its key, the role book, the backends
+//! and the broker. `serve` runs it behind HTTP; tests start it the same way.
+
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{Context, Result};
+use rand::RngCore;
+use sandboxd_backend::Backend;
+use sandboxd_broker::{Backends, Broker, BrokerConfig, SecretCipher, Store, parse_switch};
+use sandboxd_domain::roles::RoleBook;
+use sandboxd_domain::{EngineRef, engines};
+use secrecy::SecretString;
+
+use crate::backends;
+use crate::config::Settings;
+
+/// The environment variable that overrides the stored master switch (§2).
+pub const ENABLED_ENV: &str = "ROBOCO_SANDBOX_DB_ENABLED";
+/// The environment variable that overrides the admin token file.
+pub const ADMIN_TOKEN_ENV: &str = "SANDBOXD_ADMIN_TOKEN";
+
+/// A started daemon core.
+#[derive(Debug)]
+pub struct Daemon {
+    pub broker: Broker,
+    pub admin_token: SecretString,
+    /// Which backend provisions new sandboxes.
+    pub primary: &'static str,
+}
+
+pub async fn start(settings: &Settings) -> Result<Daemon> {
+    private_dir(&settings.state_dir)?;
+    let admin_token = admin_token(settings)?;
+    let cipher = SecretCipher::load_or_create(&settings.store_key_file())
+        .context("loading the store key")?;
+    let store = Store::open(&settings.store_url(), cipher)
+        .await
+        .context("opening the store")?;
+    let enabled_override =
+        match std::env::var(ENABLED_ENV) {
+            Ok(value) => Some(parse_switch(&value).with_context(|| {
+                format!("{ENABLED_ENV} must be true/false, 1/0, yes/no or on/off")
+            })?),
+            Err(_) => None,
+        };
+    let config = BrokerConfig {
+        env_prefix: settings.env_prefix.clone(),
+        roles: roles(settings)?,
+        grace: Duration::from_secs(settings.broker.grace_secs),
+        max_lifetime: settings.broker.max_lifetime_secs.map(Duration::from_secs),
+        janitor_interval: Duration::from_secs(settings.broker.janitor_interval_secs.max(1)),
+        enabled_override,
+    };
+    let backends = daemon_backends(settings).await?;
+    let primary = backends.primary().kind().as_str();
+    let broker = Broker::start(config, store, backends)
+        .await
+        .context("starting the broker")?;
+    Ok(Daemon {
+        broker,
+        admin_token,
+        primary,
+    })
+}
+
+/// The provisioning backend, plus every other available backend for liveness and reaping.
+/// `auto` prefers Docker when it can run every engine the process backend could.
+pub async fn daemon_backends(settings: &Settings) -> Result<Backends> {
+    let quiet: sandboxd_backend::process::Progress = Arc::new(|m| tracing::info!("{m}"));
+    let process = backends::process(settings, quiet.clone()).ok();
+    let mut by_process: Vec<EngineRef> = Vec::new();
+    if let Some(process) = &process {
+        for engine in engines::all() {
+            if process.supports(engine).await.is_ok() {
+                by_process.push(engine);
+            }
+        }
+    }
+    let primary = backends::choose(settings, settings.backend, &by_process, quiet.clone())
+        .await
+        .context("choosing the backend")?;
+    let others = backends::all(settings, quiet).await;
+    Ok(Backends::new(primary, others))
+}
+
+/// The admin token: `SANDBOXD_ADMIN_TOKEN`, else the token file, created with a random token on
+/// first start (mode 0600).
+pub fn admin_token(settings: &Settings) -> Result<SecretString> {
+    if let Ok(token) = std::env::var(ADMIN_TOKEN_ENV) {
+        anyhow::ensure!(
+            token.len() >= 16,
+            "{ADMIN_TOKEN_ENV} must be at least 16 characters"
+        );
+        return Ok(SecretString::from(token));
+    }
+    let path = settings.admin_token_file();
+    match std::fs::read_to_string(&path) {
+        Ok(token) => Ok(SecretString::from(token.trim().to_owned())),
+        Err(err) if err.kind() == std::io::ErrorKind::NotFound => {
+            if let Some(parent) = path.parent() {
+                private_dir(parent)?;
+            }
+            let mut bytes = [0u8; 32];
+            rand::rng().fill_bytes(&mut bytes);
+            let token = format!("sbxadm_{}", hex::encode(bytes));
+            write_private(&path, &token)?;
+            eprintln!("created the admin token file {}", path.display());
+            Ok(SecretString::from(token))
+        }
+        Err(err) => Err(err).with_context(|| format!("reading {}", path.display())),
+    }
+}
+
+/// The role book: the operator's roles file, or §3.1's defaults.
+fn roles(settings: &Settings) -> Result<RoleBook> {
+    let Some(path) = &settings.broker.roles_file else {
+        return Ok(RoleBook::default());
+    };
+    let text = std::fs::read_to_string(path)
+        .with_context(|| format!("reading the roles file {}", path.display()))?;
+    toml::from_str(&text).with_context(|| format!("parsing the roles file {}", path.display()))
+}
+
+fn private_dir(path: &Path) -> Result<()> {
+    use std::os::unix::fs::DirBuilderExt;
+    if !path.is_dir() {
+        std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(path)
+            .with_context(|| format!("creating {}", path.display()))?;
+    }
+    Ok(())
+}
+
+fn write_private(path: &Path, content: &str) -> Result<()> {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    let mut file = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(path)
+        .with_context(|| format!("creating {}", path.display()))?;
+    file.write_all(content.as_bytes())
+        .with_context(|| format!("writing {}", path.display()))
+}

@@ -1,0 +1,93 @@
+//! The daemon's HTTP surface: the agent gateway at `/mcp` and the operator surface (`/v1`, the
+//! panel, `/metrics`) on one listener, behind a Host/Origin guard against DNS rebinding and
+//! cross-site requests.
+
+use std::sync::Arc;
+
+use axum::Router;
+use axum::extract::{Request, State};
+use axum::http::{StatusCode, header};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+use sandboxd_admin::AdminConfig;
+use sandboxd_mcp::{LOOPBACK_HOSTS, McpConfig};
+use tokio_util::sync::CancellationToken;
+
+use crate::config::Settings;
+use crate::daemon::Daemon;
+
+#[derive(Debug)]
+struct Guard {
+    hosts: Vec<String>,
+    origins: Vec<String>,
+}
+
+/// The host part of a `Host` header value (`[::1]:80` → `::1`, `a:1` → `a`).
+fn host_name(value: &str) -> &str {
+    if let Some(rest) = value.strip_prefix('[') {
+        return rest.split(']').next().unwrap_or(rest);
+    }
+    value.rsplit_once(':').map(|(h, _)| h).unwrap_or(value)
+}
+
+async fn guard(State(guard): State<Arc<Guard>>, request: Request, next: Next) -> Response {
+    let host = request
+        .headers()
+        .get(header::HOST)
+        .and_then(|h| h.to_str().ok())
+        .unwrap_or("");
+    if !guard.hosts.iter().any(|allowed| allowed == host_name(host)) {
+        return (StatusCode::FORBIDDEN, "Forbidden: Host is not allowed").into_response();
+    }
+    if let Some(origin) = request
+        .headers()
+        .get(header::ORIGIN)
+        .and_then(|o| o.to_str().ok())
+    {
+        let same_origin = origin == format!("http://{host}") || origin == format!("https://{host}");
+        if !same_origin && !guard.origins.iter().any(|o| o == origin) {
+            return (StatusCode::FORBIDDEN, "Forbidden: Origin is not allowed").into_response();
+        }
+    }
+    next.run(request).await
+}
+
+pub fn app(daemon: &Daemon, settings: &Settings, shutdown: CancellationToken) -> Router {
+    let mcp = sandboxd_mcp::router(
+        daemon.broker.clone(),
+        McpConfig {
+            allowed_hosts: settings.server.allowed_hosts.clone(),
+            allowed_origins: settings.server.allowed_origins.clone(),
+            shutdown,
+        },
+    );
+    let admin = sandboxd_admin::router(
+        daemon.broker.clone(),
+        AdminConfig::new(daemon.admin_token.clone()),
+    );
+    let mut hosts: Vec<String> = LOOPBACK_HOSTS
+        .iter()
+        .map(|h| host_name(h).to_owned())
+        .collect();
+    hosts.extend(settings.server.allowed_hosts.iter().cloned());
+    let guard_state = Arc::new(Guard {
+        hosts,
+        origins: settings.server.allowed_origins.clone(),
+    });
+    Router::new()
+        .merge(mcp)
+        .merge(admin)
+        .layer(axum::middleware::from_fn_with_state(guard_state, guard))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::host_name;
+
+    #[test]
+    fn host_names_drop_ports_and_brackets() {
+        assert_eq!(host_name("127.0.0.1:7878"), "127.0.0.1");
+        assert_eq!(host_name("[::1]:80"), "::1");
+        assert_eq!(host_name("localhost"), "localhost");
+    }
+}

@@ -1,0 +1,156 @@
+//! The CLI without a daemon: provision / ls / teardown / doctor, and bad input refused with a
+//! clear error and nothing created.
+
+use serde_json::Value;
+
+use crate::support::{Home, daemon_env, instance_dirs, sandboxd, teardown_everything, unique};
+
+#[test]
+fn provision_json_ls_and_teardown_twice() {
+    let home = Home::new();
+    let owner = unique("cli");
+    let mut cmd = sandboxd();
+    daemon_env(&mut cmd, &home);
+    let output = cmd
+        .args([
+            "provision",
+            "--owner",
+            &owner,
+            "--engines",
+            "postgres,redis",
+            "--features",
+            "postgres=pg_trgm",
+            "--json",
+        ])
+        .output()
+        .expect("run");
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let json: Value = serde_json::from_slice(&output.stdout).expect("stable JSON");
+    assert_eq!(json["owner"], owner.as_str());
+    assert_eq!(json["backend"], "process");
+    let services = json["services"].as_array().expect("services");
+    assert_eq!(services.len(), 2);
+    for service in services {
+        for key in [
+            "service", "host", "port", "user", "password", "database", "url", "features", "env",
+        ] {
+            assert!(service.get(key).is_some(), "{key} in {service}");
+        }
+    }
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    for service in services {
+        assert!(!stderr.contains(service["password"].as_str().expect("password")));
+    }
+
+    let mut ls = sandboxd();
+    daemon_env(&mut ls, &home);
+    let listed: Value =
+        serde_json::from_slice(&ls.args(["ls", "--json"]).output().expect("ls").stdout)
+            .expect("json");
+    assert_eq!(listed.as_array().expect("list").len(), 2);
+
+    for _ in 0..2 {
+        let mut down = sandboxd();
+        daemon_env(&mut down, &home);
+        let output = down
+            .args(["teardown", "--owner", &owner])
+            .output()
+            .expect("teardown");
+        assert!(output.status.success());
+    }
+    assert!(instance_dirs(&home).is_empty());
+}
+
+#[test]
+fn bad_input_is_refused_with_the_allowed_set_and_creates_nothing() {
+    let home = Home::new();
+    let cases: [(&[&str], &str); 5] = [
+        (
+            &["--owner", "ok", "--engines", "oracle"],
+            "allowed: postgres, redis, mariadb, mongo",
+        ),
+        (
+            &[
+                "--owner",
+                "ok",
+                "--engines",
+                "postgres",
+                "--features",
+                "postgres=plpython3u",
+            ],
+            "vector, postgis, pg_trgm, citext, uuid-ossp",
+        ),
+        (
+            &[
+                "--owner",
+                "ok",
+                "--engines",
+                "postgres",
+                "--features",
+                "postgres=vector; DROP TABLE x",
+            ],
+            "allowed",
+        ),
+        (
+            &["--owner", "x;rm -rf /", "--engines", "postgres"],
+            "lowercase letters",
+        ),
+        (
+            &[
+                "--owner",
+                "ok",
+                "--engines",
+                "postgres",
+                "--features",
+                "redis=search",
+            ],
+            "not in --engines",
+        ),
+    ];
+    for (args, expected) in cases {
+        let mut cmd = sandboxd();
+        daemon_env(&mut cmd, &home);
+        let output = cmd.arg("provision").args(args).output().expect("run");
+        assert_eq!(output.status.code(), Some(2), "{args:?}");
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert!(stderr.contains(expected), "{args:?}: {stderr}");
+        assert!(!stderr.contains('\u{1b}'));
+    }
+    assert!(instance_dirs(&home).is_empty(), "nothing was created");
+    teardown_everything(&home);
+}
+
+#[test]
+fn doctor_reports_what_is_installed_and_what_to_install() {
+    let home = Home::new();
+    let mut cmd = sandboxd();
+    daemon_env(&mut cmd, &home);
+    let output = cmd.args(["doctor", "--json"]).output().expect("doctor");
+    assert!(output.status.success());
+    let checks: Value = serde_json::from_slice(&output.stdout).expect("json");
+    let checks = checks.as_array().expect("checks");
+    let postgres = checks
+        .iter()
+        .find(|c| {
+            c["subject"]
+                .as_str()
+                .is_some_and(|s| s.starts_with("postgres (process)"))
+        })
+        .expect("a postgres check");
+    assert_eq!(postgres["ok"], true, "{postgres}");
+    if let Some(mongo) = checks.iter().find(|c| {
+        c["subject"]
+            .as_str()
+            .is_some_and(|s| s.starts_with("mongo (process)"))
+    }) && mongo["ok"] == false
+    {
+        assert!(
+            mongo["fix"].as_str().expect("fix").contains("mongodb"),
+            "{mongo}"
+        );
+    }
+}

@@ -1,0 +1,405 @@
+//! The agent gateway end to end: the real daemon, real MCP clients (streamable HTTP and stdio),
+//! real Postgres and Redis.
+
+use std::collections::BTreeSet;
+
+use serde_json::{Value, json};
+
+use crate::support::{
+    Home, TestDaemon, spawn_daemon, spawn_daemon_at, teardown_everything, unique,
+};
+
+fn names(list: &[&str]) -> Vec<String> {
+    let mut v: Vec<String> = list.iter().map(|s| (*s).to_owned()).collect();
+    v.sort();
+    v
+}
+
+async fn opted_in_project(daemon: &TestDaemon) -> String {
+    let project = unique("proj");
+    daemon.project(&project, &["postgres", "redis"]).await;
+    project
+}
+
+#[tokio::test]
+async fn each_role_lists_exactly_its_verbs() {
+    let home = Home::new();
+    let daemon = spawn_daemon(&home);
+    let project = opted_in_project(&daemon).await;
+    let expected = [
+        (
+            "developer",
+            &[
+                "give_me_work",
+                "i_will_work_on",
+                "i_am_done",
+                "unclaim",
+                "i_am_idle",
+                "request_sandbox",
+                "release_sandbox",
+                "note",
+                "evidence",
+            ][..],
+        ),
+        (
+            "qa",
+            &[
+                "claim_review",
+                "pass_review",
+                "fail_review",
+                "unclaim",
+                "i_am_idle",
+                "request_sandbox",
+                "release_sandbox",
+                "note",
+                "evidence",
+            ][..],
+        ),
+        (
+            "pr_reviewer",
+            &[
+                "claim_review",
+                "pass_review",
+                "fail_review",
+                "note",
+                "evidence",
+            ][..],
+        ),
+        (
+            "documenter",
+            &[
+                "give_me_work",
+                "i_documented",
+                "unclaim",
+                "i_am_idle",
+                "note",
+                "evidence",
+            ][..],
+        ),
+        ("auditor", &["note", "evidence"][..]),
+    ];
+    for (role, verbs) in expected {
+        let (token, spawn) = daemon.spawn_agent(role, &project).await;
+        let agent = daemon.client(&token).await;
+        assert_eq!(agent.tools().await, names(verbs), "{role}");
+        let manifest: Vec<String> = spawn["manifest"]
+            .as_array()
+            .expect("manifest")
+            .iter()
+            .map(|v| v.as_str().expect("verb").to_owned())
+            .collect();
+        assert_eq!(
+            names(&manifest.iter().map(String::as_str).collect::<Vec<_>>()),
+            names(verbs)
+        );
+        // The spawn env carries only the marker, and only for roles that can request one.
+        let env = spawn["env"].as_object().expect("env");
+        if verbs.contains(&"request_sandbox") {
+            assert_eq!(env.len(), 1, "{env:?}");
+            assert_eq!(env["ROBOCO_SANDBOX_SERVICES_AVAILABLE"], "postgres,redis");
+            let briefing = spawn["briefing"].to_string();
+            assert!(briefing.contains("request_sandbox()"), "{briefing}");
+        } else {
+            assert!(env.is_empty(), "{role}: {env:?}");
+            assert!(!spawn["briefing"].to_string().contains("request_sandbox()"));
+        }
+        let tools = agent.service.list_all_tools().await.expect("tools");
+        for tool in tools {
+            assert!(tool.description.as_deref().unwrap_or("").len() > 20);
+            assert_eq!(tool.input_schema["type"], "object");
+        }
+    }
+    // A project that is not opted in gets neither marker nor briefing line.
+    let plain = unique("plain");
+    daemon.project(&plain, &[]).await;
+    let (_, spawn) = daemon.spawn_agent("developer", &plain).await;
+    assert!(spawn["env"].as_object().expect("env").is_empty());
+    assert!(!spawn["briefing"].to_string().contains("request_sandbox()"));
+}
+
+#[tokio::test]
+async fn a_reviewer_crafting_request_sandbox_is_refused_and_nothing_is_created() {
+    let home = Home::new();
+    let daemon = spawn_daemon(&home);
+    let project = opted_in_project(&daemon).await;
+    let (token, _) = daemon.spawn_agent("pr_reviewer", &project).await;
+    let reviewer = daemon.client(&token).await;
+    let envelope = reviewer.refused("request_sandbox", json!({})).await;
+    assert_eq!(envelope["error"], "verb_not_allowed");
+    assert!(
+        envelope["remediate"]
+            .as_str()
+            .expect("remediate")
+            .contains("claim_review")
+    );
+    let envelope = reviewer.refused("drop_database", json!({})).await;
+    assert_eq!(envelope["error"], "verb_not_allowed");
+    assert!(daemon.sandboxes().await.is_empty());
+    assert!(crate::support::instance_dirs(&home).is_empty());
+}
+
+#[tokio::test]
+async fn a_wrong_or_missing_token_is_401_and_no_tool_runs() {
+    let home = Home::new();
+    let daemon = spawn_daemon(&home);
+    let project = opted_in_project(&daemon).await;
+    daemon.task(&project).await;
+    let http = reqwest::Client::new();
+    let call = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call",
+                      "params": {"name": "give_me_work", "arguments": {}}});
+    for token in [None, Some("sbx_wrong"), Some("")] {
+        let mut request = http
+            .post(format!("{}/mcp", daemon.url))
+            .header("accept", "application/json, text/event-stream")
+            .json(&call);
+        if let Some(token) = token {
+            request = request.bearer_auth(token);
+        }
+        let response = request.send().await.expect("request");
+        assert_eq!(response.status().as_u16(), 401, "{token:?}");
+        assert!(response.headers().get("www-authenticate").is_some());
+    }
+    // Nothing ran: the task is still open and no verb reached the audit log.
+    let (_, tasks) = daemon
+        .admin(
+            reqwest::Method::GET,
+            &format!("/v1/tasks?project={project}"),
+            None,
+        )
+        .await;
+    assert_eq!(tasks[0]["state"], "open", "{tasks}");
+    let (_, audit) = daemon
+        .admin(reqwest::Method::GET, "/v1/audit?limit=100", None)
+        .await;
+    let verbs: Vec<&str> = audit["entries"]
+        .as_array()
+        .expect("entries")
+        .iter()
+        .filter_map(|e| e["action"].as_str())
+        .collect();
+    assert!(!verbs.contains(&"give_me_work"), "{verbs:?}");
+    // A foreign Origin is refused before anything else (DNS rebinding protection).
+    let response = http
+        .post(format!("{}/mcp", daemon.url))
+        .header("origin", "http://evil.example")
+        .json(&call)
+        .send()
+        .await
+        .expect("request");
+    assert_eq!(response.status().as_u16(), 403);
+}
+
+async fn redis_ping(entry: &Value) -> String {
+    let client = redis::Client::open(entry["url"].as_str().expect("url")).expect("client");
+    let mut conn = client
+        .get_multiplexed_async_connection()
+        .await
+        .expect("connect");
+    redis::cmd("PING")
+        .query_async(&mut conn)
+        .await
+        .expect("PING")
+}
+
+async fn pg_works(entry: &Value) -> Result<(), tokio_postgres::Error> {
+    let env = entry["env"].as_object().expect("env");
+    let mut config = tokio_postgres::Config::new();
+    config
+        .host(env["ROBOCO_TEST_DB_HOST"].as_str().expect("host"))
+        .port(
+            env["ROBOCO_TEST_DB_PORT"]
+                .as_str()
+                .expect("port")
+                .parse()
+                .expect("port"),
+        )
+        .user(env["ROBOCO_TEST_DB_USER"].as_str().expect("user"))
+        .password(env["ROBOCO_TEST_DB_PASSWORD"].as_str().expect("password"))
+        .dbname(env["ROBOCO_TEST_DB_NAME"].as_str().expect("db"));
+    let (client, connection) = config.connect(tokio_postgres::NoTls).await?;
+    tokio::spawn(async move {
+        let _ = connection.await;
+    });
+    client
+        .batch_execute("CREATE TABLE IF NOT EXISTS flow(x int); INSERT INTO flow VALUES (1)")
+        .await
+}
+
+fn entry<'a>(envelope: &'a Value, service: &str) -> &'a Value {
+    envelope["evidence"]
+        .as_array()
+        .expect("evidence")
+        .iter()
+        .find(|e| e["service"] == service)
+        .unwrap_or_else(|| panic!("{service} in {envelope}"))
+}
+
+#[tokio::test]
+async fn the_whole_flow_and_a_restart_mid_session() {
+    let home = Home::new();
+    let mut daemon = spawn_daemon(&home);
+    let project = opted_in_project(&daemon).await;
+    let task = daemon.task(&project).await;
+    let (token, _) = daemon.spawn_agent("developer", &project).await;
+    let dev = daemon.client(&token).await;
+
+    let work = dev.ok("give_me_work", json!({})).await;
+    assert_eq!(work["task_id"], task.as_str());
+    assert!(
+        work["next"]
+            .as_str()
+            .expect("next")
+            .contains("request_sandbox")
+    );
+    let sandbox = dev.ok("request_sandbox", json!({})).await;
+    pg_works(entry(&sandbox, "postgres"))
+        .await
+        .expect("postgres with the returned env");
+    assert_eq!(redis_ping(entry(&sandbox, "redis")).await, "PONG");
+
+    // The daemon restarts under the agent: same port, same state. Its MCP session goes on.
+    let addr = daemon.addr.clone();
+    daemon.stop();
+    let daemon = spawn_daemon_at(&home, &addr);
+    let again = dev
+        .ok("request_sandbox", json!({"services": ["postgres"]}))
+        .await;
+    assert_eq!(
+        entry(&again, "postgres")["password"],
+        entry(&sandbox, "postgres")["password"],
+        "a cache hit with the same credentials after the restart"
+    );
+    pg_works(entry(&again, "postgres"))
+        .await
+        .expect("still answering");
+
+    let done = dev.ok("i_am_done", json!({"summary": "green"})).await;
+    assert!(
+        done["next"]
+            .as_str()
+            .expect("next")
+            .contains("give_me_work")
+    );
+    assert!(daemon.sandboxes().await.is_empty(), "released on i_am_done");
+    assert!(
+        pg_works(entry(&sandbox, "postgres")).await.is_err(),
+        "the instance is gone"
+    );
+    drop(dev);
+    drop(daemon);
+    teardown_everything(&home);
+}
+
+#[tokio::test]
+async fn two_developers_racing_for_one_task_exactly_one_wins() {
+    let home = Home::new();
+    let daemon = spawn_daemon(&home);
+    let project = opted_in_project(&daemon).await;
+    daemon.task(&project).await;
+    let (a, _) = daemon.spawn_agent("developer", &project).await;
+    let (b, _) = daemon.spawn_agent("developer", &project).await;
+    let (a, b) = (daemon.client(&a).await, daemon.client(&b).await);
+    let (ra, rb) = tokio::join!(
+        a.call("give_me_work", json!({})),
+        b.call("give_me_work", json!({}))
+    );
+    let outcomes: BTreeSet<String> = [ra, rb]
+        .iter()
+        .map(|(envelope, _)| {
+            envelope["status"]
+                .as_str()
+                .map(str::to_owned)
+                .unwrap_or_else(|| envelope["error"].as_str().expect("code").to_owned())
+        })
+        .collect();
+    assert_eq!(
+        outcomes,
+        BTreeSet::from(["ok".to_owned(), "no_work".to_owned()])
+    );
+}
+
+#[tokio::test]
+async fn out_of_order_verbs_say_which_verb_to_call_first() {
+    let home = Home::new();
+    let daemon = spawn_daemon(&home);
+    let project = opted_in_project(&daemon).await;
+    let (dev, _) = daemon.spawn_agent("developer", &project).await;
+    let dev = daemon.client(&dev).await;
+    let envelope = dev.refused("i_am_done", json!({})).await;
+    assert_eq!(envelope["error"], "out_of_order");
+    assert!(
+        envelope["remediate"]
+            .as_str()
+            .expect("remediate")
+            .contains("give_me_work")
+    );
+    assert_eq!(envelope["retryable"], false);
+    let envelope = dev.refused("request_sandbox", json!({})).await;
+    assert_eq!(envelope["error"], "no_active_task");
+    assert!(
+        envelope["remediate"]
+            .as_str()
+            .expect("remediate")
+            .contains("give_me_work")
+    );
+
+    let (qa, _) = daemon.spawn_agent("qa", &project).await;
+    let qa = daemon.client(&qa).await;
+    let envelope = qa.refused("pass_review", json!({})).await;
+    assert_eq!(envelope["error"], "out_of_order");
+    assert!(
+        envelope["remediate"]
+            .as_str()
+            .expect("remediate")
+            .contains("claim_review")
+    );
+    let envelope = qa
+        .refused("claim_review", json!({"task": "t-nope\n<b>"}))
+        .await;
+    assert_eq!(envelope["error"], "not_found");
+    assert!(
+        !envelope["message"]
+            .as_str()
+            .expect("message")
+            .contains('\n')
+    );
+    let envelope = qa.refused("claim_review", json!({"bogus": 1})).await;
+    assert_eq!(envelope["error"], "invalid_argument");
+}
+
+#[tokio::test]
+async fn the_same_verbs_over_stdio() {
+    use rmcp::ServiceExt;
+    use rmcp::transport::TokioChildProcess;
+
+    let home = Home::new();
+    let daemon = spawn_daemon(&home);
+    let project = opted_in_project(&daemon).await;
+    daemon.task(&project).await;
+    let (token, _) = daemon.spawn_agent("developer", &project).await;
+    let mut cmd = tokio::process::Command::new(env!("CARGO_BIN_EXE_sandboxd"));
+    cmd.args(["mcp", "--url", &daemon.url])
+        .env("SANDBOXD_AGENT_TOKEN", &token)
+        .env_remove("SANDBOXD_CONFIG");
+    let client = ().serve(TokioChildProcess::new(cmd).expect("spawn")).await.expect("initialize");
+    let tools: Vec<String> = client
+        .list_all_tools()
+        .await
+        .expect("tools")
+        .into_iter()
+        .map(|t| t.name.to_string())
+        .collect();
+    assert!(tools.contains(&"request_sandbox".to_owned()), "{tools:?}");
+    let mut params = rmcp::model::CallToolRequestParams::new("give_me_work");
+    params.arguments = Some(serde_json::Map::new());
+    let result = client.call_tool(params).await.expect("call");
+    let envelope = result.structured_content.expect("envelope");
+    assert_eq!(envelope["status"], "ok", "{envelope}");
+    client.cancel().await.expect("close");
+
+    // A wrong token cannot even start a session.
+    let mut cmd = tokio::process::Command::new(env!("CARGO_BIN_EXE_sandboxd"));
+    cmd.args(["mcp", "--url", &daemon.url, "--token", "sbx_wrong"]);
+    let refused = ().serve(TokioChildProcess::new(cmd).expect("spawn")).await;
+    assert!(refused.is_err(), "a wrong token is refused");
+}

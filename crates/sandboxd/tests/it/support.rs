@@ -1,0 +1,303 @@
+//! `spawn_daemon()`: the real `sandboxd serve` on 127.0.0.1:0 with a fresh state directory and
+//! process root, plus helpers to drive it as an operator (admin API) and as an agent (a real
+//! MCP client). Dropping a daemon stops it; `TestDaemon::finish` also tears down every instance
+//! and checks none is left.
+
+use std::io::{BufRead, BufReader};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::Duration;
+
+use rmcp::model::{CallToolRequestParams, CallToolResult};
+use rmcp::service::RunningService;
+use rmcp::transport::StreamableHttpClientTransport;
+use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
+use rmcp::{RoleClient, ServiceExt};
+use serde_json::{Value, json};
+
+pub const ADMIN_TOKEN: &str = "test-admin-token-0123456789abcdef";
+
+pub fn unique(tag: &str) -> String {
+    static COUNTER: AtomicU32 = AtomicU32::new(0);
+    format!(
+        "{tag}-{}-{}",
+        std::process::id(),
+        COUNTER.fetch_add(1, Ordering::Relaxed)
+    )
+}
+
+/// Where a daemon keeps its state, shared by successive daemons of one test (restarts).
+pub struct Home {
+    pub dir: tempfile::TempDir,
+}
+
+impl Home {
+    pub fn new() -> Self {
+        let dir = tempfile::Builder::new()
+            .prefix("sandboxd-test-")
+            .tempdir_in(if std::path::Path::new("/dev/shm").is_dir() {
+                "/dev/shm"
+            } else {
+                "/tmp"
+            })
+            .expect("temp dir");
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755))
+            .expect("chmod");
+        Self { dir }
+    }
+
+    pub fn instances(&self) -> PathBuf {
+        self.dir.path().join("instances")
+    }
+}
+
+pub struct TestDaemon {
+    child: Option<Child>,
+    pub url: String,
+    pub addr: String,
+    http: reqwest::Client,
+}
+
+pub fn sandboxd() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_sandboxd"))
+}
+
+/// The common environment of a test daemon.
+pub fn daemon_env(cmd: &mut Command, home: &Home) {
+    cmd.env("SANDBOXD_STATE_DIR", home.dir.path().join("state"))
+        .env("SANDBOXD_PROCESS__ROOT", home.instances())
+        .env("SANDBOXD_BACKEND", "process")
+        .env("SANDBOXD_ADMIN_TOKEN", ADMIN_TOKEN)
+        .env("ROBOCO_SANDBOX_DB_ENABLED", "1")
+        .env("SANDBOXD_BROKER__GRACE_SECS", "600")
+        .env_remove("SANDBOXD_CONFIG");
+}
+
+/// Starts `sandboxd serve` on `listen` (`127.0.0.1:0` for a fresh port) and waits for its
+/// address line.
+pub fn spawn_daemon_at(home: &Home, listen: &str) -> TestDaemon {
+    let mut cmd = sandboxd();
+    daemon_env(&mut cmd, home);
+    cmd.args(["serve", "--listen", listen])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit());
+    let mut child = cmd.spawn().expect("start sandboxd serve");
+    let stdout = child.stdout.take().expect("stdout");
+    let mut line = String::new();
+    BufReader::new(stdout)
+        .read_line(&mut line)
+        .expect("the address line");
+    let url = line
+        .trim()
+        .strip_prefix("sandboxd listening on ")
+        .unwrap_or_else(|| panic!("unexpected first line {line:?}"))
+        .to_owned();
+    let addr = url.trim_start_matches("http://").to_owned();
+    TestDaemon {
+        child: Some(child),
+        url,
+        addr,
+        http: reqwest::Client::new(),
+    }
+}
+
+pub fn spawn_daemon(home: &Home) -> TestDaemon {
+    spawn_daemon_at(home, "127.0.0.1:0")
+}
+
+impl TestDaemon {
+    /// Stops the daemon with SIGTERM, as an operator or a supervisor would.
+    pub fn stop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let pid = nix::unistd::Pid::from_raw(i32::try_from(child.id()).expect("pid"));
+            let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM);
+            for _ in 0..100 {
+                if let Ok(Some(_)) = child.try_wait() {
+                    return;
+                }
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    pub async fn admin(
+        &self,
+        method: reqwest::Method,
+        path: &str,
+        body: Option<Value>,
+    ) -> (u16, Value) {
+        let mut request = self
+            .http
+            .request(method, format!("{}{path}", self.url))
+            .bearer_auth(ADMIN_TOKEN);
+        if let Some(body) = body {
+            request = request.json(&body);
+        }
+        let response = request.send().await.expect("admin request");
+        let status = response.status().as_u16();
+        let text = response.text().await.unwrap_or_default();
+        (
+            status,
+            serde_json::from_str(&text).unwrap_or(Value::String(text)),
+        )
+    }
+
+    pub async fn project(&self, slug: &str, services: &[&str]) {
+        let (status, body) = self
+            .admin(
+                reqwest::Method::PUT,
+                &format!("/v1/projects/{slug}"),
+                Some(json!({"sandbox_services": services})),
+            )
+            .await;
+        assert!(status < 300, "{status} {body}");
+    }
+
+    pub async fn task(&self, project: &str) -> String {
+        let (status, body) = self
+            .admin(
+                reqwest::Method::POST,
+                "/v1/tasks",
+                Some(json!({"project": project, "title": unique("task"), "description": "work"})),
+            )
+            .await;
+        assert!(status < 300, "{status} {body}");
+        body["id"].as_str().expect("task id").to_owned()
+    }
+
+    /// Spawns an agent; returns its token and the spawn answer.
+    pub async fn spawn_agent(&self, role: &str, project: &str) -> (String, Value) {
+        let slug = unique(&role.replace('_', "-"));
+        let (status, body) = self
+            .admin(
+                reqwest::Method::POST,
+                "/v1/agents",
+                Some(json!({"slug": slug, "role": role, "project": project})),
+            )
+            .await;
+        assert_eq!(status, 201, "{body}");
+        (body["token"].as_str().expect("token").to_owned(), body)
+    }
+
+    /// A real MCP client speaking streamable HTTP with `token`.
+    pub async fn client(&self, token: &str) -> Agent {
+        let transport = StreamableHttpClientTransport::from_config(
+            StreamableHttpClientTransportConfig::with_uri(format!("{}/mcp", self.url))
+                .auth_header(token.to_owned()),
+        );
+        Agent {
+            service: ().serve(transport).await.expect("MCP initialize"),
+        }
+    }
+
+    pub async fn sandboxes(&self) -> Vec<Value> {
+        let (status, body) = self
+            .admin(reqwest::Method::GET, "/v1/sandboxes", None)
+            .await;
+        assert_eq!(status, 200, "{body}");
+        body.as_array().cloned().unwrap_or_default()
+    }
+}
+
+impl Drop for TestDaemon {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+/// An agent's MCP session.
+pub struct Agent {
+    pub service: RunningService<RoleClient, ()>,
+}
+
+impl Agent {
+    pub async fn tools(&self) -> Vec<String> {
+        let mut names: Vec<String> = self
+            .service
+            .list_all_tools()
+            .await
+            .expect("tools/list")
+            .into_iter()
+            .map(|t| t.name.to_string())
+            .collect();
+        names.sort();
+        names
+    }
+
+    pub async fn call_raw(&self, verb: &str, args: Value) -> CallToolResult {
+        let arguments = match args {
+            Value::Object(map) => Some(map),
+            _ => None,
+        };
+        let mut params = CallToolRequestParams::new(verb.to_owned());
+        params.arguments = arguments;
+        self.service.call_tool(params).await.expect("tools/call")
+    }
+
+    /// The envelope of a verb call, and whether it was flagged a tool error.
+    pub async fn call(&self, verb: &str, args: Value) -> (Value, bool) {
+        let result = self.call_raw(verb, args).await;
+        (
+            result
+                .structured_content
+                .clone()
+                .expect("structured content"),
+            result.is_error.unwrap_or(false),
+        )
+    }
+
+    pub async fn ok(&self, verb: &str, args: Value) -> Value {
+        let (envelope, is_error) = self.call(verb, args).await;
+        assert!(!is_error, "{verb}: {envelope}");
+        assert_eq!(envelope["status"], "ok", "{verb}: {envelope}");
+        envelope
+    }
+
+    pub async fn refused(&self, verb: &str, args: Value) -> Value {
+        let (envelope, is_error) = self.call(verb, args).await;
+        assert!(is_error, "{verb} should be refused: {envelope}");
+        assert!(envelope["error"].is_string(), "{envelope}");
+        envelope
+    }
+}
+
+/// Instance directories left under a process root.
+pub fn instance_dirs(home: &Home) -> Vec<PathBuf> {
+    std::fs::read_dir(home.instances())
+        .map(|d| d.flatten().map(|e| e.path()).collect())
+        .unwrap_or_default()
+}
+
+/// Tears down whatever a test left (through a fresh CLI, from metadata) and asserts the root
+/// is empty.
+pub fn teardown_everything(home: &Home) {
+    for dir in instance_dirs(home) {
+        let name = dir
+            .file_name()
+            .expect("name")
+            .to_string_lossy()
+            .into_owned();
+        let meta = std::fs::read_to_string(dir.join("sandboxd.json")).unwrap_or_default();
+        let owner = serde_json::from_str::<Value>(&meta)
+            .ok()
+            .and_then(|m| m["owner"].as_str().map(str::to_owned));
+        if let Some(owner) = owner {
+            let mut cmd = sandboxd();
+            daemon_env(&mut cmd, home);
+            let _ = cmd.args(["teardown", "--owner", &owner]).output();
+        } else {
+            eprintln!("removing {name} without metadata");
+            let _ = std::fs::remove_dir_all(&dir);
+        }
+    }
+    assert!(
+        instance_dirs(home).is_empty(),
+        "instances left: {:?}",
+        instance_dirs(home)
+    );
+}
