@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# The main job: installs what is missing, builds sandboxd, and runs it. Arguments are passed to
-# `sandboxd` (default: the demo — provision postgres, redis and mariadb, query each, tear down).
+# The main job: installs what is missing, builds sandboxd, and runs the daemon (`sandboxd serve`).
+# Arguments are passed to `sandboxd` instead (e.g. `./scripts/run.sh demo`).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -9,5 +9,5 @@ if docker info >/dev/null 2>&1; then
   ./scripts/build-images.sh
 fi
 cargo build --release -p sandboxd
-if [ $# -eq 0 ]; then set -- demo; fi
+if [ $# -eq 0 ]; then set -- serve; fi
 exec ./target/release/sandboxd "$@"

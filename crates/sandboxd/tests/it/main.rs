@@ -1,6 +1,7 @@
 //! Black-box tests of the `sandboxd` binary: the real daemon on port 0 with a fresh state, real
 //! MCP clients over HTTP and stdio, real databases. One binary.
 
+mod architecture;
 mod cli;
 mod mcp;
 mod support;
