@@ -256,9 +256,10 @@ impl ProcessBackend {
             let path = path.display().to_string();
             move |e| BackendError::io(op, path, e)
         };
-        files::private_dir(dir, 0o700, owner).map_err(io("creating", dir))?;
         let data_dir = dir.join("data");
         let socket_dir = dir.join("sock");
+        check_socket_room(&socket_dir)?;
+        files::private_dir(dir, 0o700, owner).map_err(io("creating", dir))?;
         match template {
             Some(template) => {
                 let (src, dst) = (template.to_path_buf(), data_dir.clone());
@@ -401,6 +402,25 @@ impl ProcessBackend {
         meta.write(dir).map_err(io("writing metadata in", dir))?;
         Ok(instance)
     }
+}
+
+/// Unix socket paths hold at most 107 bytes; a server whose socket path is longer cannot start.
+/// Room is kept for the longest socket file name a recipe uses (`.s.PGSQL.65535`).
+fn check_socket_room(socket_dir: &Path) -> Result<(), BackendError> {
+    const SUN_PATH_MAX: usize = 107;
+    const LONGEST_SOCKET_FILE: usize = "/.s.PGSQL.65535".len();
+    let length = socket_dir.as_os_str().len() + LONGEST_SOCKET_FILE;
+    if length > SUN_PATH_MAX {
+        return Err(BackendError::Unavailable {
+            backend: "process",
+            detail: format!(
+                "the instance socket path {} is {length} bytes, beyond the {SUN_PATH_MAX} a unix \
+                 socket allows; set a shorter process.root",
+                socket_dir.display()
+            ),
+        });
+    }
+    Ok(())
 }
 
 fn is_port_clash(err: &BackendError) -> bool {
@@ -611,4 +631,19 @@ fn handle_from_dir_name(file_name: &str, dir: &Path) -> Option<InstanceHandle> {
             name: file_name.to_owned(),
         })
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn socket_paths_beyond_the_kernel_limit_are_refused_clearly() {
+        assert!(
+            check_socket_room(Path::new("/dev/shm/sandboxd/sandboxd-postgres-dev-1/sock")).is_ok()
+        );
+        let long = format!("/dev/shm/{}/sock", "x".repeat(100));
+        let err = check_socket_room(Path::new(&long)).expect_err("too long");
+        assert!(err.to_string().contains("process.root"), "{err}");
+    }
 }
