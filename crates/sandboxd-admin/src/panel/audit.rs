@@ -68,10 +68,10 @@ fn entries(page: &AuditPage) -> Markup {
                     @for entry in &page.entries {
                         tr {
                             td class="nowrap" { (time(entry.at_ms)) }
-                            td { code { (actor_text(&entry.actor)) } }
-                            td { (entry.action) }
-                            td { code { (entry.subject) } }
-                            td { @if let Some(p) = &entry.project { (p) } @else { span class="muted" { "—" } } }
+                            td class="nowrap" { code { (actor_text(&entry.actor)) } }
+                            td class="nowrap" { (entry.action) }
+                            td class="nowrap" { code { (entry.subject) } }
+                            td class="nowrap" { @if let Some(p) = &entry.project { (p) } @else { span class="muted" { "—" } } }
                             td { (outcome(&entry.outcome)) }
                             td class="num" { (entry.duration_ms) }
                             td class="detail" { (entry.detail) }

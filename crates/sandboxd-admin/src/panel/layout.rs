@@ -70,6 +70,18 @@ pub fn page(
     flash_message: Option<&Flash>,
     body: Markup,
 ) -> Markup {
+    page_under(section, None, title, session, flash_message, body)
+}
+
+/// A logged-in page below another one (`parent`: its path and label, shown before the title).
+pub fn page_under(
+    section: Section,
+    parent: Option<(&str, &str)>,
+    title: &str,
+    session: &PanelSession,
+    flash_message: Option<&Flash>,
+    body: Markup,
+) -> Markup {
     html! {
         (DOCTYPE)
         html lang="en" {
@@ -88,7 +100,12 @@ pub fn page(
                     }
                 }
                 main {
-                    h1 { (title) }
+                    h1 {
+                        @if let Some((path, label)) = parent {
+                            a class="parent" href=(path) { (label) } span class="muted" { " / " }
+                        }
+                        (title)
+                    }
                     (flash(flash_message))
                     (body)
                 }

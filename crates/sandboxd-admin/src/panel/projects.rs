@@ -245,7 +245,6 @@ pub async fn show(
     };
     let now = now_ms();
     let body = html! {
-        p class="crumbs" { a href="/projects" { "Projects" } " / " (project.slug) }
         (sandbox_card(&session, &project))
         div class="columns" {
             section class="card" {
@@ -289,8 +288,15 @@ pub async fn show(
             }
         }
     };
-    let title = format!("Project {}", project.slug);
-    layout::page(Section::Projects, &title, &session, flash.as_ref(), body).into_response()
+    layout::page_under(
+        Section::Projects,
+        Some(("/projects", "Projects")),
+        project.slug.as_str(),
+        &session,
+        flash.as_ref(),
+        body,
+    )
+    .into_response()
 }
 
 pub async fn save(

@@ -1,0 +1,424 @@
+//! The panel in a real headless Chromium (Debian's `chromium` + `chromium-driver`) driven over
+//! WebDriver, with JavaScript switched off in the browser: log in, arm the switch, restart, opt
+//! a project into postgres+redis with `vector`, watch the sandbox an agent requested (Docker, the
+//! local images) appear, tear it down from the panel, and see it gone from Docker. Screenshots
+//! go to `artifacts/screenshots/`.
+
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use fantoccini::{Client, ClientBuilder, Locator};
+use hyper_util::client::legacy::connect::HttpConnector;
+use sandboxd_domain::roles::Verb;
+use sandboxd_domain::{AgentSlug, ProjectSlug};
+use serde_json::json;
+
+use crate::support::{ADMIN_TOKEN, App, AppSpec, Kind, ok, spawn_app, unique};
+
+const CHROMEDRIVER: &str = "/usr/bin/chromedriver";
+const CHROMIUM: &str = "/usr/bin/chromium";
+
+/// chromedriver as a child in its own process group; dropping it kills the group, so no
+/// browser process outlives the test, whatever happened.
+struct Driver {
+    child: Child,
+    port: u16,
+    _profile: tempfile::TempDir,
+}
+
+impl Drop for Driver {
+    fn drop(&mut self) {
+        // Negative pid: the whole process group (chromedriver and the browsers it started).
+        let _ = Command::new("kill")
+            .args(["-KILL", &format!("-{}", self.child.id())])
+            .stderr(Stdio::null())
+            .status();
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("a free port")
+}
+
+/// The browser is required where CI runs (`CI` set); elsewhere a missing one skips the test.
+fn browser_or_skip() -> bool {
+    if Path::new(CHROMEDRIVER).exists() && Path::new(CHROMIUM).exists() {
+        return true;
+    }
+    if std::env::var_os("CI").is_some() {
+        panic!("CI needs {CHROMIUM} and {CHROMEDRIVER} (scripts/install-deps.sh installs them)");
+    }
+    eprintln!("skipping: no {CHROMIUM} / {CHROMEDRIVER}");
+    false
+}
+
+async fn start_driver() -> Driver {
+    use std::os::unix::process::CommandExt;
+    let port = free_port();
+    let child = Command::new(CHROMEDRIVER)
+        .arg(format!("--port={port}"))
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .process_group(0)
+        .spawn()
+        .expect("start chromedriver");
+    let driver = Driver {
+        child,
+        port,
+        _profile: tempfile::tempdir().expect("profile dir"),
+    };
+    let status = format!("http://127.0.0.1:{port}/status");
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        if let Ok(response) = reqwest::get(&status).await
+            && response.status().is_success()
+        {
+            return driver;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "chromedriver did not answer on {port}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+async fn browser(driver: &Driver, javascript: bool) -> Client {
+    let mut caps = serde_json::Map::new();
+    caps.insert(
+        "goog:chromeOptions".into(),
+        json!({
+            "binary": CHROMIUM,
+            "args": [
+                "--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
+                "--window-size=1360,900", "--no-first-run", "--disable-extensions",
+                format!("--user-data-dir={}", driver._profile.path().display()),
+            ],
+            // 2 = block: the panel must work with JavaScript off.
+            "prefs": { "profile.managed_default_content_settings.javascript": if javascript { 1 } else { 2 } },
+        }),
+    );
+    ClientBuilder::new(HttpConnector::new())
+        .capabilities(caps)
+        .connect(&format!("http://127.0.0.1:{}", driver.port))
+        .await
+        .expect("a WebDriver session")
+}
+
+fn screenshots_dir() -> PathBuf {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../artifacts/screenshots");
+    std::fs::create_dir_all(&dir).expect("artifacts/screenshots");
+    dir
+}
+
+async fn shot(client: &Client, name: &str) {
+    let png = client.screenshot().await.expect("screenshot");
+    let path = screenshots_dir().join(format!("{name}.png"));
+    std::fs::write(&path, png).expect("write screenshot");
+    eprintln!("screenshot: {}", path.display());
+}
+
+async fn text(client: &Client, css: &str) -> String {
+    client
+        .wait()
+        .at_most(Duration::from_secs(10))
+        .for_element(Locator::Css(css))
+        .await
+        .unwrap_or_else(|e| panic!("{css}: {e}"))
+        .text()
+        .await
+        .expect("text")
+}
+
+async fn click(client: &Client, css: &str) {
+    client
+        .wait()
+        .at_most(Duration::from_secs(10))
+        .for_element(Locator::Css(css))
+        .await
+        .unwrap_or_else(|e| panic!("{css}: {e}"))
+        .click()
+        .await
+        .unwrap_or_else(|e| panic!("click {css}: {e}"));
+}
+
+async fn path_of(client: &Client) -> String {
+    client.current_url().await.expect("url").path().to_owned()
+}
+
+async fn log_in(client: &Client, app: &App) {
+    client
+        .goto(&format!("{}/settings", app.url()))
+        .await
+        .expect("goto");
+    assert_eq!(
+        path_of(client).await,
+        "/login",
+        "the panel is behind the login"
+    );
+    client
+        .find(Locator::Id("token"))
+        .await
+        .expect("token field")
+        .send_keys(ADMIN_TOKEN)
+        .await
+        .expect("type");
+    click(client, "form[action='/login'] button[type=submit]").await;
+    assert_ne!(path_of(client).await, "/login", "logged in");
+}
+
+/// Containers Docker itself lists for an owner, through the docker CLI (not our backend).
+fn docker_containers(owner: &AgentSlug) -> Vec<String> {
+    let output = Command::new("docker")
+        .args([
+            "ps",
+            "-a",
+            "-q",
+            "--filter",
+            &format!("label=sandboxd.owner={owner}"),
+        ])
+        .output()
+        .expect("docker ps");
+    assert!(output.status.success(), "docker ps failed");
+    String::from_utf8_lossy(&output.stdout)
+        .lines()
+        .map(str::to_owned)
+        .collect()
+}
+
+#[tokio::test]
+async fn operator_flow_in_a_real_browser_without_javascript() {
+    if !browser_or_skip() {
+        return;
+    }
+    let Some(app) = spawn_app(AppSpec {
+        kind: Kind::Docker,
+        enabled_override: None,
+    })
+    .await
+    else {
+        return;
+    };
+    app.run(|app| async move {
+        let driver = start_driver().await;
+        let client = browser(&driver, false).await;
+        let outcome =
+            futures::FutureExt::catch_unwind(std::panic::AssertUnwindSafe(flow(&app, &client)))
+                .await;
+        let _ = client.close().await;
+        drop(driver);
+        if let Err(panic) = outcome {
+            std::panic::resume_unwind(panic);
+        }
+    })
+    .await;
+}
+
+async fn flow(app: &App, client: &Client) {
+    // The browser really runs with JavaScript off: a page's script does nothing.
+    client
+        .goto("data:text/html,<title>before</title><script>document.title='after'</script>")
+        .await
+        .expect("goto");
+    assert_eq!(
+        client.title().await.expect("title"),
+        "before",
+        "JavaScript is off"
+    );
+
+    // The login page, then in.
+    client
+        .goto(&format!("{}/login", app.url()))
+        .await
+        .expect("goto");
+    shot(client, "01-login").await;
+    log_in(client, app).await;
+
+    // Settings → Feature Flags: arm. Stored on, running unchanged, takes effect on restart.
+    client
+        .goto(&format!("{}/settings", app.url()))
+        .await
+        .expect("goto");
+    assert_eq!(
+        text(client, "#flag-sandbox-db-enabled .stored").await,
+        "off"
+    );
+    assert_eq!(
+        text(client, "#flag-sandbox-db-enabled .running").await,
+        "off"
+    );
+    shot(client, "02-settings-disarmed").await;
+    click(client, "#arm").await;
+    assert_eq!(path_of(client).await, "/settings");
+    assert_eq!(text(client, "#flag-sandbox-db-enabled .stored").await, "on");
+    assert_eq!(
+        text(client, "#flag-sandbox-db-enabled .running").await,
+        "off"
+    );
+    let page = text(client, "main").await;
+    assert!(page.contains("takes effect on next restart"), "{page}");
+    assert!(
+        text(client, "#restart-pending")
+            .await
+            .contains("restart pending")
+    );
+    shot(client, "03-settings-armed").await;
+    assert!(
+        app.broker()
+            .settings()
+            .await
+            .expect("settings")
+            .sandbox_db_enabled_stored
+    );
+
+    // The daemon restarts: the stored value is now the running one (sessions are gone).
+    app.restart().await;
+    log_in(client, app).await;
+    client
+        .goto(&format!("{}/settings", app.url()))
+        .await
+        .expect("goto");
+    assert_eq!(
+        text(client, "#flag-sandbox-db-enabled .running").await,
+        "on"
+    );
+    assert!(client.find(Locator::Id("restart-pending")).await.is_err());
+    shot(client, "04-settings-after-restart").await;
+
+    // Projects → a new project → its Sandbox card: postgres + redis, with vector.
+    let slug = unique("web");
+    client
+        .goto(&format!("{}/projects", app.url()))
+        .await
+        .expect("goto");
+    client
+        .find(Locator::Id("new-slug"))
+        .await
+        .expect("slug field")
+        .send_keys(&slug)
+        .await
+        .expect("type");
+    click(client, "form[action='/projects'] button[type=submit]").await;
+    assert_eq!(path_of(client).await, format!("/projects/{slug}"));
+    click(client, "#service-postgres").await;
+    click(client, "#service-redis").await;
+    click(client, "#feature-postgres-vector").await;
+    shot(client, "05-project-card-checked").await;
+    click(client, "#save-sandbox").await;
+    assert!(
+        text(client, ".flash")
+            .await
+            .contains("Saved: postgres, redis.")
+    );
+    let project = ProjectSlug::parse(&slug).expect("slug");
+    let stored = app
+        .broker()
+        .project(&project)
+        .await
+        .expect("read")
+        .expect("project");
+    assert_eq!(
+        stored
+            .sandbox_extensions
+            .as_ref()
+            .expect("features")
+            .to_map()["postgres"],
+        ["vector"]
+    );
+    assert!(
+        client
+            .find(Locator::Id("feature-postgres-vector"))
+            .await
+            .expect("checkbox")
+            .is_selected()
+            .await
+            .expect("state")
+    );
+    shot(client, "06-project-card-saved").await;
+
+    // An agent holding a task requests its sandbox (as it would through the gateway).
+    let dev = app.working_developer(&project).await;
+    let answer = ok(app
+        .broker()
+        .call(&dev, Verb::RequestSandbox, json!({}))
+        .await);
+    let postgres = answer
+        .evidence
+        .as_ref()
+        .and_then(|e| e.as_array())
+        .and_then(|e| e.iter().find(|s| s["service"] == "postgres"))
+        .expect("postgres evidence")
+        .clone();
+    assert!(
+        postgres["available_extensions"]
+            .as_array()
+            .expect("extensions")
+            .iter()
+            .any(|e| e == "vector"),
+        "{postgres}"
+    );
+    assert_eq!(docker_containers(&dev.slug).len(), 2, "two containers run");
+
+    // It appears on the Sandboxes page.
+    client
+        .goto(&format!("{}/sandboxes", app.url()))
+        .await
+        .expect("goto");
+    let row = format!("#sandbox-{}", dev.slug);
+    let shown = text(client, &row).await;
+    for expected in ["postgres", "redis", "docker", "live"] {
+        assert!(shown.contains(expected), "{expected} in {shown}");
+    }
+    let html = client.source().await.expect("source");
+    assert!(
+        !html.contains(postgres["password"].as_str().expect("password")),
+        "no credential on the page"
+    );
+    shot(client, "07-sandboxes-live").await;
+
+    // Tear it down from the panel: open the confirmation, confirm.
+    click(client, &format!("{row} details.confirm summary")).await;
+    shot(client, "08-sandboxes-confirm-teardown").await;
+    click(
+        client,
+        &format!("{row} details.confirm button[type=submit]"),
+    )
+    .await;
+    assert_eq!(path_of(client).await, "/sandboxes");
+    let flash = text(client, ".flash").await;
+    assert!(flash.contains("2 instances removed"), "{flash}");
+    assert!(
+        client.find(Locator::Css(&row)).await.is_err(),
+        "the row is gone"
+    );
+    shot(client, "09-sandboxes-torn-down").await;
+
+    // Gone from Docker itself.
+    assert!(docker_containers(&dev.slug).is_empty(), "no container left");
+
+    // The audit log shows what happened.
+    client
+        .goto(&format!("{}/audit", app.url()))
+        .await
+        .expect("goto");
+    let audit = text(client, "#audit").await;
+    for action in [
+        "teardown_sandbox",
+        "request_sandbox",
+        "set_project",
+        "set_setting",
+    ] {
+        assert!(audit.contains(action), "{action} in the audit page");
+    }
+    shot(client, "10-audit").await;
+
+    // And no page of the flow ran or shipped a script.
+    assert!(!html.contains("<script"));
+}

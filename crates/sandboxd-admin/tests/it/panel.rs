@@ -1,0 +1,557 @@
+//! The panel over plain HTTP, as a browser without JavaScript would use it: the login gate,
+//! cookies, CSRF, no script anywhere, escaping, and saving the Sandbox card.
+
+use std::collections::BTreeMap;
+use std::sync::Mutex;
+
+use reqwest::{Method, StatusCode};
+use sandboxd_domain::ProjectSlug;
+
+use crate::support::{ADMIN_TOKEN, App, AppSpec, spawn_app, unique};
+
+/// A minimal browser: keeps cookies, follows nothing by itself.
+struct Browser<'a> {
+    app: &'a App,
+    cookies: Mutex<BTreeMap<String, String>>,
+}
+
+struct Page {
+    status: StatusCode,
+    location: Option<String>,
+    headers: reqwest::header::HeaderMap,
+    set_cookies: Vec<String>,
+    html: String,
+}
+
+impl<'a> Browser<'a> {
+    fn new(app: &'a App) -> Self {
+        Self {
+            app,
+            cookies: Mutex::new(BTreeMap::new()),
+        }
+    }
+
+    async fn request(&self, method: Method, path: &str, form: Option<&[(&str, &str)]>) -> Page {
+        let cookie = self
+            .cookies
+            .lock()
+            .expect("lock")
+            .iter()
+            .map(|(k, v)| format!("{k}={v}"))
+            .collect::<Vec<_>>()
+            .join("; ");
+        let mut request = self.app.anonymous(method, path);
+        if !cookie.is_empty() {
+            request = request.header("cookie", cookie);
+        }
+        if let Some(form) = form {
+            request = request.form(form);
+        }
+        let response = request.send().await.expect("request");
+        let set_cookies: Vec<String> = response
+            .headers()
+            .get_all("set-cookie")
+            .iter()
+            .map(|v| v.to_str().expect("ascii").to_owned())
+            .collect();
+        for set in &set_cookies {
+            let pair = set.split(';').next().expect("pair");
+            let (name, value) = pair.split_once('=').expect("name=value");
+            let mut cookies = self.cookies.lock().expect("lock");
+            if set.contains("Max-Age=0") {
+                cookies.remove(name);
+            } else {
+                cookies.insert(name.to_owned(), value.to_owned());
+            }
+        }
+        Page {
+            status: response.status(),
+            location: response
+                .headers()
+                .get("location")
+                .map(|v| v.to_str().expect("ascii").to_owned()),
+            headers: response.headers().clone(),
+            set_cookies,
+            html: response.text().await.expect("body"),
+        }
+    }
+
+    async fn get(&self, path: &str) -> Page {
+        self.request(Method::GET, path, None).await
+    }
+
+    async fn post(&self, path: &str, form: &[(&str, &str)]) -> Page {
+        self.request(Method::POST, path, Some(form)).await
+    }
+
+    /// Logs in through the form; returns the session's CSRF token (read from a page).
+    async fn login(&self) -> String {
+        let page = self.get("/login").await;
+        let csrf = hidden(&page.html, "csrf");
+        let page = self
+            .post("/login", &[("csrf", &csrf), ("token", ADMIN_TOKEN)])
+            .await;
+        assert_eq!(page.status, StatusCode::SEE_OTHER, "{}", page.html);
+        let page = self.get("/settings").await;
+        assert_eq!(page.status, StatusCode::OK);
+        hidden(&page.html, "csrf")
+    }
+}
+
+/// The value of the first hidden input named `name`.
+fn hidden(html: &str, name: &str) -> String {
+    let marker = format!("name=\"{name}\" value=\"");
+    let start = html
+        .find(&marker)
+        .unwrap_or_else(|| panic!("no {name} in {html}"))
+        + marker.len();
+    html[start..].split('"').next().expect("value").to_owned()
+}
+
+/// True when some attribute is an `on…=` event handler.
+fn has_inline_handler(html: &str) -> bool {
+    html.match_indices(" on").any(|(at, _)| {
+        let rest = &html[at + 3..];
+        let name_len = rest.bytes().take_while(u8::is_ascii_lowercase).count();
+        name_len > 0 && rest[name_len..].starts_with('=')
+    })
+}
+
+async fn app() -> App {
+    spawn_app(AppSpec::default()).await.expect("process app")
+}
+
+#[tokio::test]
+async fn pages_are_behind_the_login_and_the_login_sets_a_strict_http_only_cookie() {
+    app()
+        .await
+        .run(|app| async move {
+            let browser = Browser::new(&app);
+            for path in [
+                "/",
+                "/settings",
+                "/projects",
+                "/sandboxes",
+                "/audit",
+                "/projects/x",
+            ] {
+                let page = browser.get(path).await;
+                assert_eq!(page.status, StatusCode::SEE_OTHER, "{path}");
+                assert_eq!(page.location.as_deref(), Some("/login"), "{path}");
+            }
+            let login = browser.get("/login").await;
+            assert_eq!(login.status, StatusCode::OK);
+            let csrf = hidden(&login.html, "csrf");
+
+            // A wrong token: 401, no session.
+            let page = browser
+                .post("/login", &[("csrf", &csrf), ("token", "not-the-token")])
+                .await;
+            assert_eq!(page.status, StatusCode::UNAUTHORIZED);
+            assert!(page.html.contains("not the admin token"));
+            assert!(
+                !page
+                    .set_cookies
+                    .iter()
+                    .any(|c| c.starts_with("sandboxd_session="))
+            );
+            assert!(
+                !page.html.contains("not-the-token"),
+                "the attempt is not echoed"
+            );
+
+            // A login form posted from elsewhere (no matching login cookie): refused.
+            let stranger = Browser::new(&app);
+            let page = stranger
+                .post("/login", &[("csrf", &csrf), ("token", ADMIN_TOKEN)])
+                .await;
+            assert_eq!(page.status, StatusCode::FORBIDDEN);
+            assert!(stranger.get("/settings").await.location.is_some());
+
+            let page = browser.get("/login").await;
+            let csrf = hidden(&page.html, "csrf");
+            let page = browser
+                .post("/login", &[("csrf", &csrf), ("token", ADMIN_TOKEN)])
+                .await;
+            assert_eq!(page.status, StatusCode::SEE_OTHER);
+            let session = page
+                .set_cookies
+                .iter()
+                .find(|c| c.starts_with("sandboxd_session="))
+                .expect("a session cookie");
+            assert!(session.contains("HttpOnly"), "{session}");
+            assert!(session.contains("SameSite=Strict"), "{session}");
+            assert!(session.contains("Path=/"), "{session}");
+            assert!(!session.contains(ADMIN_TOKEN));
+            let page = browser.get("/settings").await;
+            assert_eq!(page.status, StatusCode::OK);
+
+            // Logging out ends the session on the server, not only in the browser.
+            let stolen = browser.cookies.lock().expect("lock").clone();
+            let csrf = hidden(&page.html, "csrf");
+            let page = browser.post("/logout", &[("csrf", &csrf)]).await;
+            assert_eq!(page.location.as_deref(), Some("/login"));
+            let replay = Browser::new(&app);
+            *replay.cookies.lock().expect("lock") = stolen;
+            assert_eq!(
+                replay.get("/settings").await.location.as_deref(),
+                Some("/login")
+            );
+        })
+        .await;
+}
+
+#[tokio::test]
+async fn every_page_works_without_script_and_sends_a_strict_policy() {
+    app()
+        .await
+        .run(|app| async move {
+            let project = app.project(&["postgres"], &["postgres=vector"]).await;
+            let browser = Browser::new(&app);
+            browser.login().await;
+            for path in [
+                "/login".to_owned(),
+                "/settings".to_owned(),
+                "/projects".to_owned(),
+                format!("/projects/{project}"),
+                "/sandboxes".to_owned(),
+                "/audit".to_owned(),
+            ] {
+                let page = browser.get(&path).await;
+                assert!(
+                    page.status == StatusCode::OK || page.status == StatusCode::SEE_OTHER,
+                    "{path}: {}",
+                    page.status
+                );
+                let html = page.html.to_lowercase();
+                assert!(!html.contains("<script"), "{path} has a script");
+                assert!(!has_inline_handler(&html), "{path} has an inline handler");
+                assert!(
+                    !html.contains("http://") && !html.contains("https://"),
+                    "{path}: external asset"
+                );
+                let csp = page.headers["content-security-policy"]
+                    .to_str()
+                    .expect("ascii");
+                assert!(csp.contains("default-src 'none'"), "{csp}");
+                assert_eq!(page.headers["x-frame-options"], "DENY");
+                // Every POST form carries the CSRF token.
+                for form in html.split("<form").skip(1) {
+                    let form = form.split("</form>").next().expect("form");
+                    if form.contains("method=\"post\"") {
+                        assert!(form.contains("name=\"csrf\""), "{path}: {form}");
+                    }
+                }
+            }
+            let css = browser.get("/assets/panel.css").await;
+            assert_eq!(css.status, StatusCode::OK);
+            assert!(
+                css.headers["content-type"]
+                    .to_str()
+                    .expect("ascii")
+                    .starts_with("text/css")
+            );
+        })
+        .await;
+}
+
+#[tokio::test]
+async fn a_post_without_the_session_csrf_token_changes_nothing() {
+    app()
+        .await
+        .run(|app| async move {
+            let project = app.project(&["postgres"], &[]).await;
+            let browser = Browser::new(&app);
+            let csrf = browser.login().await;
+            let audit_before = app
+                .broker()
+                .audit_log(&Default::default())
+                .await
+                .expect("audit")
+                .total;
+            for forged in ["", "0000", &"a".repeat(64)] {
+                let page = browser
+                    .post("/settings/sandbox-db", &[("csrf", forged), ("value", "on")])
+                    .await;
+                assert_eq!(page.status, StatusCode::FORBIDDEN);
+                let page = browser
+                    .post(
+                        &format!("/projects/{project}"),
+                        &[("csrf", forged), ("service", "redis")],
+                    )
+                    .await;
+                assert_eq!(page.status, StatusCode::FORBIDDEN);
+            }
+            let page = browser
+                .post("/settings/sandbox-db", &[("value", "on")])
+                .await;
+            assert_eq!(page.status, StatusCode::FORBIDDEN);
+            assert!(
+                !app.broker()
+                    .settings()
+                    .await
+                    .expect("settings")
+                    .sandbox_db_enabled_stored
+            );
+            let stored = app
+                .broker()
+                .project(&project)
+                .await
+                .expect("read")
+                .expect("project");
+            assert_eq!(stored.sandbox_services.expect("opted in").len(), 1);
+            assert_eq!(
+                app.broker()
+                    .audit_log(&Default::default())
+                    .await
+                    .expect("audit")
+                    .total,
+                audit_before
+            );
+
+            // With the token it works, and says so once.
+            let page = browser
+                .post("/settings/sandbox-db", &[("csrf", &csrf), ("value", "on")])
+                .await;
+            assert_eq!(page.status, StatusCode::SEE_OTHER);
+            let page = browser.get("/settings").await;
+            assert!(
+                page.html.contains("takes effect on next restart"),
+                "{}",
+                page.html
+            );
+            assert!(page.html.contains("flash-ok"));
+            assert!(
+                !browser.get("/settings").await.html.contains("flash-ok"),
+                "shown once"
+            );
+            assert!(
+                app.broker()
+                    .settings()
+                    .await
+                    .expect("settings")
+                    .sandbox_db_enabled_stored
+            );
+        })
+        .await;
+}
+
+#[tokio::test]
+async fn the_sandbox_card_saves_through_the_broker_and_refuses_what_it_refuses() {
+    app()
+        .await
+        .run(|app| async move {
+            let browser = Browser::new(&app);
+            let csrf = browser.login().await;
+            let slug = unique("web");
+            let page = browser
+                .post("/projects", &[("csrf", &csrf), ("slug", &slug)])
+                .await;
+            assert_eq!(page.location, Some(format!("/projects/{slug}")));
+            let project = ProjectSlug::parse(&slug).expect("slug");
+            let created = app
+                .broker()
+                .project(&project)
+                .await
+                .expect("read")
+                .expect("created");
+            assert_eq!(created.sandbox_services, None);
+
+            let card = browser.get(&format!("/projects/{slug}")).await.html;
+            // Every engine and every allowlisted feature of the registry has its checkbox.
+            for engine in sandboxd_domain::engines::all() {
+                assert!(
+                    card.contains(&format!("value=\"{}\"", engine.name())),
+                    "{}",
+                    engine.name()
+                );
+                for feature in engine.features() {
+                    assert!(
+                        card.contains(&format!("value=\"{}:{}\"", engine.name(), feature.name)),
+                        "{}:{}",
+                        engine.name(),
+                        feature.name
+                    );
+                }
+            }
+
+            let page = browser
+                .post(
+                    &format!("/projects/{slug}"),
+                    &[
+                        ("csrf", &csrf),
+                        ("service", "postgres"),
+                        ("service", "redis"),
+                        ("feature", "postgres:vector"),
+                    ],
+                )
+                .await;
+            assert_eq!(page.status, StatusCode::SEE_OTHER);
+            let saved = app
+                .broker()
+                .project(&project)
+                .await
+                .expect("read")
+                .expect("project");
+            assert_eq!(
+                saved
+                    .sandbox_services
+                    .as_ref()
+                    .expect("opted in")
+                    .iter()
+                    .map(|e| e.name())
+                    .collect::<Vec<_>>(),
+                ["postgres", "redis"]
+            );
+            assert_eq!(
+                saved
+                    .sandbox_extensions
+                    .as_ref()
+                    .expect("features")
+                    .to_map()["postgres"],
+                ["vector"]
+            );
+            let card = browser.get(&format!("/projects/{slug}")).await.html;
+            assert!(card.contains("Saved: postgres, redis."), "{card}");
+            assert!(
+                card.contains("id=\"feature-postgres-vector\" checked"),
+                "{card}"
+            );
+
+            // A feature of a service left unchecked, a feature outside the allowlist, an
+            // engine the registry does not know: refused with the reason, nothing changed.
+            for (form, reason) in [
+                (
+                    vec![("service", "postgres"), ("feature", "redis:search")],
+                    "not in sandbox_services",
+                ),
+                (
+                    vec![("service", "postgres"), ("feature", "postgres:plpython3u")],
+                    "vector, postgis",
+                ),
+                (
+                    vec![("service", "oracle")],
+                    "postgres, redis, mariadb, mongo",
+                ),
+                (
+                    vec![
+                        ("service", "postgres"),
+                        ("feature", "<script>alert(1)</script>"),
+                    ],
+                    "unknown engine",
+                ),
+            ] {
+                let mut fields = vec![("csrf", csrf.as_str())];
+                fields.extend(form.iter().copied());
+                let page = browser.post(&format!("/projects/{slug}"), &fields).await;
+                assert_eq!(page.status, StatusCode::SEE_OTHER);
+                let card = browser.get(&format!("/projects/{slug}")).await.html;
+                assert!(card.contains("Not saved"), "{form:?}: {card}");
+                assert!(card.contains(reason), "{form:?}: {card}");
+                assert!(!card.contains("<script>alert"), "escaped");
+                let after = app
+                    .broker()
+                    .project(&project)
+                    .await
+                    .expect("read")
+                    .expect("project");
+                assert_eq!(after, saved, "unchanged after {form:?}");
+            }
+
+            // Unchecking everything opts out.
+            browser
+                .post(&format!("/projects/{slug}"), &[("csrf", &csrf)])
+                .await;
+            let after = app
+                .broker()
+                .project(&project)
+                .await
+                .expect("read")
+                .expect("project");
+            assert_eq!(after.sandbox_services, None);
+
+            // Bad slugs are refused with the rule, not stored.
+            let page = browser
+                .post("/projects", &[("csrf", &csrf), ("slug", "Bad Slug<b>")])
+                .await;
+            assert_eq!(page.location.as_deref(), Some("/projects"));
+            let list = browser.get("/projects").await.html;
+            assert!(list.contains("invalid project slug"), "{list}");
+            assert!(!list.contains("<b>"), "escaped");
+            assert_eq!(app.broker().projects().await.expect("projects").len(), 1);
+            assert_eq!(
+                browser.get("/projects/no-such").await.status,
+                StatusCode::NOT_FOUND
+            );
+        })
+        .await;
+}
+
+#[tokio::test]
+async fn text_from_agents_and_operators_is_escaped() {
+    app()
+        .await
+        .run(|app| async move {
+            let project = app.project(&[], &[]).await;
+            app.broker()
+                .add_task(
+                    &project,
+                    "<script>alert('x')</script>",
+                    "<img src=x onerror=alert(1)>",
+                )
+                .await
+                .expect("task");
+            let browser = Browser::new(&app);
+            browser.login().await;
+            let page = browser.get(&format!("/projects/{project}")).await;
+            assert!(!page.html.contains("<script>alert"), "{}", page.html);
+            assert!(page.html.contains("&lt;script&gt;alert"), "{}", page.html);
+            let page = browser.get("/audit").await;
+            assert!(!page.html.contains("<script"));
+        })
+        .await;
+}
+
+#[tokio::test]
+async fn the_audit_page_filters_and_pages() {
+    app()
+        .await
+        .run(|app| async move {
+            let project = app.project(&["postgres"], &[]).await;
+            for i in 0..60 {
+                app.broker()
+                    .add_task(&project, &format!("task {i}"), "")
+                    .await
+                    .expect("task");
+            }
+            let browser = Browser::new(&app);
+            browser.login().await;
+            let page = browser.get(&format!("/audit?project={project}")).await;
+            assert_eq!(page.status, StatusCode::OK);
+            assert!(
+                page.html.contains("50 of 61 matching entries"),
+                "{}",
+                page.html
+            );
+            let older = page
+                .html
+                .split("id=\"older\" href=\"")
+                .nth(1)
+                .and_then(|rest| rest.split('"').next())
+                .expect("an older link")
+                .replace("&amp;", "&");
+            assert!(older.contains(&format!("project={project}")), "{older}");
+            let page = browser.get(&older).await;
+            assert!(
+                page.html.contains("11 of 61 matching entries"),
+                "{}",
+                page.html
+            );
+            assert!(!page.html.contains("id=\"older\""));
+
+            let page = browser.get("/audit?agent=NOT%20VALID").await;
+            assert_eq!(page.status, StatusCode::BAD_REQUEST);
+            assert!(page.html.contains("Filter refused"));
+        })
+        .await;
+}

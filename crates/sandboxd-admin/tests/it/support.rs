@@ -1,0 +1,339 @@
+//! `spawn_app()`: a real store file, a real backend (processes in a private temp root, or Docker
+//! with the local images), a broker, and the admin router served with `axum::serve` on
+//! 127.0.0.1:0. Everything an app created is torn down and checked gone when the test ends,
+//! even when it panics.
+
+use std::collections::BTreeMap;
+use std::future::Future;
+use std::net::SocketAddr;
+use std::panic::AssertUnwindSafe;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use futures::FutureExt;
+use sandboxd_admin::AdminConfig;
+use sandboxd_backend::docker::{DockerBackend, DockerConfig};
+use sandboxd_backend::process::{ProcessBackend, ProcessConfig};
+use sandboxd_backend::{Backend, ListedInstance};
+use sandboxd_broker::{Agent, Backends, Broker, BrokerConfig, SecretCipher, Store};
+use sandboxd_domain::envelope::{Envelope, OkEnvelope};
+use sandboxd_domain::roles::Verb;
+use sandboxd_domain::{AgentSlug, ProjectSlug};
+use secrecy::SecretString;
+use tokio::sync::oneshot;
+use tokio::task::JoinHandle;
+
+pub const ADMIN_TOKEN: &str = "test-admin-token-0123456789abcdef";
+
+pub fn unique(tag: &str) -> String {
+    static COUNTER: AtomicU32 = AtomicU32::new(0);
+    format!(
+        "{tag}-{}-{}",
+        std::process::id(),
+        COUNTER.fetch_add(1, Ordering::Relaxed)
+    )
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    Process,
+    Docker,
+}
+
+/// Docker tests skip when no engine answers, unless CI requires Docker.
+pub async fn docker_or_skip() -> Option<DockerBackend> {
+    let images = BTreeMap::from([
+        (
+            "postgres".to_owned(),
+            "sandboxd-local/postgres:17".to_owned(),
+        ),
+        ("redis".to_owned(), "sandboxd-local/redis:8".to_owned()),
+        ("mariadb".to_owned(), "sandboxd-local/mariadb:11".to_owned()),
+    ]);
+    let config = DockerConfig {
+        images,
+        grace: Duration::ZERO,
+        ..DockerConfig::default()
+    };
+    let backend = DockerBackend::new(config).ok();
+    let reachable = match &backend {
+        Some(b) => b.ping().await.is_ok(),
+        None => false,
+    };
+    if reachable {
+        return backend;
+    }
+    if std::env::var("SANDBOXD_REQUIRE_DOCKER").as_deref() == Ok("1") {
+        panic!("SANDBOXD_REQUIRE_DOCKER=1 but no Docker engine answers");
+    }
+    eprintln!("skipping: no Docker engine answers");
+    None
+}
+
+/// What an app is built with.
+pub struct AppSpec {
+    pub kind: Kind,
+    /// `ROBOCO_SANDBOX_DB_ENABLED` as the daemon would read it (None: the stored value rules).
+    pub enabled_override: Option<bool>,
+}
+
+impl Default for AppSpec {
+    fn default() -> Self {
+        Self {
+            kind: Kind::Process,
+            enabled_override: None,
+        }
+    }
+}
+
+struct Server {
+    shutdown: oneshot::Sender<()>,
+    task: JoinHandle<()>,
+}
+
+/// One daemon's operator surface, served for real.
+pub struct App {
+    /// Both change when the app restarts.
+    url: Mutex<String>,
+    broker: Mutex<Broker>,
+    pub backend: Arc<dyn Backend>,
+    pub http: reqwest::Client,
+    config: BrokerConfig,
+    store_path: PathBuf,
+    key_path: PathBuf,
+    server: Mutex<Option<Server>>,
+    /// Agent slugs whose instances this app tears down at the end.
+    owners: Mutex<Vec<AgentSlug>>,
+    _dir: tempfile::TempDir,
+}
+
+async fn serve(broker: Broker) -> (String, Server) {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind 127.0.0.1:0");
+    let addr: SocketAddr = listener.local_addr().expect("local addr");
+    let router = sandboxd_admin::router(broker, AdminConfig::new(SecretString::from(ADMIN_TOKEN)));
+    let (shutdown, stop) = oneshot::channel::<()>();
+    let task = tokio::spawn(async move {
+        let _ = axum::serve(listener, router)
+            .with_graceful_shutdown(async move {
+                let _ = stop.await;
+            })
+            .await;
+    });
+    (format!("http://{addr}"), Server { shutdown, task })
+}
+
+async fn open_broker(
+    config: &BrokerConfig,
+    store_path: &std::path::Path,
+    key_path: &std::path::Path,
+    backend: Arc<dyn Backend>,
+) -> Broker {
+    let cipher = SecretCipher::load_or_create(key_path).expect("key");
+    let store = Store::open(&format!("sqlite://{}", store_path.display()), cipher)
+        .await
+        .expect("store");
+    Broker::start(config.clone(), store, Backends::new(backend, vec![]))
+        .await
+        .expect("broker")
+}
+
+/// Builds an app, or None when its backend is not available here (Docker skipped).
+pub async fn spawn_app(spec: AppSpec) -> Option<App> {
+    let dir = tempfile::Builder::new()
+        .prefix("sandboxd-admin-test-")
+        .tempdir_in(if std::path::Path::new("/dev/shm").is_dir() {
+            "/dev/shm"
+        } else {
+            "/tmp"
+        })
+        .expect("temp dir");
+    {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755))
+            .expect("chmod");
+    }
+    let backend: Arc<dyn Backend> = match spec.kind {
+        Kind::Process => Arc::new(
+            ProcessBackend::new(ProcessConfig {
+                root: dir.path().join("instances"),
+                grace: Duration::ZERO,
+                ..ProcessConfig::default()
+            })
+            .expect("process backend"),
+        ),
+        Kind::Docker => Arc::new(docker_or_skip().await?),
+    };
+    let config = BrokerConfig {
+        enabled_override: spec.enabled_override,
+        grace: Duration::from_secs(600),
+        ..BrokerConfig::default()
+    };
+    let store_path = dir.path().join("sandboxd.db");
+    let key_path = dir.path().join("store.key");
+    let broker = open_broker(&config, &store_path, &key_path, backend.clone()).await;
+    let (url, server) = serve(broker.clone()).await;
+    Some(App {
+        url: Mutex::new(url),
+        broker: Mutex::new(broker),
+        backend,
+        http: reqwest::Client::builder()
+            .redirect(reqwest::redirect::Policy::none())
+            .build()
+            .expect("http client"),
+        config,
+        store_path,
+        key_path,
+        server: Mutex::new(Some(server)),
+        owners: Mutex::new(Vec::new()),
+        _dir: dir,
+    })
+}
+
+impl App {
+    pub fn url(&self) -> String {
+        self.url.lock().expect("lock").clone()
+    }
+
+    /// The current broker (a new one after [`App::restart`]).
+    pub fn broker(&self) -> Broker {
+        self.broker.lock().expect("lock").clone()
+    }
+
+    /// A request to the admin API with the admin token.
+    pub fn api(&self, method: reqwest::Method, path: &str) -> reqwest::RequestBuilder {
+        self.http
+            .request(method, format!("{}{path}", self.url()))
+            .bearer_auth(ADMIN_TOKEN)
+    }
+
+    /// A request without any token.
+    pub fn anonymous(&self, method: reqwest::Method, path: &str) -> reqwest::RequestBuilder {
+        self.http.request(method, format!("{}{path}", self.url()))
+    }
+
+    pub fn track(&self, owner: &AgentSlug) {
+        self.owners.lock().expect("lock").push(owner.clone());
+    }
+
+    /// A fresh project opted into `services` (with `features`, `engine=feature` items).
+    pub async fn project(&self, services: &[&str], features: &[&str]) -> ProjectSlug {
+        let slug = ProjectSlug::parse(&unique("p")).expect("slug");
+        let services = services
+            .iter()
+            .map(|s| sandboxd_domain::EngineRef::parse(s).expect("engine"))
+            .collect();
+        let features =
+            sandboxd_domain::FeatureRequest::parse_cli(features.iter().copied()).expect("features");
+        self.broker()
+            .set_project(&slug, Some(services), Some(features))
+            .await
+            .expect("project");
+        slug
+    }
+
+    /// A developer of `project` holding a fresh task (through the broker, acting as the agent).
+    pub async fn working_developer(&self, project: &ProjectSlug) -> Agent {
+        let slug = AgentSlug::parse(&unique("dev")).expect("slug");
+        self.track(&slug);
+        let broker = self.broker();
+        broker
+            .spawn_agent(&slug, "developer", project)
+            .await
+            .expect("spawn");
+        broker
+            .add_task(project, &unique("task"), "a task")
+            .await
+            .expect("task");
+        let agent = broker.agent(&slug).await.expect("read").expect("agent");
+        ok(broker
+            .call(&agent, Verb::GiveMeWork, serde_json::json!({}))
+            .await);
+        agent
+    }
+
+    /// Instances the backend lists for `owner`.
+    pub async fn listed(&self, owner: &AgentSlug) -> Vec<ListedInstance> {
+        self.backend
+            .list()
+            .await
+            .expect("list")
+            .into_iter()
+            .filter(|i| &i.handle.owner == owner)
+            .collect()
+    }
+
+    /// Stops serving, starts a new broker on the same store and backend (as a daemon restart
+    /// does) and serves it on a new port. Panel sessions do not survive it.
+    pub async fn restart(&self) {
+        let old = self.server.lock().expect("lock").take();
+        if let Some(server) = old {
+            let _ = server.shutdown.send(());
+            let _ = server.task.await;
+        }
+        let broker = open_broker(
+            &self.config,
+            &self.store_path,
+            &self.key_path,
+            self.backend.clone(),
+        )
+        .await;
+        let (url, server) = serve(broker.clone()).await;
+        *self.broker.lock().expect("lock") = broker;
+        *self.url.lock().expect("lock") = url;
+        *self.server.lock().expect("lock") = Some(server);
+    }
+
+    /// Runs `body`, then stops the server, tears down every instance of this app's agents and
+    /// asserts none is left; re-raises a panic of `body`.
+    pub async fn run<F, Fut>(self, body: F)
+    where
+        F: FnOnce(Arc<App>) -> Fut,
+        Fut: Future<Output = ()>,
+    {
+        let app = Arc::new(self);
+        let outcome = AssertUnwindSafe(body(app.clone())).catch_unwind().await;
+        app.cleanup().await;
+        if let Err(panic) = outcome {
+            std::panic::resume_unwind(panic);
+        }
+    }
+
+    async fn cleanup(&self) {
+        let old = self.server.lock().expect("lock").take();
+        if let Some(server) = old {
+            let _ = server.shutdown.send(());
+            let _ = server.task.await;
+        }
+        let mut owners: Vec<AgentSlug> = self.owners.lock().expect("lock").clone();
+        if let Ok(agents) = self.broker().agents(None).await {
+            owners.extend(agents.into_iter().map(|a| a.slug));
+        }
+        teardown_owners(self.backend.as_ref(), &owners).await;
+        for owner in &owners {
+            let left = self.listed(owner).await;
+            assert!(left.is_empty(), "instances left for {owner}: {left:?}");
+        }
+    }
+}
+
+async fn teardown_owners(backend: &dyn Backend, owners: &[AgentSlug]) {
+    let Ok(listed) = backend.list().await else {
+        return;
+    };
+    for instance in listed {
+        if owners.contains(&instance.handle.owner) {
+            let _ = backend.teardown(&instance.handle).await;
+        }
+    }
+}
+
+pub fn ok(envelope: Envelope) -> OkEnvelope {
+    match envelope {
+        Envelope::Ok(ok) => ok,
+        Envelope::Error(err) => panic!("expected ok, got {err:?}"),
+    }
+}
