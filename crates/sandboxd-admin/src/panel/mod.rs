@@ -80,7 +80,9 @@ async fn security_headers(request: Request, next: Next) -> Response {
         (header::CONTENT_SECURITY_POLICY, CSP),
         (header::X_FRAME_OPTIONS, "DENY"),
         (header::X_CONTENT_TYPE_OPTIONS, "nosniff"),
-        (header::REFERRER_POLICY, "no-referrer"),
+        // Not `no-referrer`: under it a browser sends `Origin: null` with every form POST, and
+        // the daemon's Origin guard (rightly) refuses that.
+        (header::REFERRER_POLICY, "same-origin"),
     ] {
         headers.insert(name, HeaderValue::from_static(value));
     }

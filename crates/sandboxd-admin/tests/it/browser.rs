@@ -234,6 +234,7 @@ async fn flow(app: &App, client: &Client) {
     );
 
     // The login page, then in.
+    let first_url = app.url();
     client
         .goto(&format!("{}/login", app.url()))
         .await
@@ -280,6 +281,7 @@ async fn flow(app: &App, client: &Client) {
 
     // The daemon restarts: the stored value is now the running one (sessions are gone).
     app.restart().await;
+    let second_url = app.url();
     log_in(client, app).await;
     client
         .goto(&format!("{}/settings", app.url()))
@@ -421,4 +423,14 @@ async fn flow(app: &App, client: &Client) {
 
     // And no page of the flow ran or shipped a script.
     assert!(!html.contains("<script"));
+
+    // Every form the browser posted carried the page's own origin (what the daemon's Origin
+    // guard requires; `Origin: null` would be refused there).
+    let origins = app.posted_origins.lock().expect("lock").clone();
+    let expected: Vec<String> = [&first_url; 2] // log in, arm
+        .into_iter()
+        .chain([&second_url; 4]) // log in, create, save, tear down
+        .cloned()
+        .collect();
+    assert_eq!(origins, expected);
 }

@@ -104,17 +104,36 @@ pub struct App {
     store_path: PathBuf,
     key_path: PathBuf,
     server: Mutex<Option<Server>>,
+    /// The `Origin` header of every POST served, in order.
+    pub posted_origins: Arc<Mutex<Vec<String>>>,
     /// Agent slugs whose instances this app tears down at the end.
     owners: Mutex<Vec<AgentSlug>>,
     _dir: tempfile::TempDir,
 }
 
-async fn serve(broker: Broker) -> (String, Server) {
+/// Records the `Origin` header of every POST, so a test can check what a browser sends (the
+/// daemon's Origin guard refuses a POST whose Origin is not its own).
+async fn serve(broker: Broker, posted_origins: Arc<Mutex<Vec<String>>>) -> (String, Server) {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
         .await
         .expect("bind 127.0.0.1:0");
     let addr: SocketAddr = listener.local_addr().expect("local addr");
-    let router = sandboxd_admin::router(broker, AdminConfig::new(SecretString::from(ADMIN_TOKEN)));
+    let origins = posted_origins.clone();
+    let router = sandboxd_admin::router(broker, AdminConfig::new(SecretString::from(ADMIN_TOKEN)))
+        .layer(axum::middleware::from_fn(
+            move |request: axum::extract::Request, next: axum::middleware::Next| {
+                if request.method() == axum::http::Method::POST {
+                    let origin = request
+                        .headers()
+                        .get("origin")
+                        .and_then(|o| o.to_str().ok())
+                        .unwrap_or("(none)")
+                        .to_owned();
+                    origins.lock().expect("lock").push(origin);
+                }
+                next.run(request)
+            },
+        ));
     let (shutdown, stop) = oneshot::channel::<()>();
     let task = tokio::spawn(async move {
         let _ = axum::serve(listener, router)
@@ -175,8 +194,10 @@ pub async fn spawn_app(spec: AppSpec) -> Option<App> {
     let store_path = dir.path().join("sandboxd.db");
     let key_path = dir.path().join("store.key");
     let broker = open_broker(&config, &store_path, &key_path, backend.clone()).await;
-    let (url, server) = serve(broker.clone()).await;
+    let posted_origins = Arc::new(Mutex::new(Vec::new()));
+    let (url, server) = serve(broker.clone(), posted_origins.clone()).await;
     Some(App {
+        posted_origins,
         url: Mutex::new(url),
         broker: Mutex::new(broker),
         backend,
@@ -281,7 +302,7 @@ impl App {
             self.backend.clone(),
         )
         .await;
-        let (url, server) = serve(broker.clone()).await;
+        let (url, server) = serve(broker.clone(), self.posted_origins.clone()).await;
         *self.broker.lock().expect("lock") = broker;
         *self.url.lock().expect("lock") = url;
         *self.server.lock().expect("lock") = Some(server);
