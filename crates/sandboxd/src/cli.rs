@@ -42,6 +42,18 @@ pub enum Command {
     Doctor(commands::doctor::Args),
     /// Provision postgres, redis and mariadb for a demo owner, query each, tear down.
     Demo(commands::demo::Args),
+    /// Projects and their sandbox opt-in (through the running daemon).
+    Projects(commands::projects::Args),
+    /// Spawn, list and remove agents (through the running daemon).
+    Agents(commands::agents::Args),
+    /// Add and list tasks (through the running daemon).
+    Tasks(commands::tasks::Args),
+    /// Live sandboxes and their teardown (through the running daemon).
+    Sandboxes(commands::sandboxes::Args),
+    /// Show or store the master switch (through the running daemon).
+    Settings(commands::settings::Args),
+    /// Run the orphan janitor now (through the running daemon).
+    Janitor(commands::janitor::Args),
 }
 
 /// Exit codes: 0 success, 1 failure, 2 the caller's input was refused.
@@ -49,7 +61,7 @@ pub const EXIT_INPUT: u8 = 2;
 
 pub fn main() -> ExitCode {
     let cli = Cli::parse();
-    init_tracing(cli.verbose);
+    init_tracing(cli.verbose, matches!(cli.command, Command::Serve(_)));
     let settings = match Settings::load(cli.config.as_deref()) {
         Ok(settings) => settings,
         Err(err) => {
@@ -79,14 +91,24 @@ async fn run(command: Command, settings: Settings) -> ExitCode {
         Command::Teardown(args) => commands::teardown::run(args, &settings).await,
         Command::Doctor(args) => commands::doctor::run(args, &settings).await,
         Command::Demo(args) => commands::demo::run(args, &settings).await,
+        Command::Projects(args) => commands::projects::run(args, &settings).await,
+        Command::Agents(args) => commands::agents::run(args, &settings).await,
+        Command::Tasks(args) => commands::tasks::run(args, &settings).await,
+        Command::Sandboxes(args) => commands::sandboxes::run(args, &settings).await,
+        Command::Settings(args) => commands::settings::run(args, &settings).await,
+        Command::Janitor(args) => commands::janitor::run(args, &settings).await,
     }
 }
 
-fn init_tracing(verbose: u8) {
-    let default = match verbose {
-        0 => "warn",
-        1 => "info",
-        _ => "debug",
+/// Logs go to stderr. The daemon logs its own crates at `info` by default; one-shot commands
+/// only warnings (their progress has its own display). Dependencies stay at `warn` unless asked:
+/// a driver at `debug` may print statements.
+fn init_tracing(verbose: u8, daemon: bool) {
+    const OURS: &str = "sandboxd=info,sandboxd_broker=info,sandboxd_backend=info,sandboxd_mcp=info,sandboxd_admin=info";
+    let default = match (verbose, daemon) {
+        (0, false) => "warn".to_owned(),
+        (0, true) | (1, _) => format!("warn,{OURS}"),
+        _ => "debug".to_owned(),
     };
     let filter = tracing_subscriber::EnvFilter::try_from_env("SANDBOXD_LOG")
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
