@@ -7,12 +7,14 @@
 //! - [`daemon`]: the state directory, store, key, roles, backends and broker of `serve`.
 //! - [`http`]: the daemon's one listener: `/mcp`, `/v1`, the panel, `/metrics`, behind a
 //!   Host/Origin guard.
+//! - [`client`]: the operator commands' client for a running daemon's admin API.
 //!
 //! This crate holds no domain logic: it parses, wires and prints.
 #![forbid(unsafe_code)]
 
 pub mod backends;
 pub mod cli;
+pub mod client;
 pub mod commands;
 pub mod config;
 pub mod daemon;

@@ -1,11 +1,17 @@
 //! One module per CLI command.
 
+pub mod agents;
 pub mod demo;
 pub mod doctor;
+pub mod janitor;
 pub mod ls;
 pub mod mcp;
+pub mod projects;
 pub mod provision;
+pub mod sandboxes;
 pub mod serve;
+pub mod settings;
+pub mod tasks;
 pub mod teardown;
 
 use std::process::ExitCode;

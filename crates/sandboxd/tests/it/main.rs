@@ -4,4 +4,5 @@
 mod architecture;
 mod cli;
 mod mcp;
+mod operator_cli;
 mod support;

@@ -1,0 +1,178 @@
+//! `sandboxd projects set|ls`: projects and their sandbox opt-in, through the running daemon's
+//! admin API (which validates engines and features against the registry and the allowlists).
+
+use std::collections::BTreeMap;
+use std::process::ExitCode;
+
+use reqwest::Method;
+use serde_json::{Value, json};
+
+use crate::cli::EXIT_INPUT;
+use crate::client::{AdminClient, Remote, age_of, list, text};
+use crate::config::Settings;
+use crate::output;
+
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    #[command(flatten)]
+    pub remote: Remote,
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, clap::Subcommand)]
+pub enum Command {
+    /// Create or update a project's sandbox opt-in (replaces what is stored).
+    Set {
+        slug: String,
+        /// Engines the project's agents may request, comma-separated (e.g. postgres,redis).
+        /// Leave out to opt the project out.
+        #[arg(long)]
+        services: Option<String>,
+        /// Standing features, one ENGINE=FEATURE[,FEATURE…] per flag (e.g. postgres=vector).
+        #[arg(long = "features", value_name = "ENGINE=FEATURES")]
+        features: Vec<String>,
+    },
+    /// List projects and their opt-in.
+    Ls,
+}
+
+/// `postgres=vector,pg_trgm` items → `{"postgres": ["vector", "pg_trgm"]}` (the daemon validates
+/// the names).
+fn feature_map(items: &[String]) -> Result<BTreeMap<String, Vec<String>>, String> {
+    let mut map: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    for item in items {
+        let (engine, features) = item.split_once('=').ok_or_else(|| {
+            format!(
+                "--features takes ENGINE=FEATURE[,FEATURE…] (e.g. postgres=vector), got {item:?}"
+            )
+        })?;
+        map.entry(engine.trim().to_owned()).or_default().extend(
+            features
+                .split(',')
+                .map(str::trim)
+                .filter(|f| !f.is_empty())
+                .map(str::to_owned),
+        );
+    }
+    Ok(map)
+}
+
+fn extensions(project: &Value) -> String {
+    project["sandbox_extensions"]
+        .as_object()
+        .map(|map| {
+            map.iter()
+                .map(|(engine, features)| {
+                    format!("{engine}: {}", list(&json!({"f": features}), "f"))
+                })
+                .collect::<Vec<_>>()
+                .join("; ")
+        })
+        .unwrap_or_default()
+}
+
+fn rows(projects: &[Value]) -> Vec<Vec<String>> {
+    projects
+        .iter()
+        .map(|p| {
+            let services = list(p, "sandbox_services");
+            vec![
+                text(p, "slug"),
+                if services.is_empty() {
+                    "not opted in".into()
+                } else {
+                    services
+                },
+                extensions(p),
+                age_of(p, "updated_at_ms"),
+            ]
+        })
+        .collect()
+}
+
+const HEADER: [&str; 4] = ["project", "services", "features", "updated"];
+
+pub async fn run(args: Args, settings: &Settings) -> ExitCode {
+    let client = match AdminClient::new(&args.remote, settings) {
+        Ok(client) => client,
+        Err(err) => return err.fail(),
+    };
+    match args.command {
+        Command::Set {
+            slug,
+            services,
+            features,
+        } => {
+            let features = match feature_map(&features) {
+                Ok(map) => map,
+                Err(message) => {
+                    eprintln!("error: {message}");
+                    return ExitCode::from(EXIT_INPUT);
+                }
+            };
+            let services: Option<Vec<String>> = services.map(|csv| {
+                csv.split(',')
+                    .map(str::trim)
+                    .filter(|s| !s.is_empty())
+                    .map(str::to_owned)
+                    .collect()
+            });
+            let body = json!({
+                "sandbox_services": services,
+                "sandbox_extensions": (!features.is_empty()).then_some(features),
+            });
+            let path = format!("/v1/projects/{}", encode(&slug));
+            match client.call(Method::PUT, &path, &[], Some(&body)).await {
+                Ok(project) if args.remote.json => println!("{}", output::json(&project)),
+                Ok(project) => println!("{}", output::table(&HEADER, rows(&[project]))),
+                Err(err) => return err.fail(),
+            }
+        }
+        Command::Ls => match client.get("/v1/projects", &[]).await {
+            Ok(projects) if args.remote.json => println!("{}", output::json(&projects)),
+            Ok(projects) => {
+                let projects = projects.as_array().cloned().unwrap_or_default();
+                if projects.is_empty() {
+                    println!("no projects");
+                } else {
+                    println!("{}", output::table(&HEADER, rows(&projects)));
+                }
+            }
+            Err(err) => return err.fail(),
+        },
+    }
+    ExitCode::SUCCESS
+}
+
+/// A path segment, percent-encoded: the daemon judges the slug, the URL must stay one segment.
+pub fn encode(segment: &str) -> String {
+    let mut out = String::new();
+    for byte in segment.bytes() {
+        if byte.is_ascii_alphanumeric() || matches!(byte, b'-' | b'_' | b'.' | b'~') {
+            out.push(char::from(byte));
+        } else {
+            out.push_str(&format!("%{byte:02X}"));
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn feature_flags_become_a_map() {
+        let map = feature_map(&["pg=vector, citext".into(), "r=search".into()]).expect("valid");
+        assert_eq!(map["pg"], ["vector", "citext"]);
+        assert_eq!(map["r"], ["search"]);
+        assert!(feature_map(&["vector".into()]).is_err());
+    }
+
+    #[test]
+    fn path_segments_are_encoded() {
+        assert_eq!(encode("a-b"), "a-b");
+        assert_eq!(encode("a/../b c"), "a%2F..%2Fb%20c");
+    }
+}

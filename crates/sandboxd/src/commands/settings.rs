@@ -1,0 +1,101 @@
+//! `sandboxd settings [set sandbox_db_enabled=true]`: the master switch of the running daemon.
+//! A change is stored at once and takes effect at the next restart; both values are shown.
+
+use std::process::ExitCode;
+
+use reqwest::Method;
+use sandboxd_broker::{SANDBOX_DB_ENABLED, parse_switch};
+use serde_json::{Value, json};
+
+use crate::cli::EXIT_INPUT;
+use crate::client::{AdminClient, Remote, text};
+use crate::config::Settings;
+use crate::output;
+
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    #[command(flatten)]
+    pub remote: Remote,
+    #[command(subcommand)]
+    pub command: Option<Command>,
+}
+
+#[derive(Debug, clap::Subcommand)]
+pub enum Command {
+    /// Store a setting: `sandbox_db_enabled=true` (or false); takes effect at the next restart.
+    Set {
+        #[arg(value_name = "KEY=VALUE")]
+        assignment: String,
+    },
+}
+
+fn on_off(value: &Value) -> &'static str {
+    match value.as_bool() {
+        Some(true) => "on",
+        Some(false) => "off",
+        None => "-",
+    }
+}
+
+fn show(settings: &Value) {
+    let stored = &settings["sandbox_db_enabled_stored"];
+    let running = &settings["sandbox_db_enabled_running"];
+    let overridden = match settings["env_override"].as_bool() {
+        Some(value) => format!(
+            "ROBOCO_SANDBOX_DB_ENABLED={}",
+            if value { "on" } else { "off" }
+        ),
+        None => "-".into(),
+    };
+    println!(
+        "{}",
+        output::table(
+            &["setting", "stored", "running", "env override"],
+            vec![vec![
+                SANDBOX_DB_ENABLED.to_owned(),
+                on_off(stored).into(),
+                on_off(running).into(),
+                overridden,
+            ]]
+        )
+    );
+    if stored != running && settings["env_override"].is_null() {
+        println!(
+            "the stored value takes effect {}",
+            text(settings, "takes_effect")
+        );
+    }
+}
+
+pub async fn run(args: Args, settings: &Settings) -> ExitCode {
+    let client = match AdminClient::new(&args.remote, settings) {
+        Ok(client) => client,
+        Err(err) => return err.fail(),
+    };
+    let answer = match args.command {
+        None => client.get("/v1/settings", &[]).await,
+        Some(Command::Set { assignment }) => {
+            let (key, value) = assignment.split_once('=').unwrap_or((&assignment, ""));
+            if key.trim() != SANDBOX_DB_ENABLED {
+                eprintln!("error: unknown setting {key:?}; settings: {SANDBOX_DB_ENABLED}");
+                return ExitCode::from(EXIT_INPUT);
+            }
+            let Some(enabled) = parse_switch(value) else {
+                eprintln!(
+                    "error: {SANDBOX_DB_ENABLED} takes true/false, 1/0, yes/no or on/off, got {value:?}"
+                );
+                return ExitCode::from(EXIT_INPUT);
+            };
+            let body = json!({ SANDBOX_DB_ENABLED: enabled });
+            client
+                .call(Method::PUT, "/v1/settings", &[], Some(&body))
+                .await
+        }
+    };
+    match answer {
+        Ok(answer) if args.remote.json => println!("{}", output::json(&answer)),
+        Ok(answer) => show(&answer),
+        Err(err) => return err.fail(),
+    }
+    ExitCode::SUCCESS
+}

@@ -1,0 +1,308 @@
+//! The operator commands (`projects`, `agents`, `tasks`, `sandboxes`, `settings`, `janitor`)
+//! against a real `sandboxd serve`: human tables, `--json`, refusals with exit code 2, a
+//! sandbox an agent requested over MCP torn down from the CLI.
+
+use std::panic::AssertUnwindSafe;
+use std::process::Output;
+
+use futures::FutureExt;
+
+use serde_json::{Value, json};
+
+use crate::support::{
+    ADMIN_TOKEN, Home, TestDaemon, daemon_env, instance_dirs, sandboxd, spawn_daemon,
+    teardown_everything, unique,
+};
+
+fn cli(home: &Home, daemon: &TestDaemon, args: &[&str]) -> Output {
+    let mut cmd = sandboxd();
+    daemon_env(&mut cmd, home);
+    cmd.env("SANDBOXD_URL", &daemon.url)
+        .args(args)
+        .output()
+        .expect("run sandboxd")
+}
+
+fn stdout(output: &Output) -> String {
+    assert!(
+        output.status.success(),
+        "exit {:?}: {}",
+        output.status.code(),
+        String::from_utf8_lossy(&output.stderr)
+    );
+    String::from_utf8_lossy(&output.stdout).into_owned()
+}
+
+fn json_of(output: &Output) -> Value {
+    serde_json::from_str(&stdout(output)).expect("JSON on stdout")
+}
+
+fn refused(output: &Output, code: i32, needle: &str) {
+    assert_eq!(output.status.code(), Some(code), "{output:?}");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.contains(needle), "{needle:?} in {stderr}");
+}
+
+#[tokio::test]
+async fn operator_commands_drive_a_running_daemon() {
+    let home = Home::new();
+    let daemon = spawn_daemon(&home);
+    let outcome = AssertUnwindSafe(flow(&home, &daemon)).catch_unwind().await;
+    // Whatever happened: stop the daemon, tear down what is left, check nothing is.
+    drop(daemon);
+    teardown_everything(&home);
+    if let Err(panic) = outcome {
+        std::panic::resume_unwind(panic);
+    }
+}
+
+async fn flow(home: &Home, daemon: &TestDaemon) {
+    let project = unique("proj");
+
+    // projects set / ls
+    let out = stdout(&cli(
+        home,
+        daemon,
+        &[
+            "projects",
+            "set",
+            &project,
+            "--services",
+            "postgres,redis",
+            "--features",
+            "postgres=pg_trgm",
+        ],
+    ));
+    assert!(
+        out.contains(&project) && out.contains("postgres, redis"),
+        "{out}"
+    );
+    assert!(out.contains("postgres: pg_trgm"), "{out}");
+    let listed = json_of(&cli(home, daemon, &["projects", "ls", "--json"]));
+    assert_eq!(listed[0]["sandbox_services"], json!(["postgres", "redis"]));
+    refused(
+        &cli(
+            home,
+            daemon,
+            &["projects", "set", &project, "--services", "oracle"],
+        ),
+        2,
+        "postgres, redis, mariadb, mongo",
+    );
+    refused(
+        &cli(
+            &home,
+            &daemon,
+            &[
+                "projects",
+                "set",
+                &project,
+                "--services",
+                "postgres",
+                "--features",
+                "postgres=plperlu",
+            ],
+        ),
+        2,
+        "vector, postgis, pg_trgm, citext, uuid-ossp",
+    );
+    refused(
+        &cli(
+            home,
+            daemon,
+            &["projects", "set", "../x", "--services", "postgres"],
+        ),
+        2,
+        "invalid project slug",
+    );
+    let listed = json_of(&cli(home, daemon, &["projects", "ls", "--json"]));
+    assert_eq!(
+        listed.as_array().expect("list").len(),
+        1,
+        "nothing else created"
+    );
+    assert_eq!(
+        listed[0]["sandbox_extensions"],
+        json!({"postgres": ["pg_trgm"]})
+    );
+
+    // agents spawn / ls
+    let slug = unique("dev");
+    let out = stdout(&cli(
+        home,
+        daemon,
+        &[
+            "agents",
+            "spawn",
+            "--slug",
+            &slug,
+            "--role",
+            "developer",
+            "--project",
+            &project,
+        ],
+    ));
+    let token = out
+        .lines()
+        .find_map(|l| l.strip_prefix("token:"))
+        .expect("a token line")
+        .trim()
+        .to_owned();
+    assert!(
+        out.contains("ROBOCO_SANDBOX_SERVICES_AVAILABLE=postgres,redis"),
+        "{out}"
+    );
+    assert!(out.contains("request_sandbox()"), "{out}");
+    let out = stdout(&cli(home, daemon, &["agents", "ls", "--project", &project]));
+    assert!(out.contains(&slug) && out.contains("developer"), "{out}");
+    assert!(!out.contains(&token), "the token is shown once");
+    refused(
+        &cli(
+            &home,
+            &daemon,
+            &[
+                "agents",
+                "spawn",
+                "--slug",
+                &slug,
+                "--role",
+                "developer",
+                "--project",
+                &project,
+            ],
+        ),
+        2,
+        "already exists",
+    );
+
+    // tasks add / ls
+    let out = stdout(&cli(
+        home,
+        daemon,
+        &[
+            "tasks",
+            "add",
+            "--project",
+            &project,
+            "--title",
+            "make the tests pass",
+        ],
+    ));
+    assert!(out.starts_with("added t-"), "{out}");
+    let tasks = json_of(&cli(
+        home,
+        daemon,
+        &[
+            "tasks",
+            "ls",
+            "--project",
+            &project,
+            "--state",
+            "open",
+            "--json",
+        ],
+    ));
+    assert_eq!(tasks[0]["title"], "make the tests pass");
+    refused(
+        &cli(home, daemon, &["tasks", "ls", "--state", "finished"]),
+        2,
+        "in_progress",
+    );
+
+    // settings: the daemon runs with ROBOCO_SANDBOX_DB_ENABLED=1, which overrides the store.
+    let out = stdout(&cli(home, daemon, &["settings"]));
+    assert!(
+        out.contains("sandbox_db_enabled") && out.contains("ROBOCO_SANDBOX_DB_ENABLED=on"),
+        "{out}"
+    );
+    let stored = json_of(&cli(
+        home,
+        daemon,
+        &["settings", "set", "sandbox_db_enabled=false", "--json"],
+    ));
+    assert_eq!(stored["sandbox_db_enabled_stored"], false);
+    assert_eq!(stored["sandbox_db_enabled_running"], true);
+    refused(
+        &cli(
+            home,
+            daemon,
+            &["settings", "set", "sandbox_db_enabled=maybe"],
+        ),
+        2,
+        "true/false",
+    );
+    refused(
+        &cli(home, daemon, &["settings", "set", "colour=blue"]),
+        2,
+        "unknown setting",
+    );
+
+    // An agent requests a sandbox over MCP; the CLI lists it and tears it down.
+    let agent = daemon.client(&token).await;
+    agent.ok("give_me_work", json!({})).await;
+    agent.ok("request_sandbox", json!({})).await;
+    let out = stdout(&cli(home, daemon, &["sandboxes", "ls"]));
+    assert!(
+        out.contains(&slug) && out.contains("postgres, redis") && out.contains("live"),
+        "{out}"
+    );
+    assert_eq!(instance_dirs(home).len(), 2);
+    let out = stdout(&cli(home, daemon, &["sandboxes", "rm", &slug]));
+    assert!(out.contains("tore down 2 instance(s)"), "{out}");
+    assert!(instance_dirs(home).is_empty(), "the instances are gone");
+    assert_eq!(
+        json_of(&cli(home, daemon, &["sandboxes", "ls", "--json"])),
+        json!([])
+    );
+
+    // janitor run
+    let out = stdout(&cli(home, daemon, &["janitor", "run"]));
+    assert!(out.starts_with("examined "), "{out}");
+
+    // agents rm
+    let out = stdout(&cli(home, daemon, &["agents", "rm", &slug]));
+    assert!(out.contains(&slug));
+    refused(
+        &cli(home, daemon, &["agents", "rm", &slug]),
+        2,
+        "does not exist",
+    );
+
+    // The token from the token file works; a wrong one and an unreachable daemon fail clearly.
+    let file = home.dir.path().join("cli-admin.token");
+    std::fs::write(&file, format!("{ADMIN_TOKEN}\n")).expect("token file");
+    let mut cmd = sandboxd();
+    daemon_env(&mut cmd, home);
+    let output = cmd
+        .env_remove("SANDBOXD_ADMIN_TOKEN")
+        .env("SANDBOXD_SERVER__ADMIN_TOKEN_FILE", &file)
+        .env("SANDBOXD_URL", &daemon.url)
+        .args(["agents", "ls"])
+        .output()
+        .expect("run");
+    stdout(&output);
+    let mut cmd = sandboxd();
+    daemon_env(&mut cmd, home);
+    let output = cmd
+        .env("SANDBOXD_ADMIN_TOKEN", "not-the-admin-token")
+        .env("SANDBOXD_URL", &daemon.url)
+        .args(["projects", "ls"])
+        .output()
+        .expect("run");
+    refused(&output, 1, "refused the admin token");
+    let closed = {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+        listener.local_addr().expect("addr").port()
+    };
+    let output = cli(
+        &home,
+        &daemon,
+        &[
+            "projects",
+            "ls",
+            "--url",
+            &format!("http://127.0.0.1:{closed}"),
+        ],
+    );
+    refused(&output, 1, "cannot reach sandboxd");
+}
