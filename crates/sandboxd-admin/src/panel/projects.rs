@@ -134,8 +134,10 @@ pub async fn create(
 }
 
 fn save_failed(state: &AppState, session: &PanelSession, to: &str, err: BrokerError) -> Response {
-    let (status, _, message) = crate::error::ApiError::Broker(err).parts();
+    let err = crate::error::ApiError::Broker(err);
+    let (status, _, message) = err.parts();
     let message = if status.is_server_error() {
+        tracing::error!(error = %err, "panel: saving a project failed");
         "Saving failed; the daemon's log has the cause. Nothing changed.".to_owned()
     } else {
         format!("Not saved: {message}")

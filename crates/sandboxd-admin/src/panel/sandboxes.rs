@@ -119,8 +119,10 @@ pub async fn teardown(
             ),
         ),
         Err(err) => {
-            let (status, _, message) = crate::error::ApiError::Broker(err).parts();
+            let err = crate::error::ApiError::Broker(err);
+            let (status, _, message) = err.parts();
             let text = if status.is_server_error() {
+                tracing::error!(owner = %owner, error = %err, "panel: a teardown failed");
                 "The teardown failed; the daemon's log has the cause.".to_owned()
             } else {
                 message

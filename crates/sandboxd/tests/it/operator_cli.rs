@@ -91,8 +91,8 @@ async fn flow(home: &Home, daemon: &TestDaemon) {
     );
     refused(
         &cli(
-            &home,
-            &daemon,
+            home,
+            daemon,
             &[
                 "projects",
                 "set",
@@ -158,8 +158,8 @@ async fn flow(home: &Home, daemon: &TestDaemon) {
     assert!(!out.contains(&token), "the token is shown once");
     refused(
         &cli(
-            &home,
-            &daemon,
+            home,
+            daemon,
             &[
                 "agents",
                 "spawn",
@@ -295,8 +295,8 @@ async fn flow(home: &Home, daemon: &TestDaemon) {
         listener.local_addr().expect("addr").port()
     };
     let output = cli(
-        &home,
-        &daemon,
+        home,
+        daemon,
         &[
             "projects",
             "ls",
