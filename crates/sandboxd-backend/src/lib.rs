@@ -22,4 +22,4 @@ pub mod wire;
 
 pub use backend::{Backend, DoctorCheck, InstanceHandle, InstanceRequest, ListedInstance};
 pub use error::BackendError;
-pub use set::{provision_set, teardown_all};
+pub use set::{provision_set, provision_set_timed, teardown_all};

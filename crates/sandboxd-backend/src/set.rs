@@ -1,5 +1,7 @@
 //! Provisioning a whole set of engines for one owner: all in parallel, all or nothing.
 
+use std::time::{Duration, Instant};
+
 use futures::future::join_all;
 use sandboxd_domain::instance::Instance;
 
@@ -12,12 +14,26 @@ pub async fn provision_set(
     backend: &dyn Backend,
     requests: &[InstanceRequest],
 ) -> Result<Vec<Instance>, BackendError> {
-    let outcomes = join_all(requests.iter().map(|r| backend.provision(r))).await;
+    let timed = provision_set_timed(backend, requests).await?;
+    Ok(timed.into_iter().map(|(instance, _)| instance).collect())
+}
+
+/// [`provision_set`], with how long each instance took to become ready.
+pub async fn provision_set_timed(
+    backend: &dyn Backend,
+    requests: &[InstanceRequest],
+) -> Result<Vec<(Instance, Duration)>, BackendError> {
+    let outcomes = join_all(requests.iter().map(|r| async move {
+        let started = Instant::now();
+        let outcome = backend.provision(r).await;
+        outcome.map(|instance| (instance, started.elapsed()))
+    }))
+    .await;
     let mut instances = Vec::with_capacity(outcomes.len());
     let mut first_error = None;
     for outcome in outcomes {
         match outcome {
-            Ok(instance) => instances.push(instance),
+            Ok(timed) => instances.push(timed),
             Err(err) => {
                 first_error.get_or_insert(err);
             }
@@ -26,7 +42,11 @@ pub async fn provision_set(
     match first_error {
         None => Ok(instances),
         Some(err) => {
-            teardown_all(backend, instances.iter().map(InstanceHandle::of)).await;
+            teardown_all(
+                backend,
+                instances.iter().map(|(i, _)| InstanceHandle::of(i)),
+            )
+            .await;
             Err(err)
         }
     }

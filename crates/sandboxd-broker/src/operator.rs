@@ -17,6 +17,7 @@ use crate::Broker;
 use crate::config::SANDBOX_DB_ENABLED;
 use crate::error::BrokerError;
 use crate::janitor::JanitorReport;
+use crate::sandbox::SandboxFailure;
 
 /// The marker a spawned agent's environment carries when its project offers sandboxes.
 pub const SERVICES_AVAILABLE_ENV: &str = "ROBOCO_SANDBOX_SERVICES_AVAILABLE";
@@ -406,13 +407,10 @@ impl Broker {
     /// Tears down one owner's sandbox. Returns how many instances went.
     pub async fn teardown_sandbox(&self, owner: &AgentSlug) -> Result<usize, BrokerError> {
         let started = Instant::now();
-        let removed = self
-            .release(owner)
-            .await
-            .map_err(|e| BrokerError::NotFound {
-                what: "sandbox",
-                id: format!("{owner} ({e})"),
-            })?;
+        let removed = self.release(owner).await.map_err(|failure| match failure {
+            SandboxFailure::Backend(err) => BrokerError::Backend(err),
+            SandboxFailure::Store(err) => BrokerError::Store(err),
+        })?;
         self.audit(
             Actor::Operator,
             "teardown_sandbox",

@@ -7,7 +7,7 @@ use std::collections::BTreeSet;
 use std::time::Instant;
 
 use futures::future::join_all;
-use sandboxd_backend::{BackendError, InstanceHandle, InstanceRequest, provision_set};
+use sandboxd_backend::{BackendError, InstanceHandle, InstanceRequest, provision_set_timed};
 use sandboxd_domain::envelope::{ErrorCode, ErrorEnvelope, OkEnvelope};
 use sandboxd_domain::verbs::RequestSandboxArgs;
 use sandboxd_domain::{AgentSlug, EngineRef, FeatureRequest, Instance};
@@ -172,8 +172,7 @@ impl Broker {
             })
             .collect();
         let started = Instant::now();
-        let outcome = provision_set(backend.as_ref(), &requests).await;
-        let elapsed = started.elapsed();
+        let outcome = provision_set_timed(backend.as_ref(), &requests).await;
         self.audit(
             Actor::Daemon,
             "provision",
@@ -199,16 +198,15 @@ impl Broker {
             ),
         )
         .await;
-        let instances = outcome.map_err(SandboxFailure::Backend)?;
-        for instance in &instances {
-            // Members start in parallel, so each one's latency is the set's.
+        let timed = outcome.map_err(SandboxFailure::Backend)?;
+        for (instance, elapsed) in &timed {
             self.inner.metrics.provisioned(
                 instance.engine.name(),
                 instance.backend.as_str(),
                 elapsed.as_secs_f64(),
             );
         }
-        Ok(instances)
+        Ok(timed.into_iter().map(|(instance, _)| instance).collect())
     }
 
     /// Brings a live cached sandbox up to what is asked now: engines the project added since,
