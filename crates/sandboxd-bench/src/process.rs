@@ -3,10 +3,11 @@
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
-use sandboxd_backend::process::{ProcessBackend, ProcessConfig};
+use sandboxd_backend::process::ProcessBackend;
 use sandboxd_backend::{Backend, InstanceHandle, InstanceRequest};
 use sandboxd_domain::{AgentSlug, EngineRef};
 
+use crate::cleanup::Cleanup;
 use crate::stats::Series;
 
 /// Target p50 per engine on this machine (issue: postgres ≤ 400 ms, redis ≤ 50 ms, mariadb ≤ 1 s).
@@ -19,8 +20,12 @@ fn target_ms(engine: &str) -> Option<f64> {
     }
 }
 
-pub async fn provision_to_ready(runs: usize, engines: &[EngineRef]) -> Result<Vec<Series>> {
-    let backend = ProcessBackend::new(ProcessConfig::default()).context("process backend")?;
+pub async fn provision_to_ready(
+    runs: usize,
+    engines: &[EngineRef],
+    cleanup: &Cleanup,
+) -> Result<Vec<Series>> {
+    let backend = cleanup.process_backend("process")?;
     let mut series = Vec::new();
     for engine in engines {
         if let Err(why) = backend.supports(*engine).await {
@@ -28,12 +33,13 @@ pub async fn provision_to_ready(runs: usize, engines: &[EngineRef]) -> Result<Ve
             continue;
         }
         // One untimed run builds the template, as any first use on a machine does.
-        let warmup = run_once(&backend, *engine, "warmup").await?;
+        let warmup = run_once(&backend, *engine, cleanup, "warmup").await?;
         teardown(&backend, warmup.1).await?;
         let mut provision = Vec::with_capacity(runs);
         let mut teardowns = Vec::with_capacity(runs);
         for run in 0..runs {
-            let (elapsed, handle) = run_once(&backend, *engine, &run.to_string()).await?;
+            let (elapsed, handle) =
+                run_once(&backend, *engine, cleanup, &format!("p{run}")).await?;
             provision.push(elapsed);
             teardowns.push(teardown(&backend, handle).await?);
         }
@@ -54,9 +60,10 @@ pub async fn provision_to_ready(runs: usize, engines: &[EngineRef]) -> Result<Ve
 async fn run_once(
     backend: &ProcessBackend,
     engine: EngineRef,
+    cleanup: &Cleanup,
     tag: &str,
 ) -> Result<(Duration, InstanceHandle)> {
-    let owner = AgentSlug::parse(&format!("bench-{}-{tag}", std::process::id()))?;
+    let owner = AgentSlug::parse(&cleanup.owner(tag))?;
     let request = InstanceRequest {
         engine,
         owner,

@@ -1,4 +1,4 @@
-//! Percentiles and the result table.
+//! Percentiles, the report every scenario adds to, and its markdown rendering.
 
 use std::time::Duration;
 
@@ -57,10 +57,51 @@ impl Series {
         self.target_p50_ms = Some(p50_ms);
         self
     }
+
+    /// This p50 over `base`'s, named after the baseline.
+    pub fn with_ratio(mut self, name: &str, base: &Series) -> Self {
+        if base.p50_ms > 0.0 {
+            self.ratio = Some((name.to_owned(), self.p50_ms / base.p50_ms));
+        }
+        self
+    }
 }
 
-/// The markdown table of every series.
-pub fn markdown(series: &[Series]) -> String {
+/// A target and whether this run met it.
+#[derive(Debug, Clone, Serialize)]
+pub struct Check {
+    pub target: String,
+    pub holds: bool,
+    /// The numbers behind the verdict.
+    pub measured: String,
+}
+
+/// A value that is not a latency (memory, counts).
+#[derive(Debug, Clone, Serialize)]
+pub struct Measure {
+    pub subject: String,
+    pub value: f64,
+    pub unit: String,
+    pub note: String,
+}
+
+/// Everything one run of the harness found.
+#[derive(Debug, Default, Serialize)]
+pub struct Report {
+    pub generated_at: String,
+    pub machine: Vec<(String, String)>,
+    pub series: Vec<Series>,
+    /// Where the time of one provision goes: offsets of its phases, one series per phase.
+    pub phases: Vec<Series>,
+    pub checks: Vec<Check>,
+    pub measures: Vec<Measure>,
+    /// Scenarios of SPEC §6 that cannot be measured yet, and why.
+    pub not_measured: Vec<(String, String)>,
+    pub notes: Vec<String>,
+}
+
+/// The markdown table of `series`.
+fn series_table(series: &[Series]) -> String {
     let mut out = String::from(
         "| scenario | subject | runs | p50 ms | p95 ms | p99 ms | min ms | max ms | target p50 | ratio (p50) |\n\
          |---|---|---:|---:|---:|---:|---:|---:|---|---|\n",
@@ -93,6 +134,71 @@ pub fn markdown(series: &[Series]) -> String {
     out
 }
 
+impl Report {
+    /// The whole report as markdown: machine, results, targets, phases, the rest.
+    pub fn markdown(&self) -> String {
+        let mut out = String::new();
+        if !self.generated_at.is_empty() {
+            out.push_str(&format!("Run at {}.\n\n", self.generated_at));
+        }
+        if !self.machine.is_empty() {
+            out.push_str("| machine | |\n|---|---|\n");
+            for (key, value) in &self.machine {
+                out.push_str(&format!("| {key} | {value} |\n"));
+            }
+            out.push('\n');
+        }
+        if !self.series.is_empty() {
+            out.push_str("### Latencies\n\n");
+            out.push_str(&series_table(&self.series));
+            out.push('\n');
+        }
+        if !self.checks.is_empty() {
+            out.push_str("### Targets\n\n| target | holds | measured |\n|---|---|---|\n");
+            for c in &self.checks {
+                let holds = if c.holds { "✓ yes" } else { "✗ no" };
+                out.push_str(&format!("| {} | {holds} | {} |\n", c.target, c.measured));
+            }
+            out.push('\n');
+        }
+        if !self.phases.is_empty() {
+            out.push_str(
+                "### Where the time goes\n\nMilliseconds from the call to each phase's end, per \
+                 provision (Docker's `Created` and `State.StartedAt`, the server's own \"ready\" log \
+                 line, and the call's return).\n\n",
+            );
+            out.push_str(&series_table(&self.phases));
+            out.push('\n');
+        }
+        if !self.measures.is_empty() {
+            out.push_str(
+                "### Memory and other values\n\n| subject | value | note |\n|---|---:|---|\n",
+            );
+            for m in &self.measures {
+                out.push_str(&format!(
+                    "| {} | {:.1} {} | {} |\n",
+                    m.subject, m.value, m.unit, m.note
+                ));
+            }
+            out.push('\n');
+        }
+        if !self.not_measured.is_empty() {
+            out.push_str("### Not measured\n\n| scenario | why |\n|---|---|\n");
+            for (scenario, why) in &self.not_measured {
+                out.push_str(&format!("| {scenario} | {why} |\n"));
+            }
+            out.push('\n');
+        }
+        if !self.notes.is_empty() {
+            out.push_str("### Notes\n\n");
+            for note in &self.notes {
+                out.push_str(&format!("- {note}\n"));
+            }
+        }
+        out
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -104,5 +210,16 @@ mod tests {
         assert_eq!(percentile(&samples, 95.0), Duration::from_millis(19));
         assert_eq!(percentile(&samples, 99.0), Duration::from_millis(20));
         assert_eq!(percentile(&[], 50.0), Duration::ZERO);
+    }
+
+    #[test]
+    fn ratios_are_p50_over_the_baseline() {
+        let base = Series::from_samples("s", "floor", vec![Duration::from_millis(100)]);
+        let ours = Series::from_samples("s", "ours", vec![Duration::from_millis(110)])
+            .with_ratio("floor", &base);
+        let (name, ratio) = ours.ratio.clone().expect("a ratio");
+        assert_eq!(name, "floor");
+        assert!((ratio - 1.1).abs() < 1e-9);
+        assert!(series_table(&[ours]).contains("1.10× floor"));
     }
 }
