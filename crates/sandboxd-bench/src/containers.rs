@@ -12,7 +12,7 @@ use std::time::{Duration, Instant, SystemTime};
 use anyhow::{Context, Result, bail};
 use sandboxd_backend::readiness::{Attempt, poll_until_ready};
 use sandboxd_backend::wire::{self, Reach};
-use sandboxd_domain::engine::{AdminAccess, ContainerRecipe};
+use sandboxd_domain::engine::{AdminAccess, AdminStep, ContainerRecipe};
 use sandboxd_domain::{Credentials, EngineRef};
 use secrecy::ExposeSecret;
 use time::OffsetDateTime;
@@ -126,11 +126,12 @@ pub async fn replay_start(
     .await?;
     marks.push(("superuser login ok".to_owned(), started.elapsed()));
     for step in engine.setup(&agent, facts) {
+        let label = step_label(&step);
         wire::run_step(engine.get(), Some(&admin), reach, &step)
             .await
-            .map_err(|e| anyhow::anyhow!("setup step: {e}"))?;
+            .map_err(|e| anyhow::anyhow!("setup step {label}: {e}"))?;
+        marks.push((format!("account setup: {label}"), started.elapsed()));
     }
-    marks.push(("handed-out account created".to_owned(), started.elapsed()));
     poll_until_ready(name, deadline, || async {
         wire::probe(engine.get(), reach, &agent, engine.agent_database())
             .await
@@ -138,6 +139,19 @@ pub async fn replay_start(
     })
     .await?;
     Ok((started.elapsed(), marks))
+}
+
+/// A setup step named by its statement's first two words (`CREATE ROLE`): never its secrets.
+fn step_label(step: &AdminStep) -> String {
+    match step {
+        AdminStep::Sql { statement, .. } => statement
+            .expose_secret()
+            .split_whitespace()
+            .take(2)
+            .collect::<Vec<_>>()
+            .join(" "),
+        AdminStep::MongoCommand { .. } => "a MongoDB command".to_owned(),
+    }
 }
 
 /// `docker rm -f -v`, timed.

@@ -100,11 +100,23 @@ struct Args {
 }
 
 #[tokio::main]
-async fn main() -> Result<()> {
-    let mut args = Args::parse();
-    if args.tc_worker {
-        return peer::worker(args.tc_label, args.tc_shim, args.tc_api).await;
+async fn main() -> std::process::ExitCode {
+    let args = Args::parse();
+    let outcome = if args.tc_worker {
+        peer::worker(args.tc_label, args.tc_shim, args.tc_api).await
+    } else {
+        harness(args).await
+    };
+    match outcome {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(err) => {
+            eprintln!("sandboxd-bench: {err:#}");
+            std::process::ExitCode::FAILURE
+        }
     }
+}
+
+async fn harness(mut args: Args) -> Result<()> {
     if args.quick {
         args.runs = args.runs.min(5);
         args.docker_runs = args.docker_runs.min(3);
