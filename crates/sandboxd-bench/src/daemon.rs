@@ -251,7 +251,10 @@ async fn drive(
         &subject,
         each,
     ));
-    let note = format!("sandboxd serve ({profile} build), process backend");
+    let note = format!(
+        "`{}` serve ({profile} build), process backend",
+        binary.display()
+    );
     for (subject, kib) in [
         ("daemon RSS, idle (one project)", idle),
         (

@@ -282,6 +282,17 @@ async fn machine() -> Vec<(String, String)> {
             String::from_utf8_lossy(&out.stdout).trim().to_owned(),
         ));
     }
+    if let Ok(out) = tokio::process::Command::new("git")
+        .args(["rev-parse", "--short", "HEAD"])
+        .output()
+        .await
+        && out.status.success()
+    {
+        facts.push((
+            "sandboxd commit".to_owned(),
+            String::from_utf8_lossy(&out.stdout).trim().to_owned(),
+        ));
+    }
     facts.push((
         "harness build".to_owned(),
         if cfg!(debug_assertions) {
