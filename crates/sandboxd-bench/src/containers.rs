@@ -169,6 +169,11 @@ pub async fn docker_rm(names: &[String]) -> Result<Duration> {
     Ok(started.elapsed())
 }
 
+/// The phase of the server's own "ready" log line.
+pub const SERVER_UP: &str = "server logged ready";
+/// The last phase: the call returned, or the readiness loop passed.
+pub const READY: &str = "ready (authenticated round trip)";
+
 /// When the phases of one provision ended, as offsets from the call, in order.
 #[derive(Debug, Clone, Default)]
 pub struct Timeline {
@@ -234,11 +239,11 @@ pub async fn timeline(
             .filter_map(|ts| OffsetDateTime::parse(ts, &Rfc3339).ok())
             .max();
         if let Some(at) = server_up {
-            marks.push(("server logged ready".to_owned(), since(t0, at)));
+            marks.push((SERVER_UP.to_owned(), since(t0, at)));
         }
     }
     marks.extend(extra.iter().cloned());
-    marks.push(("ready (authenticated round trip)".to_owned(), ready));
+    marks.push((READY.to_owned(), ready));
     Ok(Timeline { marks })
 }
 

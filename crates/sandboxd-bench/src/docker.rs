@@ -195,6 +195,8 @@ pub async fn cold_provision(
 }
 
 const TESTCONTAINERS_VERSION: &str = "0.28.0";
+const SERVER_UP: &str = containers::SERVER_UP;
+const READY: &str = containers::READY;
 
 fn name_of(subject: &[EngineRef]) -> String {
     subject
@@ -512,14 +514,30 @@ fn summarize(
                 } else {
                     format!("{} {engine}", who.label())
                 };
+                let at = |t: &Timeline, phase: &str| {
+                    t.marks.iter().find(|(p, _)| p == phase).map(|m| m.1)
+                };
                 for (phase, _) in &first.marks {
-                    let values: Vec<Duration> = timelines
-                        .iter()
-                        .filter_map(|t| t.marks.iter().find(|(p, _)| p == phase).map(|m| m.1))
-                        .collect();
+                    let values: Vec<Duration> =
+                        timelines.iter().filter_map(|t| at(t, phase)).collect();
                     report
                         .phases
                         .push(Series::from_samples(&scenario, phase, values));
+                }
+                // Per run, not a difference of percentiles: the time after the server is up.
+                let after_up: Vec<Duration> = timelines
+                    .iter()
+                    .filter_map(|t| {
+                        let up = at(t, SERVER_UP)?;
+                        Some(at(t, READY)?.saturating_sub(up))
+                    })
+                    .collect();
+                if !after_up.is_empty() && !in_set {
+                    report.phases.push(Series::from_samples(
+                        &scenario,
+                        "Δ server logged ready → ready (per run)",
+                        after_up,
+                    ));
                 }
             }
         }
