@@ -121,6 +121,13 @@ pub trait Backend: Send + Sync + fmt::Debug {
     /// this host's packages.
     fn feature_location(&self, engine: EngineRef) -> String;
 
+    /// Where sandboxd itself dials the instance as its superuser: the handed-out address,
+    /// unless the backend knows one that works from where sandboxd runs (a container's address
+    /// on its network, when the handed-out host is a name only that network resolves).
+    async fn admin_address(&self, instance: &Instance) -> Result<(String, u16), BackendError> {
+        Ok((instance.host.clone(), instance.port))
+    }
+
     /// Activates features on a running instance in place, as the service superuser, and records
     /// them on `instance`.
     async fn activate(
@@ -132,10 +139,8 @@ pub trait Backend: Send + Sync + fmt::Debug {
         if missing.is_empty() {
             return Ok(());
         }
-        let reach = Reach {
-            host: &instance.host,
-            port: instance.port,
-        };
+        let (host, port) = self.admin_address(instance).await?;
+        let reach = Reach { host: &host, port };
         let result = wire::activate(
             instance.engine.get(),
             &instance.admin,

@@ -17,6 +17,8 @@ pub struct BrokerConfig {
     pub grace: Duration,
     /// Reap sandboxes older than this whatever their owner does (None: no limit).
     pub max_lifetime: Option<Duration>,
+    /// Reap sandboxes their owner has not asked for in this long (None: never).
+    pub idle_ttl: Option<Duration>,
     pub janitor_interval: Duration,
     /// `ROBOCO_SANDBOX_DB_ENABLED`, read by the binary at start: overrides the stored switch.
     pub enabled_override: Option<bool>,
@@ -29,6 +31,7 @@ impl Default for BrokerConfig {
             roles: RoleBook::default(),
             grace: Duration::from_secs(180),
             max_lifetime: None,
+            idle_ttl: None,
             janitor_interval: Duration::from_secs(30),
             enabled_override: None,
         }

@@ -1,9 +1,9 @@
 //! The orphan janitor: at start and on every tick it lists every instance the backends know
-//! (labels, metadata — never memory), and reaps those whose owner is gone, that died, or that
-//! outlived the maximum lifetime. Anything provisioned within the grace window is left alone: a
+//! (labels, metadata — never memory), and reaps those whose owner is gone, that died, that
+//! outlived the maximum lifetime, or that their owner left idle past the idle TTL. Anything provisioned within the grace window is left alone: a
 //! sandbox can exist before its agent does.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
 
 use sandboxd_backend::ListedInstance;
@@ -19,7 +19,7 @@ use crate::Broker;
 pub struct JanitorReport {
     /// Instances the backends listed.
     pub examined: usize,
-    /// Reaped instances and why (`owner_gone`, `dead`, `max_lifetime`).
+    /// Reaped instances and why (`owner_gone`, `max_lifetime`, `idle`, `dead`).
     pub reaped: Vec<(String, String)>,
     /// Skipped because they are younger than the grace window.
     pub kept_young: usize,
@@ -27,8 +27,8 @@ pub struct JanitorReport {
     pub forgotten: usize,
 }
 
-fn age(instance: &ListedInstance, now: i64) -> Duration {
-    Duration::from_millis(u64::try_from(now - instance.created_at_ms).unwrap_or(0))
+fn since(at_ms: i64, now: i64) -> Duration {
+    Duration::from_millis(u64::try_from(now - at_ms).unwrap_or(0))
 }
 
 impl Broker {
@@ -45,6 +45,20 @@ impl Broker {
         };
         let grace = self.inner.config.grace;
         let max_lifetime = self.inner.config.max_lifetime;
+        let idle_ttl = self.inner.config.idle_ttl;
+        // The idle clock lives in the store; an instance it does not know (provisioned outside
+        // the broker) counts as last used when it was created.
+        let stored = match self.store().instance_summaries().await {
+            Ok(stored) => stored,
+            Err(err) => {
+                tracing::error!(error = %err, "janitor: reading the store failed; skipping this pass");
+                return report;
+            }
+        };
+        let last_used: BTreeMap<&str, i64> = stored
+            .iter()
+            .map(|row| (row.name.as_str(), row.last_used_at_ms))
+            .collect();
         let mut listed_names = BTreeSet::new();
         for backend in self.inner.backends.all() {
             let listed = match backend.list().await {
@@ -58,7 +72,7 @@ impl Broker {
             for instance in listed {
                 report.examined += 1;
                 listed_names.insert(instance.handle.name.clone());
-                let age = age(&instance, now);
+                let age = since(instance.created_at_ms, now);
                 if age < grace {
                     report.kept_young += 1;
                     continue;
@@ -67,24 +81,32 @@ impl Broker {
                     "owner_gone"
                 } else if max_lifetime.is_some_and(|max| age > max) {
                     "max_lifetime"
+                } else if idle_ttl.is_some_and(|ttl| {
+                    let used = last_used
+                        .get(instance.handle.name.as_str())
+                        .copied()
+                        .unwrap_or(instance.created_at_ms);
+                    since(used, now) > ttl
+                }) {
+                    "idle"
                 } else if !instance.live {
                     "dead"
                 } else {
                     continue;
                 };
-                self.reap(&instance, reason).await;
+                if !self.reap(&instance, reason).await {
+                    continue;
+                }
                 report
                     .reaped
                     .push((instance.handle.name.clone(), reason.to_owned()));
             }
         }
         // Rows of instances no backend lists any more (removed out of band, host rebooted).
-        if let Ok(stored) = self.store().instance_summaries().await {
+        {
             let now = now_ms();
-            for row in stored {
-                let old =
-                    Duration::from_millis(u64::try_from(now - row.created_at_ms).unwrap_or(0))
-                        >= grace;
+            for row in &stored {
+                let old = since(row.created_at_ms, now) >= grace;
                 if old && !listed_names.contains(&row.name) {
                     let _turn = self.inner.locks.lock(&row.owner).await;
                     if self
@@ -109,10 +131,16 @@ impl Broker {
         report
     }
 
-    async fn reap(&self, instance: &ListedInstance, reason: &str) {
+    /// Reaps one instance; false when it turned out to be in use after all.
+    async fn reap(&self, instance: &ListedInstance, reason: &str) -> bool {
         let started = Instant::now();
         let owner = &instance.handle.owner;
         let _turn = self.inner.locks.lock(owner).await;
+        // The owner may have asked for its sandbox since the listing: judge idleness again
+        // under its lock, where no request can slip in.
+        if reason == "idle" && !self.still_idle(instance).await {
+            return false;
+        }
         let outcome = match self.inner.backends.for_kind(instance.handle.backend) {
             Some(backend) => backend.teardown(&instance.handle).await,
             None => Ok(()),
@@ -150,6 +178,20 @@ impl Broker {
             format!("{} ({reason})", instance.handle.name),
         )
         .await;
+        true
+    }
+
+    async fn still_idle(&self, instance: &ListedInstance) -> bool {
+        let Some(ttl) = self.inner.config.idle_ttl else {
+            return false;
+        };
+        match self.store().last_used_of(&instance.handle.name).await {
+            Ok(used) => since(used.unwrap_or(instance.created_at_ms), now_ms()) > ttl,
+            Err(err) => {
+                tracing::warn!(instance = %instance.handle.name, error = %err, "janitor: reading the idle clock failed");
+                false
+            }
+        }
     }
 
     /// Runs a pass every `janitor_interval` until `shutdown` is cancelled.

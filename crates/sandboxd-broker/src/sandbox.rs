@@ -136,6 +136,9 @@ impl Broker {
                         .await
                         .map_err(SandboxFailure::Store)?;
                     self.refresh_live_gauge().await;
+                } else if let Err(err) = store.touch_instances_of(agent).await {
+                    // Only the idle clock is stale: the sandbox itself is fine to hand out.
+                    tracing::warn!(%agent, error = %err, "recording the sandbox's use failed");
                 }
                 return Ok((cached, Cache::Hit));
             }

@@ -46,6 +46,11 @@ const MIGRATIONS: &[(i64, &str, &str)] = &[
         "mcp_sessions",
         include_str!("../migrations/0002_mcp_sessions.sql"),
     ),
+    (
+        3,
+        "last_used",
+        include_str!("../migrations/0003_last_used.sql"),
+    ),
 ];
 
 fn migrator() -> Migrator {

@@ -39,6 +39,8 @@ pub struct InstanceSummary {
     pub features: BTreeSet<Feature>,
     /// Unix milliseconds.
     pub created_at_ms: i64,
+    /// When the owner last got this sandbox (provisioned or a cache hit), Unix milliseconds.
+    pub last_used_at_ms: i64,
 }
 
 /// The sealed part, as written.
@@ -70,7 +72,7 @@ enum AdminOwned {
 }
 
 const COLUMNS: &str = "name, owner, engine, backend, backend_id, host, port, database_name, \
-                       agent_user, features, created_at_ms, sealed_credentials";
+                       agent_user, features, created_at_ms, sealed_credentials, last_used_at_ms";
 
 fn parse_backend(text: &str) -> Option<BackendKind> {
     [BackendKind::Process, BackendKind::Docker]
@@ -114,6 +116,7 @@ fn summary_from_row(op: &'static str, row: &AnyRow) -> Result<InstanceSummary> {
         user: row.try_get("agent_user").map_err(get)?,
         features,
         created_at_ms: row.try_get("created_at_ms").map_err(get)?,
+        last_used_at_ms: row.try_get("last_used_at_ms").map_err(get)?,
         name,
     })
 }
@@ -218,6 +221,8 @@ impl Store {
             ));
         }
 
+        // Written for a provision or a change the owner asked for: both count as use.
+        let used_at_ms = crate::now_ms();
         let mut tx = self.pool.begin().await.map_err(StoreError::db(OP))?;
         sqlx::query("DELETE FROM sandbox_instances WHERE owner = $1")
             .bind(owner.as_str())
@@ -226,7 +231,7 @@ impl Store {
             .map_err(StoreError::db(OP))?;
         let insert = format!(
             "INSERT INTO sandbox_instances ({COLUMNS}) \
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)"
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)"
         );
         for (instance, features, sealed) in rows {
             sqlx::query(sqlx::AssertSqlSafe(insert.clone()))
@@ -242,6 +247,7 @@ impl Store {
                 .bind(features)
                 .bind(instance.created_at_ms)
                 .bind(sealed)
+                .bind(used_at_ms)
                 .execute(&mut *tx)
                 .await
                 .map_err(|e| match violation(&e) {
@@ -307,6 +313,26 @@ impl Store {
             .await
             .map_err(StoreError::db("delete_instances_of"))?;
         Ok(result.rows_affected())
+    }
+
+    /// Records that `owner` just got its sandbox again (a cache hit): restarts the idle clock.
+    pub async fn touch_instances_of(&self, owner: &AgentSlug) -> Result<()> {
+        sqlx::query("UPDATE sandbox_instances SET last_used_at_ms = $1 WHERE owner = $2")
+            .bind(crate::now_ms())
+            .bind(owner.as_str())
+            .execute(&self.pool)
+            .await
+            .map_err(StoreError::db("touch_instances_of"))?;
+        Ok(())
+    }
+
+    /// When one instance was last used; `None` when it is not stored.
+    pub async fn last_used_of(&self, name: &str) -> Result<Option<i64>> {
+        sqlx::query_scalar("SELECT last_used_at_ms FROM sandbox_instances WHERE name = $1")
+            .bind(name)
+            .fetch_optional(&self.pool)
+            .await
+            .map_err(StoreError::db("last_used_of"))
     }
 
     /// Forgets one instance; `false` when there was none.

@@ -112,6 +112,8 @@ pub struct BrokerSettings {
     pub grace_secs: u64,
     /// Reap sandboxes older than this whatever their owner does (unset: no limit).
     pub max_lifetime_secs: Option<u64>,
+    /// Reap sandboxes their owner has not asked for in this long (unset: never).
+    pub idle_ttl_secs: Option<u64>,
     pub janitor_interval_secs: u64,
     /// A TOML role file (`[roles.<name>] verbs = [...]`); default: the built-in roles.
     pub roles_file: Option<PathBuf>,
@@ -122,6 +124,7 @@ impl Default for BrokerSettings {
         Self {
             grace_secs: 180,
             max_lifetime_secs: None,
+            idle_ttl_secs: None,
             janitor_interval_secs: 30,
             roles_file: None,
         }
@@ -298,6 +301,46 @@ impl Settings {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Every key of the settings tree, dotted; per-engine maps as `engines.<engine>.…`.
+    fn leaf_keys(prefix: &str, value: &serde_json::Value, out: &mut Vec<String>) {
+        match value {
+            serde_json::Value::Object(map) if prefix == "engines" => {
+                for engine_settings in map.values() {
+                    leaf_keys("engines.<engine>", engine_settings, out);
+                }
+            }
+            serde_json::Value::Object(map) => {
+                for (key, child) in map {
+                    let path = if prefix.is_empty() {
+                        key.clone()
+                    } else {
+                        format!("{prefix}.{key}")
+                    };
+                    leaf_keys(&path, child, out);
+                }
+            }
+            _ => out.push(prefix.to_owned()),
+        }
+    }
+
+    #[test]
+    fn the_readme_documents_every_setting() {
+        let readme = include_str!("../../../README.md");
+        let settings = serde_json::to_value(Settings::load(None).expect("defaults")).expect("json");
+        let mut keys = Vec::new();
+        leaf_keys("", &settings, &mut keys);
+        keys.dedup();
+        assert!(keys.contains(&"broker.idle_ttl_secs".to_owned()), "{keys:?}");
+        let missing: Vec<&String> = keys
+            .iter()
+            .filter(|key| !readme.contains(&format!("| `{key}` |")))
+            .collect();
+        assert!(
+            missing.is_empty(),
+            "README's configuration reference lacks {missing:?}"
+        );
+    }
 
     #[test]
     fn defaults_load_without_a_file() {

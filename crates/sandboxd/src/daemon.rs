@@ -50,6 +50,7 @@ pub async fn start(settings: &Settings) -> Result<Daemon> {
         roles: roles(settings)?,
         grace: Duration::from_secs(settings.broker.grace_secs),
         max_lifetime: settings.broker.max_lifetime_secs.map(Duration::from_secs),
+        idle_ttl: settings.broker.idle_ttl_secs.map(Duration::from_secs),
         janitor_interval: Duration::from_secs(settings.broker.janitor_interval_secs.max(1)),
         enabled_override,
     };

@@ -332,7 +332,7 @@ impl From<AuditPage> for AuditPageOut {
 #[derive(Debug, Serialize, ToSchema)]
 pub struct ReapedOut {
     pub instance: String,
-    /// `owner_gone`, `dead` or `max_lifetime`.
+    /// `owner_gone`, `max_lifetime`, `idle` or `dead`.
     pub reason: String,
 }
 

@@ -149,6 +149,24 @@ async fn click(client: &Client, css: &str) {
         .unwrap_or_else(|e| panic!("click {css}: {e}"));
 }
 
+/// Clicks a button that submits a form, and waits until the browser left the current page (the
+/// old document's root went stale): a click may return before the navigation it started.
+async fn submit(client: &Client, css: &str) {
+    let page = client
+        .find(Locator::Css("html"))
+        .await
+        .expect("the current page");
+    click(client, css).await;
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while page.tag_name().await.is_ok() {
+        assert!(
+            Instant::now() < deadline,
+            "submitting with {css} loaded no new page"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
 async fn path_of(client: &Client) -> String {
     client.current_url().await.expect("url").path().to_owned()
 }
@@ -170,7 +188,7 @@ async fn log_in(client: &Client, app: &App) {
         .send_keys(ADMIN_TOKEN)
         .await
         .expect("type");
-    click(client, "form[action='/login'] button[type=submit]").await;
+    submit(client, "form[action='/login'] button[type=submit]").await;
     assert_ne!(path_of(client).await, "/login", "logged in");
 }
 
@@ -256,7 +274,7 @@ async fn flow(app: &App, client: &Client) {
         "off"
     );
     shot(client, "02-settings-disarmed").await;
-    click(client, "#arm").await;
+    submit(client, "#arm").await;
     assert_eq!(path_of(client).await, "/settings");
     assert_eq!(text(client, "#flag-sandbox-db-enabled .stored").await, "on");
     assert_eq!(
@@ -307,13 +325,13 @@ async fn flow(app: &App, client: &Client) {
         .send_keys(&slug)
         .await
         .expect("type");
-    click(client, "form[action='/projects'] button[type=submit]").await;
+    submit(client, "form[action='/projects'] button[type=submit]").await;
     assert_eq!(path_of(client).await, format!("/projects/{slug}"));
     click(client, "#service-postgres").await;
     click(client, "#service-redis").await;
     click(client, "#feature-postgres-vector").await;
     shot(client, "05-project-card-checked").await;
-    click(client, "#save-sandbox").await;
+    submit(client, "#save-sandbox").await;
     assert!(
         text(client, ".flash")
             .await
@@ -388,7 +406,7 @@ async fn flow(app: &App, client: &Client) {
     // Tear it down from the panel: open the confirmation, confirm.
     click(client, &format!("{row} details.confirm summary")).await;
     shot(client, "08-sandboxes-confirm-teardown").await;
-    click(
+    submit(
         client,
         &format!("{row} details.confirm button[type=submit]"),
     )

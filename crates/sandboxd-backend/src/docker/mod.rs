@@ -134,6 +134,22 @@ impl Backend for DockerBackend {
         self.provision_one(request).await
     }
 
+    async fn admin_address(&self, instance: &Instance) -> Result<(String, u16), BackendError> {
+        let Some(network) = &self.config.network else {
+            return Ok((instance.host.clone(), instance.port));
+        };
+        let docker = self.client.get().await?;
+        let found = state::inspect(docker, &instance.backend_id).await?;
+        match found.as_ref().and_then(|f| state::address_on(f, network)) {
+            Some(address) => Ok((address, instance.engine.port())),
+            None => Err(BackendError::Docker {
+                operation: "reaching",
+                name: instance.name.clone(),
+                detail: format!("the container has no address on network {network:?}"),
+            }),
+        }
+    }
+
     async fn is_live(&self, handle: &InstanceHandle) -> Result<bool, BackendError> {
         let docker = self.client.get().await?;
         let (name, id) = Self::target(handle);

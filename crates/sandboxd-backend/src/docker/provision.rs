@@ -127,7 +127,10 @@ impl DockerBackend {
             .start_container(id, None)
             .await
             .map_err(|err| client::error("starting", name, err))?;
-        let (host, port) = self.reach_of(docker, engine, name, id).await?;
+        let Reachability {
+            handed: (host, port),
+            dial,
+        } = self.reach_of(docker, engine, name, id).await?;
 
         // Blanked out of any log lines quoted in errors, in case a server echoes one.
         let secrets = [admin.password.clone(), agent.password.clone()];
@@ -135,7 +138,10 @@ impl DockerBackend {
         let startup = Startup {
             engine,
             name,
-            reach: Reach { host: &host, port },
+            reach: Reach {
+                host: &dial.0,
+                port: dial.1,
+            },
             admin: &admin_access,
             agent: &agent,
             database: engine.agent_database(),
@@ -178,19 +184,34 @@ impl DockerBackend {
         Ok(instance)
     }
 
-    /// Where the server answers: the published loopback port, or the container's name on the
-    /// configured network.
+    /// Where the server answers: the published loopback port, or, on the configured network,
+    /// the container's name for agents and its address there for sandboxd.
     async fn reach_of(
         &self,
         docker: &Docker,
         engine: EngineRef,
         name: &str,
         id: &str,
-    ) -> Result<(String, u16), BackendError> {
-        if self.config.network.is_some() {
-            return Ok((name.to_owned(), engine.port()));
-        }
+    ) -> Result<Reachability, BackendError> {
         let found = state::inspect(docker, id).await?;
+        if let Some(network) = &self.config.network {
+            let handed = (name.to_owned(), engine.port());
+            return match found.as_ref().and_then(|f| state::address_on(f, network)) {
+                Some(address) => Ok(Reachability {
+                    handed,
+                    dial: (address, engine.port()),
+                }),
+                None => Err(BackendError::ExitedEarly {
+                    name: name.to_owned(),
+                    detail: match found.as_ref() {
+                        Some(found) if !state::is_running(found) => {
+                            state::exit_detail(docker, id, Some(found), &[]).await
+                        }
+                        _ => format!("the container has no address on network {network:?}"),
+                    },
+                }),
+            };
+        }
         let port = found
             .as_ref()
             .and_then(|f| f.network_settings.as_ref())
@@ -204,7 +225,13 @@ impl DockerBackend {
                     .find_map(|b| b.host_port.as_deref()?.parse::<u16>().ok())
             });
         match port {
-            Some(port) => Ok((PUBLISH_IP.to_owned(), port)),
+            Some(port) => {
+                let published = (PUBLISH_IP.to_owned(), port);
+                Ok(Reachability {
+                    handed: published.clone(),
+                    dial: published,
+                })
+            }
             None => Err(BackendError::ExitedEarly {
                 name: name.to_owned(),
                 detail: match found.as_ref() {
@@ -256,4 +283,10 @@ impl DockerBackend {
         };
         teardown::remove(docker, &self.labels, target, self.config.stop_timeout).await
     }
+}
+
+/// Where agents reach an instance (`handed`, in its evidence) and where sandboxd dials it.
+struct Reachability {
+    handed: (String, u16),
+    dial: (String, u16),
 }

@@ -33,6 +33,19 @@ pub(super) fn is_running(found: &ContainerInspectResponse) -> bool {
         .unwrap_or(false)
 }
 
+/// The container's IP address on `network`, once it is attached and running.
+pub(super) fn address_on(found: &ContainerInspectResponse, network: &str) -> Option<String> {
+    found
+        .network_settings
+        .as_ref()?
+        .networks
+        .as_ref()?
+        .get(network)?
+        .ip_address
+        .clone()
+        .filter(|address| !address.is_empty())
+}
+
 pub(super) fn oom_killed(found: &ContainerInspectResponse) -> bool {
     found
         .state

@@ -957,3 +957,138 @@ async fn an_engine_that_does_not_answer_is_unavailable() {
     let checks = backend.doctor().await;
     assert!(!checks[0].ok && checks[0].fix.is_some(), "{checks:?}");
 }
+
+/// A Docker network for one test, removed on drop (also when the test panics). Labeled like
+/// everything sandboxd-related, so the suite's leak check sees one left behind.
+struct TestNetwork(String);
+
+impl TestNetwork {
+    fn create(tag: &str) -> Self {
+        let name = format!("sandboxd-test-{tag}-{}", std::process::id());
+        let out = std::process::Command::new("docker")
+            .args(["network", "create", "--label", &format!("{NS}.sandbox=1"), &name])
+            .output()
+            .expect("docker network create");
+        assert!(out.status.success(), "{out:?}");
+        Self(name)
+    }
+
+    /// Runs `command` in a throwaway container of `image` on this network; its stdout.
+    fn run(&self, image: &str, env: &[(&str, &str)], command: &[&str]) -> String {
+        let mut docker = std::process::Command::new("docker");
+        docker.args(["run", "--rm", "--network", &self.0, "--entrypoint", command[0]]);
+        for (key, value) in env {
+            // `--env KEY` passes the value from this process's environment, off the command line.
+            docker.args(["--env", key]).env(key, value);
+        }
+        let out = docker
+            .arg(image)
+            .args(&command[1..])
+            .output()
+            .expect("docker run");
+        assert!(out.status.success(), "{command:?}: {out:?}");
+        String::from_utf8_lossy(&out.stdout).trim().to_owned()
+    }
+}
+
+impl Drop for TestNetwork {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("docker")
+            .args(["network", "rm", &self.0])
+            .output();
+    }
+}
+
+#[tokio::test]
+async fn on_a_named_network_agents_reach_instances_by_name_and_nothing_is_published() {
+    let network = TestNetwork::create("dnet");
+    let name = network.0.clone();
+    let Some(harness) = Harness::new("dnet", &[POSTGRES, REDIS], |c| c.network = Some(name)).await
+    else {
+        return;
+    };
+    let network = &network;
+    harness
+        .run(|backend, docker| async move {
+            let owner = harness_owner("dnet");
+            // A feature makes sandboxd dial the instance again after readiness, as in place.
+            let set = provision_set(
+                backend.as_ref(),
+                &[
+                    request("postgres", &owner, &["pg_trgm"]),
+                    request("redis", &owner, &[]),
+                ],
+            )
+            .await
+            .expect("the set on the network");
+            let (pg, redis) = (&set[0], &set[1]);
+            for instance in &set {
+                assert_eq!(instance.host, instance.name, "agents reach it by name");
+                assert_eq!(instance.port, instance.engine.port());
+                let found = docker
+                    .inspect_container(&instance.backend_id, None)
+                    .await
+                    .expect("inspect");
+                let host = found.host_config.expect("host config");
+                assert_eq!(host.network_mode.as_deref(), Some(network.0.as_str()));
+                assert!(
+                    host.port_bindings.as_ref().is_none_or(|b| b.is_empty()),
+                    "nothing published: {:?}",
+                    host.port_bindings
+                );
+                let ports = found.network_settings.and_then(|n| n.ports);
+                assert!(
+                    ports
+                        .iter()
+                        .flatten()
+                        .all(|(_, bindings)| bindings.as_ref().is_none_or(|b| b.is_empty())),
+                    "{ports:?}"
+                );
+            }
+
+            // An agent's container on the same network, with the handed-out credentials.
+            let pong = network.run(
+                REDIS,
+                &[("REDISCLI_AUTH", redis.agent.password.expose_secret())],
+                &[
+                    "redis-cli",
+                    "--no-auth-warning",
+                    "-h",
+                    &redis.host,
+                    "-p",
+                    &redis.port.to_string(),
+                    "--user",
+                    &redis.agent.user,
+                    "PING",
+                ],
+            );
+            assert_eq!(pong, "PONG");
+            let extension = network.run(
+                POSTGRES,
+                &[("PGPASSWORD", pg.agent.password.expose_secret())],
+                &[
+                    "psql",
+                    "-h",
+                    &pg.host,
+                    "-p",
+                    &pg.port.to_string(),
+                    "-U",
+                    &pg.agent.user,
+                    "-d",
+                    &pg.database,
+                    "-tAc",
+                    "SELECT extname FROM pg_extension WHERE extname = 'pg_trgm'",
+                ],
+            );
+            assert_eq!(extension, "pg_trgm", "activated in the agent's database");
+
+            let listed = backend.list().await.expect("list");
+            let mine: Vec<_> = listed.iter().filter(|l| l.handle.owner == owner).collect();
+            assert_eq!(mine.len(), 2);
+            assert!(mine.iter().all(|l| l.live));
+            for instance in &set {
+                teardown_twice(&backend, &docker, instance).await;
+            }
+        })
+        .await;
+}

@@ -361,3 +361,82 @@ async fn orphans_past_the_grace_window_are_reaped_young_ones_kept() {
             .await;
     }
 }
+
+#[tokio::test]
+async fn idle_sandboxes_are_reaped_and_each_request_restarts_the_clock() {
+    let world = World::new(WorldSpec {
+        tweak_config: |c| {
+            c.grace = Duration::ZERO;
+            c.idle_ttl = Some(Duration::from_secs(3));
+        },
+        ..WorldSpec::default()
+    })
+    .await
+    .expect("process world");
+    world
+        .run(|w| async move {
+            let dev = w.working_agent("developer").await;
+            let first = ok(w.call(&dev, Verb::RequestSandbox, json!({})).await);
+            tokio::time::sleep(Duration::from_secs(2)).await;
+            let hit = ok(w.call(&dev, Verb::RequestSandbox, json!({})).await);
+            assert_eq!(passwords(&first), passwords(&hit), "a cache hit");
+
+            // Older than the TTL, but asked for 1.6 s ago: kept.
+            tokio::time::sleep(Duration::from_millis(1600)).await;
+            let report = w.broker.run_janitor().await;
+            assert!(report.reaped.is_empty(), "{report:?}");
+            assert_eq!(w.listed(&dev.slug).await.len(), 2);
+
+            // Left alone past the TTL: the whole sandbox goes.
+            tokio::time::sleep(Duration::from_millis(1800)).await;
+            let report = w.broker.run_janitor().await;
+            let reasons: Vec<&str> = report.reaped.iter().map(|(_, r)| r.as_str()).collect();
+            assert_eq!(reasons, ["idle", "idle"], "{report:?}");
+            assert!(w.listed(&dev.slug).await.is_empty());
+            assert!(
+                pg_query(evidence_of(&first, "postgres"), "SELECT 1")
+                    .await
+                    .is_err(),
+                "the reaped instance no longer answers"
+            );
+            let text = w.broker.metrics().render();
+            assert!(
+                text.contains("sandboxd_janitor_reaps_total{reason=\"idle\"} 2"),
+                "{text}"
+            );
+
+            // The agent's next request gets a fresh sandbox.
+            let fresh = ok(w.call(&dev, Verb::RequestSandbox, json!({})).await);
+            assert_ne!(passwords(&first)["postgres"], passwords(&fresh)["postgres"]);
+            assert_eq!(w.backend.total(), 4);
+        })
+        .await;
+}
+
+#[tokio::test]
+async fn sandboxes_past_the_maximum_lifetime_are_reaped_even_when_used() {
+    let world = World::new(WorldSpec {
+        services: vec!["redis"],
+        tweak_config: |c| {
+            c.grace = Duration::ZERO;
+            c.max_lifetime = Some(Duration::from_secs(1));
+        },
+        ..WorldSpec::default()
+    })
+    .await
+    .expect("process world");
+    world
+        .run(|w| async move {
+            let dev = w.working_agent("developer").await;
+            let first = ok(w.call(&dev, Verb::RequestSandbox, json!({})).await);
+            tokio::time::sleep(Duration::from_millis(1300)).await;
+            ok(w.call(&dev, Verb::RequestSandbox, json!({})).await);
+            let report = w.broker.run_janitor().await;
+            let reasons: Vec<&str> = report.reaped.iter().map(|(_, r)| r.as_str()).collect();
+            assert_eq!(reasons, ["max_lifetime"], "{report:?}");
+            assert!(w.listed(&dev.slug).await.is_empty());
+            let fresh = ok(w.call(&dev, Verb::RequestSandbox, json!({})).await);
+            assert_ne!(passwords(&first)["redis"], passwords(&fresh)["redis"]);
+        })
+        .await;
+}

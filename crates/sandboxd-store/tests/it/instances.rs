@@ -159,6 +159,54 @@ async fn instances_round_trip_with_their_credentials() {
     .await;
 }
 
+#[tokio::test]
+async fn the_idle_clock_starts_at_writing_and_restarts_on_touch() {
+    on_both("last-used", |db| async move {
+        let store = db.open(SecretCipher::generate()).await;
+        let (dev, qa) = (agent("dev-1"), agent("qa-1"));
+        let before = sandboxd_store::now_ms();
+        store
+            .put_instances(&dev, &[instance("postgres", &dev, &[], true)])
+            .await
+            .expect("put dev");
+        store
+            .put_instances(&qa, &[instance("redis", &qa, &[], false)])
+            .await
+            .expect("put qa");
+        let written = store
+            .last_used_of("sandboxd-postgres-dev-1")
+            .await
+            .expect("read")
+            .expect("stored");
+        // The instance was created long ago (its created_at is fixed); writing it counts as use.
+        assert!(written >= before, "{written} < {before}");
+        let qa_written = store
+            .last_used_of("sandboxd-redis-qa-1")
+            .await
+            .expect("read")
+            .expect("stored");
+
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        store.touch_instances_of(&dev).await.expect("touch");
+        let touched = store
+            .last_used_of("sandboxd-postgres-dev-1")
+            .await
+            .expect("read")
+            .expect("stored");
+        assert!(touched > written, "{touched} <= {written}");
+        assert_eq!(
+            store.last_used_of("sandboxd-redis-qa-1").await.expect("read"),
+            Some(qa_written),
+            "another owner's clock is untouched"
+        );
+        let summaries = store.instance_summaries().await.expect("summaries");
+        assert_eq!(summaries[0].last_used_at_ms, touched);
+        assert_eq!(store.last_used_of("sandboxd-nope-x").await.expect("read"), None);
+        store.close().await;
+    })
+    .await;
+}
+
 /// Every file of the SQLite database (main file, WAL, shared memory), concatenated.
 fn sqlite_bytes(db: &TestDb) -> Vec<u8> {
     let file = db.file.as_ref().expect("sqlite file");
