@@ -331,7 +331,10 @@ mod tests {
         let mut keys = Vec::new();
         leaf_keys("", &settings, &mut keys);
         keys.dedup();
-        assert!(keys.contains(&"broker.idle_ttl_secs".to_owned()), "{keys:?}");
+        assert!(
+            keys.contains(&"broker.idle_ttl_secs".to_owned()),
+            "{keys:?}"
+        );
         let missing: Vec<&String> = keys
             .iter()
             .filter(|key| !readme.contains(&format!("| `{key}` |")))

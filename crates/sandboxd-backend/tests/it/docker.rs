@@ -966,7 +966,13 @@ impl TestNetwork {
     fn create(tag: &str) -> Self {
         let name = format!("sandboxd-test-{tag}-{}", std::process::id());
         let out = std::process::Command::new("docker")
-            .args(["network", "create", "--label", &format!("{NS}.sandbox=1"), &name])
+            .args([
+                "network",
+                "create",
+                "--label",
+                &format!("{NS}.sandbox=1"),
+                &name,
+            ])
             .output()
             .expect("docker network create");
         assert!(out.status.success(), "{out:?}");
@@ -976,7 +982,14 @@ impl TestNetwork {
     /// Runs `command` in a throwaway container of `image` on this network; its stdout.
     fn run(&self, image: &str, env: &[(&str, &str)], command: &[&str]) -> String {
         let mut docker = std::process::Command::new("docker");
-        docker.args(["run", "--rm", "--network", &self.0, "--entrypoint", command[0]]);
+        docker.args([
+            "run",
+            "--rm",
+            "--network",
+            &self.0,
+            "--entrypoint",
+            command[0],
+        ]);
         for (key, value) in env {
             // `--env KEY` passes the value from this process's environment, off the command line.
             docker.args(["--env", key]).env(key, value);

@@ -195,13 +195,19 @@ async fn the_idle_clock_starts_at_writing_and_restarts_on_touch() {
             .expect("stored");
         assert!(touched > written, "{touched} <= {written}");
         assert_eq!(
-            store.last_used_of("sandboxd-redis-qa-1").await.expect("read"),
+            store
+                .last_used_of("sandboxd-redis-qa-1")
+                .await
+                .expect("read"),
             Some(qa_written),
             "another owner's clock is untouched"
         );
         let summaries = store.instance_summaries().await.expect("summaries");
         assert_eq!(summaries[0].last_used_at_ms, touched);
-        assert_eq!(store.last_used_of("sandboxd-nope-x").await.expect("read"), None);
+        assert_eq!(
+            store.last_used_of("sandboxd-nope-x").await.expect("read"),
+            None
+        );
         store.close().await;
     })
     .await;
