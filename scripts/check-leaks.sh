@@ -32,10 +32,11 @@ if id sandboxd >/dev/null 2>&1; then
   done
   if [ -n "$procs" ]; then say "LEAK: processes of user sandboxd:"; printf '%s\n' "$procs"; leaks=1; fi
 fi
-procs=$(pgrep -af 'sandboxd-test-' | grep -v pgrep || true)
-if [ -n "$procs" ]; then say "LEAK: processes under a test root:"; printf '%s\n' "$procs"; leaks=1; fi
+procs=$(pgrep -af 'sandboxd-test-|sandboxd-admin-test-|sandboxd-browser-' | grep -v pgrep || true)
+if [ -n "$procs" ]; then say "LEAK: processes under a test root or browser profile:"; printf '%s\n' "$procs"; leaks=1; fi
 
-dirs=$(find /dev/shm /tmp -maxdepth 1 -name 'sandboxd-test-*' 2>/dev/null || true)
+dirs=$(find /dev/shm /tmp -maxdepth 1 \( -name 'sandboxd-test-*' -o -name 'sandboxd-admin-test-*' \
+  -o -name 'sandboxd-browser-*' -o -name 'sst-*' \) 2>/dev/null || true)
 if [ -n "$dirs" ]; then say "LEAK: test directories:"; printf '%s\n' "$dirs"; leaks=1; fi
 
 if [ $leaks -eq 0 ]; then say "nothing left behind"; fi

@@ -64,6 +64,8 @@ pub struct InstanceView {
     /// False for an instance no agent's sandbox record knows (left by a crash, or made by
     /// `sandboxd provision`): the janitor reaps it once its owner is found gone.
     pub tracked: bool,
+    /// When its owner last got it; None when untracked.
+    pub last_used_at_ms: Option<i64>,
 }
 
 /// A sandbox: every instance of one owner.
@@ -73,6 +75,9 @@ pub struct SandboxView {
     pub engines: Vec<EngineRef>,
     pub backends: Vec<BackendKind>,
     pub created_at_ms: i64,
+    /// When its owner last got it (provisioned or a cache hit); None when the broker does not
+    /// track it. The idle TTL counts from here.
+    pub last_used_at_ms: Option<i64>,
     /// `live`, `degraded` (some member not live), `dead`.
     pub status: &'static str,
     pub instances: Vec<InstanceView>,
@@ -344,12 +349,12 @@ impl Broker {
 
     /// Every sandbox: what the backends list, joined with what the broker tracks.
     pub async fn sandboxes(&self) -> Result<Vec<SandboxView>, BrokerError> {
-        let tracked: BTreeSet<String> = self
+        let tracked: BTreeMap<String, i64> = self
             .store()
             .instance_summaries()
             .await?
             .into_iter()
-            .map(|s| s.name)
+            .map(|s| (s.name, s.last_used_at_ms))
             .collect();
         let mut by_owner: BTreeMap<AgentSlug, Vec<InstanceView>> = BTreeMap::new();
         for backend in self.inner.backends.all() {
@@ -365,7 +370,8 @@ impl Broker {
                     .entry(instance.handle.owner.clone())
                     .or_default()
                     .push(InstanceView {
-                        tracked: tracked.contains(&instance.handle.name),
+                        last_used_at_ms: tracked.get(&instance.handle.name).copied(),
+                        tracked: tracked.contains_key(&instance.handle.name),
                         name: instance.handle.name,
                         engine: instance.handle.engine,
                         backend: instance.handle.backend,
@@ -390,6 +396,7 @@ impl Broker {
                         .into_iter()
                         .collect(),
                     created_at_ms: instances.iter().map(|i| i.created_at_ms).min().unwrap_or(0),
+                    last_used_at_ms: instances.iter().filter_map(|i| i.last_used_at_ms).max(),
                     status: if live == instances.len() {
                         "live"
                     } else if live == 0 {

@@ -231,6 +231,9 @@ pub struct SandboxOut {
     pub engines: Vec<String>,
     pub backends: Vec<String>,
     pub created_at_ms: i64,
+    /// When its owner last got it (provisioned or answered from the cache); `null` when no
+    /// agent's sandbox record knows it. The janitor's idle TTL counts from here.
+    pub last_used_at_ms: Option<i64>,
     /// `live`, `degraded` (some member not live) or `dead`.
     pub status: String,
     pub instances: Vec<InstanceOut>,
@@ -243,6 +246,7 @@ impl From<SandboxView> for SandboxOut {
             engines: s.engines.iter().map(|e| e.name().to_owned()).collect(),
             backends: s.backends.iter().map(|b| b.as_str().to_owned()).collect(),
             created_at_ms: s.created_at_ms,
+            last_used_at_ms: s.last_used_at_ms,
             status: s.status.to_owned(),
             instances: s.instances.into_iter().map(InstanceOut::from).collect(),
         }

@@ -45,7 +45,7 @@ pub async fn list(
                     thead {
                         tr {
                             th { "Owner" } th { "Engines" } th { "Backend" } th class="num" { "Age" }
-                            th { "Status" } th { "Instances" } th {}
+                            th class="num" { "Last used" } th { "Status" } th { "Instances" } th {}
                         }
                     }
                     tbody {
@@ -55,6 +55,12 @@ pub async fn list(
                                 td { @for engine in &sandbox.engines { (badge("info", engine.name())) " " } }
                                 td { (sandbox.backends.iter().map(|b| b.as_str()).collect::<Vec<_>>().join(", ")) }
                                 td class="num" { (age(now - sandbox.created_at_ms)) }
+                                td class="num last-used" {
+                                    @match sandbox.last_used_at_ms {
+                                        Some(at) => { (age(now - at)) " ago" }
+                                        None => span class="muted" { "—" }
+                                    }
+                                }
                                 td class="status" { (status(sandbox.status)) }
                                 td {
                                     ul class="instances" {

@@ -593,6 +593,13 @@ async fn sandboxes_are_listed_without_credentials_and_torn_down_through_the_api(
         assert_eq!(ours["engines"], json!(["postgres", "redis"]));
         assert_eq!(ours["backends"], json!(["process"]));
         assert_eq!(ours["status"], "live");
+        let (created, used) = (
+            ours["created_at_ms"].as_i64().expect("created"),
+            ours["last_used_at_ms"]
+                .as_i64()
+                .expect("a tracked sandbox was used"),
+        );
+        assert!(used >= created, "last used {used} before created {created}");
         assert_eq!(ours["instances"].as_array().expect("instances").len(), 2);
         assert!(ours["instances"][0]["tracked"].as_bool().expect("bool"));
 

@@ -20,24 +20,51 @@ use crate::support::{ADMIN_TOKEN, App, AppSpec, Kind, ok, spawn_app, unique};
 const CHROMEDRIVER: &str = "/usr/bin/chromedriver";
 const CHROMIUM: &str = "/usr/bin/chromium";
 
-/// chromedriver as a child in its own process group; dropping it kills the group, so no
-/// browser process outlives the test, whatever happened.
+/// chromedriver as a child in its own process group, with a private profile directory that is
+/// also its HOME (so chromium's crash handlers, which leave the group for sessions of their
+/// own, carry the directory's path on their command line). Dropping it kills the group and
+/// every process naming the directory, so no browser process outlives the test.
 struct Driver {
     child: Child,
     port: u16,
-    _profile: tempfile::TempDir,
+    profile: tempfile::TempDir,
 }
 
 impl Drop for Driver {
     fn drop(&mut self) {
-        // Negative pid: the whole process group (chromedriver and the browsers it started).
-        let _ = Command::new("kill")
-            .args(["-KILL", &format!("-{}", self.child.id())])
-            .stderr(Stdio::null())
-            .status();
+        use nix::sys::signal::{Signal, kill, killpg};
+        use nix::unistd::Pid;
+        // A syscall, not `kill -KILL -<pgid>`: procps-ng 4.0.2's kill misreads a negative pid
+        // (`-18835` became `-1`, which killed every process on the machine).
+        if let Ok(group) = i32::try_from(self.child.id())
+            && group > 1
+        {
+            let _ = killpg(Pid::from_raw(group), Signal::SIGKILL);
+        }
+        for pid in processes_naming(self.profile.path()) {
+            let _ = kill(Pid::from_raw(pid), Signal::SIGKILL);
+        }
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
+}
+
+/// Pids (> 1, never this process) whose command line mentions `path`.
+fn processes_naming(path: &Path) -> Vec<i32> {
+    let needle = path.as_os_str().as_encoded_bytes();
+    let me = i32::try_from(std::process::id()).unwrap_or(0);
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    entries
+        .filter_map(Result::ok)
+        .filter_map(|entry| entry.file_name().to_str()?.parse::<i32>().ok())
+        .filter(|&pid| pid > 1 && pid != me)
+        .filter(|pid| {
+            std::fs::read(format!("/proc/{pid}/cmdline"))
+                .is_ok_and(|cmdline| cmdline.windows(needle.len()).any(|w| w == needle))
+        })
+        .collect()
 }
 
 fn free_port() -> u16 {
@@ -62,8 +89,15 @@ fn browser_or_skip() -> bool {
 async fn start_driver() -> Driver {
     use std::os::unix::process::CommandExt;
     let port = free_port();
+    let profile = tempfile::Builder::new()
+        .prefix("sandboxd-browser-")
+        .tempdir()
+        .expect("profile dir");
     let child = Command::new(CHROMEDRIVER)
         .arg(format!("--port={port}"))
+        .env("HOME", profile.path())
+        .env("XDG_CONFIG_HOME", profile.path().join("config"))
+        .env("XDG_CACHE_HOME", profile.path().join("cache"))
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .process_group(0)
@@ -72,7 +106,7 @@ async fn start_driver() -> Driver {
     let driver = Driver {
         child,
         port,
-        _profile: tempfile::tempdir().expect("profile dir"),
+        profile,
     };
     let status = format!("http://127.0.0.1:{port}/status");
     let deadline = Instant::now() + Duration::from_secs(20);
@@ -99,7 +133,7 @@ async fn browser(driver: &Driver, javascript: bool) -> Client {
             "args": [
                 "--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
                 "--window-size=1360,900", "--no-first-run", "--disable-extensions",
-                format!("--user-data-dir={}", driver._profile.path().display()),
+                format!("--user-data-dir={}", driver.profile.path().join("user-data").display()),
             ],
             // 2 = block: the panel must work with JavaScript off.
             "prefs": { "profile.managed_default_content_settings.javascript": if javascript { 1 } else { 2 } },
@@ -396,6 +430,8 @@ async fn flow(app: &App, client: &Client) {
     for expected in ["postgres", "redis", "docker", "live"] {
         assert!(shown.contains(expected), "{expected} in {shown}");
     }
+    let last_used = text(client, &format!("{row} .last-used")).await;
+    assert!(last_used.ends_with(" ago"), "last used: {last_used:?}");
     let html = client.source().await.expect("source");
     assert!(
         !html.contains(postgres["password"].as_str().expect("password")),

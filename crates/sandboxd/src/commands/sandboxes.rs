@@ -77,6 +77,10 @@ pub async fn run(args: Args, settings: &Settings) -> ExitCode {
                         list(s, "engines"),
                         list(s, "backends"),
                         age_of(s, "created_at_ms"),
+                        match age_of(s, "last_used_at_ms") {
+                            never if never.is_empty() => "-".to_owned(),
+                            ago => format!("{ago} ago"),
+                        },
                         text(s, "status"),
                         instances(s),
                     ]
@@ -85,7 +89,15 @@ pub async fn run(args: Args, settings: &Settings) -> ExitCode {
             println!(
                 "{}",
                 output::table(
-                    &["owner", "engines", "backend", "age", "status", "instances"],
+                    &[
+                        "owner",
+                        "engines",
+                        "backend",
+                        "age",
+                        "last used",
+                        "status",
+                        "instances"
+                    ],
                     rows
                 )
             );
