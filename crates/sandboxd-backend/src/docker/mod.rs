@@ -6,6 +6,7 @@
 //! - `labels`: the labels that find instances again after any restart.
 //! - `spec`: an engine's recipe turned into the hardened create body (pure, unit-tested).
 //! - `images`: image presence; sandboxd never pulls.
+//! - `network`: the configured network exists before anything joins it.
 //! - `provision`, `teardown`, `state`: the lifecycle verbs.
 //!
 //! **Invariants:** a container never gets a bind mount, a volume, the docker socket, privileged
@@ -25,6 +26,7 @@ mod client;
 pub mod config;
 mod images;
 mod labels;
+mod network;
 mod provision;
 mod spec;
 mod state;
@@ -252,6 +254,21 @@ impl Backend for DockerBackend {
             subject,
             format!("{version} at {}", self.config.socket),
         )];
+        if let Some(network) = &self.config.network {
+            let subject = format!("docker network {network}");
+            let docker = self.client.get().await;
+            checks.push(match docker {
+                Ok(docker) => match network::ensure_exists(docker, network).await {
+                    Ok(()) => {
+                        DoctorCheck::ok(subject, "present: instances join it, nothing is published")
+                    }
+                    Err(err) => {
+                        DoctorCheck::missing(subject, err.to_string(), network::fix(network))
+                    }
+                },
+                Err(err) => DoctorCheck::missing(subject, err.to_string(), network::fix(network)),
+            });
+        }
         for engine in engines::all() {
             let image = self.config.image(engine);
             let subject = format!("{} (docker)", engine.name());

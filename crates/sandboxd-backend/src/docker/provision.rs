@@ -14,7 +14,7 @@ use sandboxd_domain::{Credentials, EngineRef};
 
 use super::spec::{self, Limits, PUBLISH_IP, Spec};
 use super::teardown::{self, Target};
-use super::{DockerBackend, client, images, state};
+use super::{DockerBackend, client, images, network, state};
 use crate::backend::{Backend, InstanceRequest};
 use crate::error::BackendError;
 use crate::startup::{Startup, bring_up};
@@ -49,6 +49,9 @@ impl DockerBackend {
         let engine = request.engine;
         let image = self.config.image(engine);
         let facts = images::inspect(docker, engine, &image).await?;
+        if let Some(network) = &self.config.network {
+            network::ensure_exists(docker, network).await?;
+        }
         let name = instance_name(engine, &request.owner);
         self.clear_stale(docker, &name).await?;
 

@@ -1095,6 +1095,14 @@ async fn on_a_named_network_agents_reach_instances_by_name_and_nothing_is_publis
             );
             assert_eq!(extension, "pg_trgm", "activated in the agent's database");
 
+            let checks = backend.doctor().await;
+            assert!(
+                checks
+                    .iter()
+                    .any(|c| c.subject == format!("docker network {}", network.0) && c.ok),
+                "{checks:?}"
+            );
+
             let listed = backend.list().await.expect("list");
             let mine: Vec<_> = listed.iter().filter(|l| l.handle.owner == owner).collect();
             assert_eq!(mine.len(), 2);
@@ -1102,6 +1110,53 @@ async fn on_a_named_network_agents_reach_instances_by_name_and_nothing_is_publis
             for instance in &set {
                 teardown_twice(&backend, &docker, instance).await;
             }
+        })
+        .await;
+}
+
+#[tokio::test]
+async fn a_missing_network_is_a_clear_error_and_creates_nothing() {
+    let network = format!("sandboxd-test-absent-{}", std::process::id());
+    let configured = network.clone();
+    let Some(harness) = Harness::new("dnonet", &[REDIS], |c| c.network = Some(configured)).await
+    else {
+        return;
+    };
+    harness
+        .run(|backend, _docker| async move {
+            let owner = harness_owner("dnonet");
+            let err = backend
+                .provision(&request("redis", &owner, &[]))
+                .await
+                .expect_err("no such network");
+            let message = err.to_string();
+            assert!(message.contains(&format!("network {network}")), "{message}");
+            assert!(
+                message.contains(&format!("docker network create {network}")),
+                "{message}"
+            );
+            assert!(
+                backend
+                    .list()
+                    .await
+                    .expect("list")
+                    .iter()
+                    .all(|l| l.handle.owner != owner),
+                "nothing was created"
+            );
+            let checks = backend.doctor().await;
+            let check = checks
+                .iter()
+                .find(|c| c.subject == format!("docker network {network}"))
+                .expect("doctor checks the network");
+            assert!(!check.ok, "{check:?}");
+            assert!(
+                check
+                    .fix
+                    .as_deref()
+                    .is_some_and(|f| f.contains("docker network create")),
+                "{check:?}"
+            );
         })
         .await;
 }
