@@ -469,6 +469,21 @@ impl Broker {
         Ok(self.store().list_audit(filter).await?)
     }
 
+    /// Records an attempt to log in to the operator surface (`panel`). Nothing of what was
+    /// typed is kept: only whether it was the admin token.
+    pub async fn audit_login(&self, surface: &str, accepted: bool) {
+        self.audit(
+            Actor::Operator,
+            "login",
+            surface,
+            None,
+            if accepted { "ok" } else { "unauthorized" },
+            Instant::now(),
+            String::new(),
+        )
+        .await;
+    }
+
     /// One janitor pass now (`sandboxd janitor run`).
     pub async fn run_janitor(&self) -> JanitorReport {
         let started = Instant::now();

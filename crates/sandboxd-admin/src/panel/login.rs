@@ -102,7 +102,9 @@ pub async fn submit(State(state): State<AppState>, headers: HeaderMap, body: Byt
         );
     }
     let token = fields.get("token").unwrap_or_default();
-    if !state.token.verify(token) {
+    let accepted = state.token.verify(token);
+    state.broker.audit_login("panel", accepted).await;
+    if !accepted {
         tracing::warn!("panel: a login with a wrong admin token");
         return login_page(
             &state,

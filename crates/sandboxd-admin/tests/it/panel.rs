@@ -186,6 +186,22 @@ async fn pages_are_behind_the_login_and_the_login_sets_a_strict_http_only_cookie
             let page = browser.get("/settings").await;
             assert_eq!(page.status, StatusCode::OK);
 
+            // Both attempts are audited, and nothing typed is kept.
+            let audit = app
+                .broker()
+                .audit_log(&Default::default())
+                .await
+                .expect("audit");
+            let logins: Vec<(&str, &str)> = audit
+                .entries
+                .iter()
+                .filter(|e| e.action == "login")
+                .map(|e| (e.subject.as_str(), e.outcome.as_str()))
+                .collect();
+            assert_eq!(logins, [("panel", "ok"), ("panel", "unauthorized")]);
+            let rows = format!("{:?}", audit.entries);
+            assert!(!rows.contains("not-the-token") && !rows.contains(ADMIN_TOKEN));
+
             // Logging out ends the session on the server, not only in the browser.
             let stolen = browser.cookies.lock().expect("lock").clone();
             let csrf = hidden(&page.html, "csrf");
