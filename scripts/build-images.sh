@@ -16,7 +16,7 @@
 #   rebuilds them; --refresh-base re-runs debootstrap for the cached base.
 # Environment: SANDBOXD_IMAGE_CACHE (default /var/cache/sandboxd-images),
 #   DEBIAN_MIRROR (default http://deb.debian.org/debian), SANDBOXD_BASE_MAX_AGE_DAYS (default 30).
-# Needs root, debootstrap, unshare (util-linux) and a running Docker daemon.
+# Needs a running Docker daemon; building also needs root, debootstrap and unshare (util-linux).
 set -euo pipefail
 
 SCRIPT_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -64,14 +64,13 @@ while [ $# -gt 0 ]; do
 done
 [ ${#REQUESTED[@]} -gt 0 ] || REQUESTED=("${ALL_IMAGES[@]}")
 
-[ "$(id -u)" = 0 ] || die "must run as root (debootstrap/chroot)"
-for tool in debootstrap unshare chroot tar docker sha256sum; do
+# Telling whether anything needs building takes only docker; building takes the rest.
+for tool in docker sha256sum; do
 	command -v "$tool" >/dev/null || die "missing tool: $tool"
 done
 docker info >/dev/null 2>&1 || die "docker daemon not reachable"
 
 START_TS=$(date +%s)
-mkdir -p "$CACHE_DIR" "$LOG_DIR"
 
 # ---------------------------------------------------------------- cleanup
 WORK_DIRS=()
@@ -608,6 +607,11 @@ if [ ${#TODO[@]} -eq 0 ]; then
 	exit 0
 fi
 
+[ "$(id -u)" = 0 ] || die "must run as root (debootstrap/chroot)"
+for tool in debootstrap unshare chroot tar; do
+	command -v "$tool" >/dev/null || die "missing tool: $tool"
+done
+mkdir -p "$CACHE_DIR" "$LOG_DIR"
 ensure_base
 
 # Build in parallel: each build is mostly network/dpkg/IO bound, so all of them

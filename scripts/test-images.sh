@@ -51,22 +51,26 @@ tcp_listeners() {
 	cat "/proc/$1/net/tcp" "/proc/$1/net/tcp6" 2>/dev/null | awk '$4 == "0A"' | wc -l
 }
 
-# watch_init NAME PID1_FINAL_COMM SOCKET_PATTERN: while the container's PID 1
-# is still the entrypoint (not yet exec'd into the server), record whether
+# check_init ENGINE NAME PID1_FINAL_COMM SOCKET_PATTERN: while the container's
+# PID 1 is still the entrypoint (not yet exec'd into the server), record whether
 # a unix socket of the temporary server appeared and whether any TCP socket
-# was listening. Sets INIT_SAW_SOCKET and INIT_SAW_TCP.
-watch_init() {
-	local name="$1" final="$2" sock="$3" pid comm i
-	INIT_SAW_SOCKET=0
-	INIT_SAW_TCP=0
+# was listening; passes when the socket was seen and no TCP listener was.
+check_init() {
+	local engine="$1" name="$2" final="$3" sock="$4" pid comm i
+	local saw_socket=0 saw_tcp=0
 	pid="$(docker inspect -f '{{.State.Pid}}' "$name" 2>/dev/null || echo 0)"
 	for ((i = 0; i < 3000; i++)); do
 		comm="$(cat "/proc/$pid/comm" 2>/dev/null || echo gone)"
 		[ "$comm" = "$final" ] || [ "$comm" = gone ] && break
-		if grep -q "$sock" "/proc/$pid/net/unix" 2>/dev/null; then INIT_SAW_SOCKET=1; fi
-		if [ "$(tcp_listeners "$pid")" -gt 0 ]; then INIT_SAW_TCP=1; fi
+		if grep -q "$sock" "/proc/$pid/net/unix" 2>/dev/null; then saw_socket=1; fi
+		if [ "$(tcp_listeners "$pid")" -gt 0 ]; then saw_tcp=1; fi
 		sleep 0.01
 	done
+	if [ "$saw_socket" = 1 ] && [ "$saw_tcp" = 0 ]; then
+		ok "$engine: temporary init server was up on the unix socket with no TCP listener"
+	else
+		ko "$engine: init phase (unix socket seen=$saw_socket, TCP listener seen=$saw_tcp)"
+	fi
 }
 
 # wait_ready T0 TIMEOUT COMMAND...: retry until COMMAND succeeds; prints seconds since T0
@@ -100,12 +104,7 @@ test_postgres() {
 		-e POSTGRES_PASSWORD="$pw" -e POSTGRES_DB=postgres \
 		"$PG_IMAGE" postgres -c fsync=off -c synchronous_commit=off -c full_page_writes=off
 	port="$(host_port "$c" 5432)"
-	watch_init "$c" postgres .s.PGSQL.5432
-	if [ "$INIT_SAW_SOCKET" = 1 ] && [ "$INIT_SAW_TCP" = 0 ]; then
-		ok "postgres: temporary init server was up on the unix socket with no TCP listener"
-	else
-		ko "postgres: init phase (unix socket seen=$INIT_SAW_SOCKET, TCP listener seen=$INIT_SAW_TCP)"
-	fi
+	check_init postgres "$c" postgres .s.PGSQL.5432
 	if r=$(wait_ready "$t0" 60 pg_q "$port" sandboxd_admin "$pw" postgres 'SELECT 1'); then
 		ok "postgres: ready (first authenticated query) after ${r}s"
 	else
@@ -198,12 +197,7 @@ test_mariadb() {
 		-e MARIADB_ROOT_PASSWORD="$pw" \
 		"$MARIADB_IMAGE" mariadbd --innodb-flush-log-at-trx-commit=0 --skip-log-bin
 	port="$(host_port "$c" 3306)"
-	watch_init "$c" mariadbd mysqld.sock
-	if [ "$INIT_SAW_SOCKET" = 1 ] && [ "$INIT_SAW_TCP" = 0 ]; then
-		ok "mariadb: temporary init server was up on the unix socket with no TCP listener"
-	else
-		ko "mariadb: init phase (unix socket seen=$INIT_SAW_SOCKET, TCP listener seen=$INIT_SAW_TCP)"
-	fi
+	check_init mariadb "$c" mariadbd mysqld.sock
 	if r=$(wait_ready "$t0" 90 my_q "$port" root "$pw" 'SELECT 1'); then
 		ok "mariadb: ready (first authenticated query as root over TCP) after ${r}s"
 	else

@@ -12,6 +12,7 @@
 #![forbid(unsafe_code)]
 
 pub mod backend;
+mod clock;
 pub mod docker;
 pub mod error;
 pub mod process;

@@ -14,16 +14,21 @@ use sandboxd_domain::{AgentSlug, EngineRef, ProjectSlug};
 use serde_json::json;
 
 use crate::cleanup::Cleanup;
+use crate::docker::name_of;
 use crate::stats::{Report, Series};
 
 struct World {
     broker: Broker,
     project: ProjectSlug,
+    /// `postgres+redis`: the set every agent asks for, as the report names it.
+    set: String,
     cleanup_tag: String,
     counter: usize,
 }
 
 impl World {
+    /// A broker with one project asking for `services`, warmed up: the first provision of each
+    /// engine builds or checks the process template, so one request and release run untimed.
     async fn new(cleanup: &Cleanup, name: &str, services: &[EngineRef]) -> Result<Self> {
         let backend = Arc::new(cleanup.process_backend(name)?);
         let dir = cleanup.path(&format!("{name}-store"))?;
@@ -47,12 +52,17 @@ impl World {
             .set_project(&project, Some(services.to_vec()), None)
             .await
             .context("project")?;
-        Ok(Self {
+        let mut world = Self {
             broker,
             project,
+            set: name_of(services),
             cleanup_tag: cleanup.owner(name),
             counter: 0,
-        })
+        };
+        let warm = world.working_agent().await?;
+        world.timed(&warm, Verb::RequestSandbox).await?;
+        world.timed(&warm, Verb::ReleaseSandbox).await?;
+        Ok(world)
     }
 
     /// A developer holding a fresh task, ready to ask for a sandbox.
@@ -99,16 +109,6 @@ pub async fn cache_hit(
     report: &mut Report,
 ) -> Result<()> {
     let mut world = World::new(cleanup, "cache", services).await?;
-    let set = services
-        .iter()
-        .map(|e| e.name())
-        .collect::<Vec<_>>()
-        .join("+");
-    // Warm-up: the first provision of each engine builds or checks the process template.
-    let warm = world.working_agent().await?;
-    world.timed(&warm, Verb::RequestSandbox).await?;
-    world.timed(&warm, Verb::ReleaseSandbox).await?;
-
     let (mut cold, mut hit, mut release) = (Vec::new(), Vec::new(), Vec::new());
     for _ in 0..agents {
         let agent = world.working_agent().await?;
@@ -118,7 +118,7 @@ pub async fn cache_hit(
         }
         release.push(world.timed(&agent, Verb::ReleaseSandbox).await?);
     }
-    let subject = format!("{set} (process backend)");
+    let subject = format!("{} (process backend)", world.set);
     report.series.push(Series::from_samples(
         "broker: request_sandbox, cold",
         &subject,
@@ -147,15 +147,6 @@ pub async fn concurrent_agents(
     report: &mut Report,
 ) -> Result<()> {
     let mut world = World::new(cleanup, "agents", services).await?;
-    let set = services
-        .iter()
-        .map(|e| e.name())
-        .collect::<Vec<_>>()
-        .join("+");
-    let warm = world.working_agent().await?;
-    world.timed(&warm, Verb::RequestSandbox).await?;
-    world.timed(&warm, Verb::ReleaseSandbox).await?;
-
     let (mut walls, mut each) = (Vec::new(), Vec::new());
     for round in 0..rounds {
         eprintln!("broker: {n} agents, round {}/{rounds}", round + 1);
@@ -190,7 +181,7 @@ pub async fn concurrent_agents(
             return Err(err.context(format!("{n} concurrent agents")));
         }
     }
-    let subject = format!("{n} agents × {set} (process backend)");
+    let subject = format!("{n} agents × {} (process backend)", world.set);
     report.series.push(Series::from_samples(
         "broker: N agents at once, all answered (wall)",
         &subject,

@@ -16,8 +16,8 @@ use std::sync::Mutex;
 use std::time::Duration;
 
 use anyhow::{Context, Result};
-use sandboxd_backend::Backend;
 use sandboxd_backend::process::{ProcessBackend, ProcessConfig};
+use sandboxd_backend::{Backend, BackendError};
 use tokio::process::Command;
 
 /// The label every peer container carries, valued with the harness's pid.
@@ -81,12 +81,7 @@ impl Cleanup {
 
     /// A process backend whose instances live under a root the sweep knows.
     pub fn process_backend(&self, name: &str) -> Result<ProcessBackend> {
-        let config = ProcessConfig {
-            root: self.process_root(name)?,
-            grace: Duration::ZERO,
-            ..ProcessConfig::default()
-        };
-        ProcessBackend::new(config).context("process backend")
+        backend_at(self.process_root(name)?).context("process backend")
     }
 
     /// Removes everything the run left. Returns how many things it had to remove.
@@ -97,12 +92,7 @@ impl Cleanup {
             if !root.exists() {
                 continue;
             }
-            let config = ProcessConfig {
-                root: root.clone(),
-                grace: Duration::ZERO,
-                ..ProcessConfig::default()
-            };
-            let Ok(backend) = ProcessBackend::new(config) else {
+            let Ok(backend) = backend_at(root) else {
                 continue;
             };
             for listed in backend.list().await.unwrap_or_default() {
@@ -142,6 +132,15 @@ impl Cleanup {
         let _ = Command::new("docker").args(&args).output().await;
         ids.len()
     }
+}
+
+/// The process backend over instances under `root`, stopping them without a grace period.
+fn backend_at(root: PathBuf) -> Result<ProcessBackend, BackendError> {
+    ProcessBackend::new(ProcessConfig {
+        root,
+        grace: Duration::ZERO,
+        ..ProcessConfig::default()
+    })
 }
 
 async fn docker_lines(args: &[&str]) -> Vec<String> {

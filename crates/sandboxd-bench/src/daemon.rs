@@ -13,8 +13,6 @@ use rmcp::service::RunningService;
 use rmcp::transport::StreamableHttpClientTransport;
 use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
 use rmcp::{RoleClient, ServiceExt};
-use sandboxd_backend::Backend;
-use sandboxd_backend::process::{ProcessBackend, ProcessConfig};
 use sandboxd_domain::EngineRef;
 use serde_json::{Value, json};
 use tokio::io::{AsyncBufReadExt, BufReader};
@@ -164,15 +162,8 @@ pub async fn memory(
     };
     let outcome = drive(&daemon, &binary, n, services, report).await;
     daemon.stop().await;
-    // The daemon leaves sandboxes running across restarts by design: remove them here.
-    let backend = ProcessBackend::new(ProcessConfig {
-        root,
-        grace: Duration::ZERO,
-        ..ProcessConfig::default()
-    })?;
-    for listed in backend.list().await.unwrap_or_default() {
-        let _ = backend.teardown(&listed.handle).await;
-    }
+    // The daemon leaves sandboxes running across restarts by design: `root` is the cleanup's,
+    // so the sweep after this scenario removes them.
     outcome
 }
 

@@ -198,7 +198,8 @@ const TESTCONTAINERS_VERSION: &str = "0.28.0";
 const SERVER_UP: &str = containers::SERVER_UP;
 const READY: &str = containers::READY;
 
-fn name_of(subject: &[EngineRef]) -> String {
+/// `postgres+redis`: how a subject (one engine or a set) is named in the report.
+pub fn name_of(subject: &[EngineRef]) -> String {
     subject
         .iter()
         .map(|e| e.name())
@@ -239,6 +240,15 @@ impl Scenario<'_> {
             .get(engine.name())
             .cloned()
             .unwrap_or_else(|| engine.default_image().to_owned())
+    }
+
+    /// `sandboxd-bench-<kind>-<pid>-<tag>-<engine>`, one per engine of `subject`.
+    fn container_names(&self, kind: &str, tag: &str, subject: &[EngineRef]) -> Vec<String> {
+        let pid = self.cleanup.pid();
+        subject
+            .iter()
+            .map(|e| format!("sandboxd-bench-{kind}-{pid}-{tag}-{}", e.name()))
+            .collect()
     }
 
     /// One provision of `subject` by `who`, then its teardown.
@@ -283,16 +293,7 @@ impl Scenario<'_> {
                 })
             }
             Who::Floor => {
-                let names: Vec<String> = subject
-                    .iter()
-                    .map(|e| {
-                        format!(
-                            "sandboxd-bench-floor-{}-{tag}-{}",
-                            self.cleanup.pid(),
-                            e.name()
-                        )
-                    })
-                    .collect();
+                let names = self.container_names("floor", &tag, subject);
                 let started = Instant::now();
                 let outcomes =
                     futures::future::join_all(subject.iter().zip(&names).map(|(&engine, name)| {
@@ -316,19 +317,10 @@ impl Scenario<'_> {
             }
             Who::Testcontainers => {
                 let images: Vec<String> = subject.iter().map(|&e| self.image(e)).collect();
+                let names = self.container_names("tc", &tag, subject);
                 let Some(peer) = self.peer.as_mut() else {
                     bail!("no testcontainers worker");
                 };
-                let names: Vec<String> = subject
-                    .iter()
-                    .map(|e| {
-                        format!(
-                            "sandboxd-bench-tc-{}-{tag}-{}",
-                            self.cleanup.pid(),
-                            e.name()
-                        )
-                    })
-                    .collect();
                 let started = peer.start(subject, &images, &names).await;
                 let timeline = match &started {
                     Ok(ready) => timelines(subject, &names, t0, &[], *ready, timed).await,
@@ -344,29 +336,17 @@ impl Scenario<'_> {
             }
             Who::Replay => {
                 let engine = subject[0];
-                let name = format!(
-                    "sandboxd-bench-floor-{}-{tag}-{}",
-                    self.cleanup.pid(),
-                    engine.name()
-                );
+                let names = self.container_names("floor", &tag, &[engine]);
                 let image = self.image(engine);
                 let started =
-                    containers::replay_start(engine, &image, &name, self.cleanup.pid()).await;
+                    containers::replay_start(engine, &image, &names[0], self.cleanup.pid()).await;
                 let timeline = match &started {
                     Ok((ready, marks)) => {
-                        timelines(
-                            subject,
-                            std::slice::from_ref(&name),
-                            t0,
-                            marks,
-                            *ready,
-                            timed,
-                        )
-                        .await
+                        timelines(subject, &names, t0, marks, *ready, timed).await
                     }
                     Err(_) => Vec::new(),
                 };
-                let teardown = containers::docker_rm(std::slice::from_ref(&name)).await;
+                let teardown = containers::docker_rm(&names).await;
                 let (ready, _) = started?;
                 Ok(Outcome {
                     ready,

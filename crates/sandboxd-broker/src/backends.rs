@@ -4,7 +4,8 @@
 
 use std::sync::Arc;
 
-use sandboxd_backend::Backend;
+use futures::future::join_all;
+use sandboxd_backend::{Backend, ListedInstance};
 use sandboxd_domain::BackendKind;
 
 #[derive(Debug, Clone)]
@@ -34,5 +35,18 @@ impl Backends {
 
     pub fn all(&self) -> impl Iterator<Item = &Arc<dyn Backend>> {
         std::iter::once(&self.primary).chain(&self.others)
+    }
+
+    /// Every instance every backend lists, asked in parallel. A backend that cannot list is
+    /// logged and skipped: what the others list is still worth acting on.
+    pub(crate) async fn list_all(&self) -> Vec<ListedInstance> {
+        let listings = join_all(self.all().map(|backend| async move {
+            backend.list().await.unwrap_or_else(|err| {
+                tracing::warn!(backend = %backend.kind(), error = %err, "listing failed");
+                Vec::new()
+            })
+        }))
+        .await;
+        listings.into_iter().flatten().collect()
     }
 }

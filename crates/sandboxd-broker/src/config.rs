@@ -47,6 +47,17 @@ pub fn parse_switch(value: &str) -> Option<bool> {
     }
 }
 
+/// The master switch as stored; off when it was never set or does not parse.
+pub(crate) async fn stored_switch(
+    store: &sandboxd_store::Store,
+) -> Result<bool, sandboxd_store::StoreError> {
+    Ok(store
+        .get_setting(SANDBOX_DB_ENABLED)
+        .await?
+        .and_then(|v| parse_switch(&v))
+        .unwrap_or(false))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

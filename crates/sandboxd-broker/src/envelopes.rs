@@ -1,18 +1,10 @@
-//! Building the envelopes agents receive: refusals with a code, a message, a remediation and a
-//! retry flag; internal failures logged here and shown to the agent as nothing internal.
+//! The error envelopes several verbs share: internal failures (logged here and shown to the agent
+//! as nothing internal), out-of-order moves, and arguments that do not fit a verb's schema. A
+//! verb's own refusal is a plain `ErrorEnvelope::new`.
 
 use sandboxd_domain::envelope::{ErrorCode, ErrorEnvelope};
 use sandboxd_domain::error::quote;
 use sandboxd_domain::lifecycle::OutOfOrder;
-
-/// A refusal.
-pub fn refuse(
-    code: ErrorCode,
-    message: impl Into<String>,
-    remediate: impl Into<String>,
-) -> ErrorEnvelope {
-    ErrorEnvelope::new(code, message, remediate)
-}
 
 /// An internal failure: the cause goes to the log, the agent gets a generic retryable error.
 pub fn internal(operation: &str, cause: &dyn std::fmt::Display) -> ErrorEnvelope {

@@ -11,7 +11,7 @@ use sandboxd_domain::{EngineRef, Feature, FeatureRequest};
 use sandboxd_store::{Agent, Task};
 
 use crate::Broker;
-use crate::envelopes::{internal, refuse};
+use crate::envelopes::internal;
 
 /// What passed the guards.
 #[derive(Debug)]
@@ -37,7 +37,7 @@ impl Broker {
     ) -> Result<Granted, ErrorEnvelope> {
         // 1. The master switch.
         if !self.inner.enabled {
-            return Err(refuse(
+            return Err(ErrorEnvelope::new(
                 ErrorCode::SandboxDisabled,
                 "sandboxes are switched off on this sandboxd",
                 "do not retry: an operator must arm Settings → Feature Flags → sandbox_db_enabled \
@@ -54,7 +54,7 @@ impl Broker {
         let task = match task {
             Some(task) if task.project == agent.project => task,
             _ => {
-                return Err(refuse(
+                return Err(ErrorEnvelope::new(
                     ErrorCode::NoActiveTask,
                     "request_sandbox needs a task you hold in your project, and you hold none",
                     "call give_me_work (or i_will_work_on / claim_review) first, then request_sandbox",
@@ -73,7 +73,7 @@ impl Broker {
             .and_then(|p| p.sandbox_services.clone())
             .unwrap_or_default();
         if services.is_empty() {
-            return Err(refuse(
+            return Err(ErrorEnvelope::new(
                 ErrorCode::ProjectNotOptedIn,
                 format!("project {} has not opted into sandboxes", agent.project),
                 "do not retry: an operator must check the services on the project's Sandbox card; \
@@ -94,7 +94,7 @@ impl Broker {
                             }
                         }
                         _ => {
-                            return Err(refuse(
+                            return Err(ErrorEnvelope::new(
                                 ErrorCode::ServiceNotAllowed,
                                 format!(
                                     "service {} is not in project {}'s sandbox set; allowed: {}",
@@ -122,7 +122,7 @@ impl Broker {
             let engine = match EngineRef::parse(engine_name) {
                 Ok(engine) if services.contains(&engine) => engine,
                 _ => {
-                    return Err(refuse(
+                    return Err(ErrorEnvelope::new(
                         ErrorCode::FeatureNotAllowed,
                         format!(
                             "extensions were asked for {}, which project {} has not opted into; allowed services: {}",
@@ -140,7 +140,7 @@ impl Broker {
             for name in wanted {
                 let feature = Feature::parse(engine, name).map_err(|_| {
                     let allowlist = allowed_list(engine.features().iter().map(|f| f.name));
-                    refuse(
+                    ErrorEnvelope::new(
                         ErrorCode::FeatureNotAllowed,
                         format!(
                             "feature {} is not in {}'s allowlist; allowed: {allowlist}",
@@ -159,7 +159,7 @@ impl Broker {
 
         // 5. The provisioner is reachable.
         let unavailable = |why: String| {
-            refuse(
+            ErrorEnvelope::new(
                 ErrorCode::ProvisionerUnavailable,
                 format!("the provisioner is unavailable right now: {why}"),
                 "retry the same call in a few seconds",

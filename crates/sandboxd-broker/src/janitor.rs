@@ -59,64 +59,53 @@ impl Broker {
             .iter()
             .map(|row| (row.name.as_str(), row.last_used_at_ms))
             .collect();
-        let mut listed_names = BTreeSet::new();
-        for backend in self.inner.backends.all() {
-            let listed = match backend.list().await {
-                Ok(listed) => listed,
-                Err(err) => {
-                    tracing::warn!(backend = %backend.kind(), error = %err, "janitor: listing failed");
-                    continue;
-                }
-            };
-            let now = now_ms();
-            for instance in listed {
-                report.examined += 1;
-                listed_names.insert(instance.handle.name.clone());
-                let age = since(instance.created_at_ms, now);
-                if age < grace {
-                    report.kept_young += 1;
-                    continue;
-                }
-                let reason = if !agents.contains(&instance.handle.owner) {
-                    "owner_gone"
-                } else if max_lifetime.is_some_and(|max| age > max) {
-                    "max_lifetime"
-                } else if idle_ttl.is_some_and(|ttl| {
-                    let used = last_used
-                        .get(instance.handle.name.as_str())
-                        .copied()
-                        .unwrap_or(instance.created_at_ms);
-                    since(used, now) > ttl
-                }) {
-                    "idle"
-                } else if !instance.live {
-                    "dead"
-                } else {
-                    continue;
-                };
-                if !self.reap(&instance, reason).await {
-                    continue;
-                }
-                report
-                    .reaped
-                    .push((instance.handle.name.clone(), reason.to_owned()));
+        let listed = self.inner.backends.list_all().await;
+        let listed_names: BTreeSet<String> = listed.iter().map(|i| i.handle.name.clone()).collect();
+        let now = now_ms();
+        for instance in listed {
+            report.examined += 1;
+            let age = since(instance.created_at_ms, now);
+            if age < grace {
+                report.kept_young += 1;
+                continue;
             }
+            let reason = if !agents.contains(&instance.handle.owner) {
+                "owner_gone"
+            } else if max_lifetime.is_some_and(|max| age > max) {
+                "max_lifetime"
+            } else if idle_ttl.is_some_and(|ttl| {
+                let used = last_used
+                    .get(instance.handle.name.as_str())
+                    .copied()
+                    .unwrap_or(instance.created_at_ms);
+                since(used, now) > ttl
+            }) {
+                "idle"
+            } else if !instance.live {
+                "dead"
+            } else {
+                continue;
+            };
+            if !self.reap(&instance, reason).await {
+                continue;
+            }
+            report
+                .reaped
+                .push((instance.handle.name.clone(), reason.to_owned()));
         }
         // Rows of instances no backend lists any more (removed out of band, host rebooted).
-        {
-            let now = now_ms();
-            for row in &stored {
-                let old = since(row.created_at_ms, now) >= grace;
-                if old && !listed_names.contains(&row.name) {
-                    let _turn = self.inner.locks.lock(&row.owner).await;
-                    if self
-                        .store()
-                        .delete_instance(&row.name)
-                        .await
-                        .unwrap_or(false)
-                    {
-                        report.forgotten += 1;
-                    }
+        let now = now_ms();
+        for row in &stored {
+            let old = since(row.created_at_ms, now) >= grace;
+            if old && !listed_names.contains(&row.name) {
+                let _turn = self.inner.locks.lock(&row.owner).await;
+                if self
+                    .store()
+                    .delete_instance(&row.name)
+                    .await
+                    .unwrap_or(false)
+                {
+                    report.forgotten += 1;
                 }
             }
         }

@@ -77,11 +77,7 @@ impl Broker {
         store: Store,
         backends: Backends,
     ) -> Result<Self, BrokerError> {
-        let stored = store
-            .get_setting(SANDBOX_DB_ENABLED)
-            .await?
-            .and_then(|v| parse_switch(&v))
-            .unwrap_or(false);
+        let stored = config::stored_switch(&store).await?;
         let enabled = config.enabled_override.unwrap_or(stored);
         let broker = Self {
             inner: Arc::new(Inner {

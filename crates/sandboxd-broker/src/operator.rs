@@ -232,7 +232,6 @@ impl Broker {
         extensions: Option<FeatureRequest>,
     ) -> Result<Project, BrokerError> {
         let started = Instant::now();
-        let services = services.filter(|s| !s.is_empty());
         let mut deduped: Vec<EngineRef> = Vec::new();
         for engine in services.iter().flatten() {
             if !deduped.contains(engine) {
@@ -357,31 +356,23 @@ impl Broker {
             .map(|s| (s.name, s.last_used_at_ms))
             .collect();
         let mut by_owner: BTreeMap<AgentSlug, Vec<InstanceView>> = BTreeMap::new();
-        for backend in self.inner.backends.all() {
-            let listed = match backend.list().await {
-                Ok(listed) => listed,
-                Err(err) => {
-                    tracing::warn!(backend = %backend.kind(), error = %err, "listing failed");
-                    continue;
-                }
-            };
-            for instance in listed {
-                by_owner
-                    .entry(instance.handle.owner.clone())
-                    .or_default()
-                    .push(InstanceView {
-                        last_used_at_ms: tracked.get(&instance.handle.name).copied(),
-                        tracked: tracked.contains_key(&instance.handle.name),
-                        name: instance.handle.name,
-                        engine: instance.handle.engine,
-                        backend: instance.handle.backend,
-                        host: instance.host,
-                        port: instance.port,
-                        created_at_ms: instance.created_at_ms,
-                        live: instance.live,
-                        status: instance.status,
-                    });
-            }
+        for instance in self.inner.backends.list_all().await {
+            let last_used_at_ms = tracked.get(&instance.handle.name).copied();
+            by_owner
+                .entry(instance.handle.owner.clone())
+                .or_default()
+                .push(InstanceView {
+                    last_used_at_ms,
+                    tracked: last_used_at_ms.is_some(),
+                    name: instance.handle.name,
+                    engine: instance.handle.engine,
+                    backend: instance.handle.backend,
+                    host: instance.host,
+                    port: instance.port,
+                    created_at_ms: instance.created_at_ms,
+                    live: instance.live,
+                    status: instance.status,
+                });
         }
         Ok(by_owner
             .into_iter()
@@ -432,12 +423,7 @@ impl Broker {
     }
 
     pub async fn settings(&self) -> Result<SettingsView, BrokerError> {
-        let stored = self
-            .store()
-            .get_setting(SANDBOX_DB_ENABLED)
-            .await?
-            .and_then(|v| crate::config::parse_switch(&v))
-            .unwrap_or(false);
+        let stored = crate::config::stored_switch(self.store()).await?;
         Ok(SettingsView {
             sandbox_db_enabled_stored: stored,
             sandbox_db_enabled_running: self.inner.enabled,

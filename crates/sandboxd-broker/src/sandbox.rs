@@ -14,7 +14,6 @@ use sandboxd_domain::{AgentSlug, EngineRef, FeatureRequest, Instance};
 use sandboxd_store::{Actor, Agent};
 
 use crate::Broker;
-use crate::envelopes::refuse;
 
 /// How `ensure_sandbox` answered.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -63,7 +62,7 @@ impl Broker {
                 );
                 self.inner.metrics.failed(ErrorCode::InvalidState.as_str());
                 tracing::warn!(agent = %agent.slug, error = %failure, "provisioning failed");
-                refuse(
+                ErrorEnvelope::new(
                     ErrorCode::InvalidState,
                     format!("the sandbox could not be provisioned: {failure}"),
                     if retryable {
@@ -300,15 +299,11 @@ impl Broker {
             .await
             .map_err(SandboxFailure::Store)?;
         let mut handles: Vec<InstanceHandle> = cached.iter().map(InstanceHandle::of).collect();
-        for backend in self.inner.backends.all() {
-            if let Ok(listed) = backend.list().await {
-                for instance in listed {
-                    if &instance.handle.owner == agent
-                        && !handles.iter().any(|h| h.name == instance.handle.name)
-                    {
-                        handles.push(instance.handle);
-                    }
-                }
+        for instance in self.inner.backends.list_all().await {
+            if &instance.handle.owner == agent
+                && !handles.iter().any(|h| h.name == instance.handle.name)
+            {
+                handles.push(instance.handle);
             }
         }
         self.teardown_handles(&handles).await;

@@ -4,6 +4,7 @@
 use std::time::Instant;
 
 use sandboxd_domain::envelope::{Envelope, ErrorCode, ErrorEnvelope, OkEnvelope};
+use sandboxd_domain::error::quote;
 use sandboxd_domain::lifecycle::TaskState;
 use sandboxd_domain::lifecycle::{self, Move};
 use sandboxd_domain::roles::{RoleSpec, Verb};
@@ -15,7 +16,7 @@ use sandboxd_store::{Actor, Agent, NoteKind, Task};
 use serde::de::DeserializeOwned;
 
 use crate::Broker;
-use crate::envelopes::{bad_arguments, internal, out_of_order, refuse};
+use crate::envelopes::{bad_arguments, internal, out_of_order};
 
 /// Text an agent may record is capped, so a note cannot flood the store or the panel.
 const MAX_TEXT: usize = 16 * 1024;
@@ -31,7 +32,7 @@ fn parse<T: DeserializeOwned>(verb: Verb, args: serde_json::Value) -> Result<T, 
 
 fn check_text(verb: Verb, text: &str) -> Result<(), ErrorEnvelope> {
     if text.len() > MAX_TEXT {
-        return Err(refuse(
+        return Err(ErrorEnvelope::new(
             ErrorCode::InvalidArgument,
             format!(
                 "the text given to {verb} is {} bytes; at most {MAX_TEXT}",
@@ -96,7 +97,7 @@ impl Broker {
         args: serde_json::Value,
     ) -> Result<(OkEnvelope, String), ErrorEnvelope> {
         let role = self.manifest(&agent.role).ok_or_else(|| {
-            refuse(
+            ErrorEnvelope::new(
                 ErrorCode::VerbNotAllowed,
                 format!(
                     "your role {} is not configured on this sandboxd",
@@ -107,7 +108,7 @@ impl Broker {
         })?;
         if !role.allows(verb) {
             let yours: Vec<&str> = role.verbs.iter().map(|v| v.name()).collect();
-            return Err(refuse(
+            return Err(ErrorEnvelope::new(
                 ErrorCode::VerbNotAllowed,
                 format!("{verb} is not in the manifest of role {}", agent.role),
                 format!("use only your verbs: {}", yours.join(", ")),
@@ -216,7 +217,7 @@ impl Broker {
                     .await
                     .map_err(|e| internal("moving your task", &e))?;
                 if !moved {
-                    return Err(refuse(
+                    return Err(ErrorEnvelope::new(
                         ErrorCode::OutOfOrder,
                         format!("task {} changed while you were calling {verb}", task.id),
                         "call give_me_work or claim_review to see what you hold now",
@@ -271,35 +272,24 @@ impl Broker {
                 .await
                 .map_err(|e| internal("claiming a task", &e))?
                 .ok_or_else(|| {
-                    refuse(
+                    ErrorEnvelope::new(
                         ErrorCode::NoWork,
                         format!("no task of project {} is waiting ({from})", agent.project),
                         format!("call {verb} again later, or i_am_idle to end your engagement"),
                     )
                 });
         };
-        let not_found = || {
-            refuse(
-                ErrorCode::NotFound,
-                format!(
-                    "task {} does not exist in project {}",
-                    sandboxd_domain::error::quote(id),
-                    agent.project
-                ),
+        let task = self
+            .task_in_project(
+                agent,
+                id,
                 format!(
                     "call {verb} with a task id of your project, or without one to take the next"
                 ),
             )
-        };
-        let task = self
-            .store()
-            .get_task(id)
-            .await
-            .map_err(|e| internal("reading the task", &e))?
-            .filter(|t| t.project == agent.project)
-            .ok_or_else(not_found)?;
+            .await?;
         let taken = || {
-            refuse(
+            ErrorEnvelope::new(
                 ErrorCode::TaskTaken,
                 format!(
                     "task {} is {} and cannot be claimed now",
@@ -334,10 +324,9 @@ impl Broker {
         args: NoteArgs,
     ) -> Result<(OkEnvelope, String), ErrorEnvelope> {
         check_text(verb, &args.text)?;
-        let task = match &args.task {
-            Some(id) => self.task_in_project(agent, verb, id).await?,
-            None => self.held_task(agent, verb).await?,
-        };
+        let task = self
+            .named_or_held_task(agent, verb, args.task.as_deref())
+            .await?;
         // Roles that observe (the auditor) write only private notes.
         let private = args.private || role.private_notes;
         self.store()
@@ -361,14 +350,13 @@ impl Broker {
         verb: Verb,
         args: EvidenceArgs,
     ) -> Result<(OkEnvelope, String), ErrorEnvelope> {
-        let task = match &args.task {
-            Some(id) => self.task_in_project(agent, verb, id).await?,
-            None => self.held_task(agent, verb).await?,
-        };
+        let task = self
+            .named_or_held_task(agent, verb, args.task.as_deref())
+            .await?;
         match args.text {
             Some(text) => {
                 if role.read_only_evidence {
-                    return Err(refuse(
+                    return Err(ErrorEnvelope::new(
                         ErrorCode::VerbNotAllowed,
                         format!("role {} reads evidence but does not record it", agent.role),
                         "call evidence without text to read it",
@@ -376,7 +364,7 @@ impl Broker {
                 }
                 check_text(verb, &text)?;
                 if task.claimed_by.as_ref() != Some(&agent.slug) {
-                    return Err(refuse(
+                    return Err(ErrorEnvelope::new(
                         ErrorCode::OutOfOrder,
                         format!(
                             "you can record evidence only on a task you hold, not {}",
@@ -418,11 +406,12 @@ impl Broker {
         }
     }
 
+    /// The task `id` of the agent's project; a task of another project does not exist for it.
     async fn task_in_project(
         &self,
         agent: &Agent,
-        verb: Verb,
         id: &str,
+        remediate: String,
     ) -> Result<Task, ErrorEnvelope> {
         self.store()
             .get_task(id)
@@ -430,25 +419,36 @@ impl Broker {
             .map_err(|e| internal("reading the task", &e))?
             .filter(|t| t.project == agent.project)
             .ok_or_else(|| {
-                refuse(
+                ErrorEnvelope::new(
                     ErrorCode::NotFound,
                     format!(
                         "task {} does not exist in project {}",
-                        sandboxd_domain::error::quote(id),
+                        quote(id),
                         agent.project
                     ),
-                    format!("call {verb} with a task id of your project"),
+                    remediate,
                 )
             })
     }
 
-    async fn held_task(&self, agent: &Agent, verb: Verb) -> Result<Task, ErrorEnvelope> {
+    /// The task a `note` / `evidence` call is about: the one it names, else the one the agent
+    /// holds.
+    async fn named_or_held_task(
+        &self,
+        agent: &Agent,
+        verb: Verb,
+        named: Option<&str>,
+    ) -> Result<Task, ErrorEnvelope> {
+        if let Some(id) = named {
+            let remediate = format!("call {verb} with a task id of your project");
+            return self.task_in_project(agent, id, remediate).await;
+        }
         self.store()
             .active_task_of(&agent.slug)
             .await
             .map_err(|e| internal("looking up your task", &e))?
             .ok_or_else(|| {
-                refuse(
+                ErrorEnvelope::new(
                     ErrorCode::OutOfOrder,
                     format!("{verb} records on the task you hold, and you hold none"),
                     "call give_me_work or claim_review first (or pass a task id)",

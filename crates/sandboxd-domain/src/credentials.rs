@@ -18,37 +18,12 @@ pub fn sha256_hex(secret: &SecretString) -> String {
     hex::encode(Sha256::digest(secret.expose_secret().as_bytes()))
 }
 
-/// A PostgreSQL SCRAM-SHA-256 verifier for `secret` (what `ALTER ROLE … PASSWORD` stores). The
+/// A PostgreSQL SCRAM-SHA-256 verifier for `secret` with a fresh salt (what `ALTER ROLE …
+/// PASSWORD` stores), from `postgres-protocol`, the protocol crate under `tokio-postgres`. The
 /// daemon sends this instead of the password, so the statement holds no plaintext even if a
 /// driver or the server logs it.
 pub fn pg_scram_verifier(secret: &SecretString) -> String {
-    use base64::Engine as _;
-    use hmac::{Hmac, Mac};
-    const ITERATIONS: u32 = 4096;
-    let b64 = base64::engine::general_purpose::STANDARD;
-    let mut salt = [0u8; 16];
-    rand::rng().fill_bytes(&mut salt);
-    let mut salted = [0u8; 32];
-    pbkdf2::pbkdf2_hmac::<Sha256>(
-        secret.expose_secret().as_bytes(),
-        &salt,
-        ITERATIONS,
-        &mut salted,
-    );
-    let hmac = |key: &[u8], message: &[u8]| {
-        let mut mac = Hmac::<Sha256>::new_from_slice(key).expect("HMAC takes keys of any length");
-        mac.update(message);
-        mac.finalize().into_bytes()
-    };
-    let client_key = hmac(&salted, b"Client Key");
-    let stored_key = Sha256::digest(client_key);
-    let server_key = hmac(&salted, b"Server Key");
-    format!(
-        "SCRAM-SHA-256${ITERATIONS}:{}${}:{}",
-        b64.encode(salt),
-        b64.encode(stored_key),
-        b64.encode(server_key)
-    )
+    postgres_protocol::password::scram_sha_256(secret.expose_secret().as_bytes())
 }
 
 /// The MySQL/MariaDB `mysql_native_password` hash of `secret` (`*` + SHA1(SHA1(password)) in

@@ -20,11 +20,18 @@ pub enum BackendKind {
 }
 
 impl BackendKind {
+    pub const ALL: [BackendKind; 2] = [BackendKind::Process, BackendKind::Docker];
+
     pub fn as_str(self) -> &'static str {
         match self {
             Self::Process => "process",
             Self::Docker => "docker",
         }
+    }
+
+    /// The kind [`as_str`](Self::as_str) names.
+    pub fn parse(value: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|kind| kind.as_str() == value)
     }
 }
 
@@ -193,5 +200,13 @@ mod tests {
         let secret = inst.agent.password.expose_secret().to_owned();
         assert!(!format!("{inst:?}").contains(&secret));
         assert!(!format!("{:?}", inst.evidence(&EnvPrefix::default())).contains(&secret));
+    }
+
+    #[test]
+    fn backend_kinds_round_trip() {
+        for kind in BackendKind::ALL {
+            assert_eq!(BackendKind::parse(kind.as_str()), Some(kind));
+        }
+        assert_eq!(BackendKind::parse("vm"), None);
     }
 }

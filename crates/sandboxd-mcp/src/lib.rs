@@ -36,7 +36,7 @@ pub use stdio::serve_stdio;
 pub use tools::tools_for;
 
 /// Where the gateway answers, and who may reach it.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Default)]
 pub struct McpConfig {
     /// `Host` values accepted besides the loopback names (DNS-rebinding protection).
     pub allowed_hosts: Vec<String>,
@@ -45,16 +45,6 @@ pub struct McpConfig {
     pub allowed_origins: Vec<String>,
     /// Cancelled at shutdown: open streams end.
     pub shutdown: CancellationToken,
-}
-
-impl Default for McpConfig {
-    fn default() -> Self {
-        Self {
-            allowed_hosts: vec![],
-            allowed_origins: vec![],
-            shutdown: CancellationToken::new(),
-        }
-    }
 }
 
 /// The loopback names every gateway accepts in `Host`.

@@ -12,6 +12,7 @@ use sqlx::any::AnyRow;
 
 use crate::Store;
 use crate::clock::{now_ms, time_ordered_id};
+use crate::conditions::Conditions;
 use crate::error::{Result, StoreError};
 
 /// `detail` is cut to this many characters: it is a one-line summary, not a log.
@@ -36,8 +37,7 @@ impl Actor {
     fn encode(&self) -> String {
         match self {
             Actor::Agent(slug) => format!("agent:{slug}"),
-            Actor::Operator => "operator".to_owned(),
-            Actor::Daemon => "daemon".to_owned(),
+            Actor::Operator | Actor::Daemon => self.to_string(),
         }
     }
 
@@ -157,36 +157,6 @@ fn entry_from_row(op: &'static str, row: &AnyRow) -> Result<AuditEntry> {
         detail: row.try_get("detail").map_err(get)?,
         id,
     })
-}
-
-/// A `WHERE` clause whose placeholders are numbered in the order their values are bound (each
-/// appears once), built without `QueryBuilder`, whose placeholders do not survive `Any` on
-/// PostgreSQL.
-#[derive(Default)]
-struct Conditions {
-    clauses: Vec<String>,
-    values: Vec<String>,
-}
-
-impl Conditions {
-    /// `template` holds one `{}` where the placeholder goes.
-    fn push(&mut self, template: &str, value: String) {
-        self.values.push(value);
-        let placeholder = format!("${}", self.values.len());
-        self.clauses.push(template.replacen("{}", &placeholder, 1));
-    }
-
-    fn push_fixed(&mut self, clause: &str) {
-        self.clauses.push(clause.to_owned());
-    }
-
-    fn sql(&self) -> String {
-        if self.clauses.is_empty() {
-            String::new()
-        } else {
-            format!("WHERE {}", self.clauses.join(" AND "))
-        }
-    }
 }
 
 fn filter_conditions(filter: &AuditFilter) -> Conditions {

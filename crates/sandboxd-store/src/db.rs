@@ -6,7 +6,7 @@
 //! of the file and sticks), and every pooled connection then sets its per-connection pragmas.
 
 use std::borrow::Cow;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::str::FromStr;
 use std::time::Duration;
 
@@ -102,13 +102,13 @@ pub(crate) fn kind_of(url: &str) -> Result<StoreKind> {
 }
 
 /// Creates the SQLite file (mode 0600, parent directories as needed) and switches it to WAL.
-async fn prepare_sqlite_file(url: &str) -> Result<PathBuf> {
+async fn prepare_sqlite_file(url: &str) -> Result<()> {
     let open_err = |source: Box<dyn std::error::Error + Send + Sync>| StoreError::Open {
         url: url.to_owned(),
         source,
     };
     let options = SqliteConnectOptions::from_str(url).map_err(|e| open_err(Box::new(e)))?;
-    let path = options.get_filename().to_path_buf();
+    let path = options.get_filename();
     let in_memory = path.as_os_str().is_empty()
         || path.to_string_lossy().starts_with("file:sqlx-in-memory")
         || url.contains("mode=memory");
@@ -120,7 +120,7 @@ async fn prepare_sqlite_file(url: &str) -> Result<PathBuf> {
                     .to_owned(),
         });
     }
-    create_private_file(&path).map_err(|e| open_err(Box::new(e)))?;
+    create_private_file(path).map_err(|e| open_err(Box::new(e)))?;
     let mut conn = options
         .create_if_missing(true)
         .journal_mode(SqliteJournalMode::Wal)
@@ -140,7 +140,7 @@ async fn prepare_sqlite_file(url: &str) -> Result<PathBuf> {
             format!("SQLite refused write-ahead logging (journal_mode is {mode})").into(),
         ));
     }
-    Ok(path)
+    Ok(())
 }
 
 /// The file holds token hashes and sealed credentials: readable by the daemon's user only.

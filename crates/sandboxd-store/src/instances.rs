@@ -74,12 +74,6 @@ enum AdminOwned {
 const COLUMNS: &str = "name, owner, engine, backend, backend_id, host, port, database_name, \
                        agent_user, features, created_at_ms, sealed_credentials, last_used_at_ms";
 
-fn parse_backend(text: &str) -> Option<BackendKind> {
-    [BackendKind::Process, BackendKind::Docker]
-        .into_iter()
-        .find(|kind| kind.as_str() == text)
-}
-
 fn summary_from_row(op: &'static str, row: &AnyRow) -> Result<InstanceSummary> {
     let get = |e: sqlx::Error| StoreError::db(op)(e);
     let name: String = row.try_get("name").map_err(get)?;
@@ -93,7 +87,7 @@ fn summary_from_row(op: &'static str, row: &AnyRow) -> Result<InstanceSummary> {
     let engine: String = row.try_get("engine").map_err(get)?;
     let engine = EngineRef::parse(&engine).map_err(|e| corrupt("engine", &e))?;
     let backend: String = row.try_get("backend").map_err(get)?;
-    let backend = parse_backend(&backend)
+    let backend = BackendKind::parse(&backend)
         .ok_or_else(|| corrupt("backend", &format!("unknown backend {backend:?}")))?;
     let port: i64 = row.try_get("port").map_err(get)?;
     let port = u16::try_from(port).map_err(|e| corrupt("port", &e))?;
@@ -263,15 +257,34 @@ impl Store {
         Ok(())
     }
 
+    /// The stored rows of `owner`'s instances (of every owner's, if none is given), by owner
+    /// and name.
+    async fn instance_rows(
+        &self,
+        op: &'static str,
+        owner: Option<&AgentSlug>,
+    ) -> Result<Vec<AnyRow>> {
+        let sql = match owner {
+            Some(_) => {
+                format!("SELECT {COLUMNS} FROM sandbox_instances WHERE owner = $1 ORDER BY name")
+            }
+            None => format!("SELECT {COLUMNS} FROM sandbox_instances ORDER BY owner, name"),
+        };
+        let mut query = sqlx::query(sqlx::AssertSqlSafe(sql));
+        if let Some(owner) = owner {
+            query = query.bind(owner.as_str());
+        }
+        query
+            .fetch_all(&self.pool)
+            .await
+            .map_err(StoreError::db(op))
+    }
+
     /// `owner`'s stored instances with their credentials, by name.
     pub async fn instances_of(&self, owner: &AgentSlug) -> Result<Vec<Instance>> {
         const OP: &str = "instances_of";
-        let sql = format!("SELECT {COLUMNS} FROM sandbox_instances WHERE owner = $1 ORDER BY name");
-        sqlx::query(sqlx::AssertSqlSafe(sql))
-            .bind(owner.as_str())
-            .fetch_all(&self.pool)
-            .await
-            .map_err(StoreError::db(OP))?
+        self.instance_rows(OP, Some(owner))
+            .await?
             .iter()
             .map(|row| self.instance_from_row(OP, row))
             .collect()
@@ -281,11 +294,8 @@ impl Store {
     /// name. One row that does not open fails the whole call: with a wrong key, all would.
     pub async fn all_instances(&self) -> Result<Vec<Instance>> {
         const OP: &str = "all_instances";
-        let sql = format!("SELECT {COLUMNS} FROM sandbox_instances ORDER BY owner, name");
-        sqlx::query(sqlx::AssertSqlSafe(sql))
-            .fetch_all(&self.pool)
-            .await
-            .map_err(StoreError::db(OP))?
+        self.instance_rows(OP, None)
+            .await?
             .iter()
             .map(|row| self.instance_from_row(OP, row))
             .collect()
@@ -295,11 +305,8 @@ impl Store {
     /// up when credentials cannot be opened), by owner and name.
     pub async fn instance_summaries(&self) -> Result<Vec<InstanceSummary>> {
         const OP: &str = "instance_summaries";
-        let sql = format!("SELECT {COLUMNS} FROM sandbox_instances ORDER BY owner, name");
-        sqlx::query(sqlx::AssertSqlSafe(sql))
-            .fetch_all(&self.pool)
-            .await
-            .map_err(StoreError::db(OP))?
+        self.instance_rows(OP, None)
+            .await?
             .iter()
             .map(|row| summary_from_row(OP, row))
             .collect()

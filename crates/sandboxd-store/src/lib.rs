@@ -8,7 +8,7 @@
 //! - [`settings`]: persisted operator settings (the store persists; the broker interprets).
 //! - [`projects`], [`agents`], [`tasks`]: the records the guard chain reads. Tasks offer
 //!   compare-and-set operations ([`Store::claim_next`], [`Store::transition`]); the lifecycle
-//!   rules themselves live in the broker.
+//!   rules themselves are `sandboxd_domain::lifecycle`, applied by the broker.
 //! - [`instances`]: the broker's sandbox cache, persisted so a restart keeps live sandboxes.
 //! - [`audit`]: the append-only audit log with filtered, cursor-paged reads.
 //!
@@ -27,6 +27,7 @@ pub mod agents;
 pub mod audit;
 pub mod cipher;
 mod clock;
+mod conditions;
 pub mod db;
 pub mod error;
 pub mod instances;

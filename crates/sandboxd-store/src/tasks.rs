@@ -1,5 +1,5 @@
 //! Tasks and their notes. The store offers compare-and-set operations; which transitions a verb
-//! may make is the broker's business.
+//! may make is decided by `sandboxd_domain::lifecycle`, not here.
 //!
 //! Claim-locking (§2: two agents can never hold the same task) rests on one rule: every change
 //! of `state` / `claimed_by` is a single `UPDATE … WHERE id = … AND state = <expected> AND
@@ -16,6 +16,7 @@ use sqlx::any::AnyRow;
 
 use crate::Store;
 use crate::clock::{now_ms, time_ordered_id};
+use crate::conditions::Conditions;
 use crate::error::{Result, StoreError, Violation, violation};
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -125,19 +126,16 @@ fn note_from_row(op: &'static str, row: &AnyRow) -> Result<TaskNote> {
     })
 }
 
-/// Maps a write's error: a foreign key that did not hold means the agent (the only other row a
-/// task write references besides its project, which never changes) does not exist.
-fn claimant_error(
+/// Maps a write's error: a foreign key that did not hold means the row the write references,
+/// `what` `id`, does not exist. (A task's project never changes after creation, so a write that
+/// sets a claimant can only miss the agent.)
+fn missing_reference(
     op: &'static str,
-    agent: Option<&AgentSlug>,
+    what: &'static str,
+    id: String,
 ) -> impl FnOnce(sqlx::Error) -> StoreError {
-    let agent = agent.map(|a| a.to_string()).unwrap_or_default();
     move |e| match violation(&e) {
-        Violation::ForeignKey => StoreError::NotFound {
-            op,
-            what: "agent",
-            id: agent,
-        },
+        Violation::ForeignKey => StoreError::NotFound { op, what, id },
         _ => StoreError::db(op)(e),
     }
 }
@@ -178,14 +176,7 @@ impl Store {
             .bind(now)
             .fetch_one(&mut *tx)
             .await
-            .map_err(|e| match violation(&e) {
-                Violation::ForeignKey => StoreError::NotFound {
-                    op: OP,
-                    what: "project",
-                    id: project.to_string(),
-                },
-                _ => StoreError::db(OP)(e),
-            })?;
+            .map_err(missing_reference(OP, "project", project.to_string()))?;
         let task = task_from_row(OP, &row)?;
         tx.commit().await.map_err(StoreError::db(OP))?;
         Ok(task)
@@ -210,25 +201,20 @@ impl Store {
         state: Option<TaskState>,
     ) -> Result<Vec<Task>> {
         const OP: &str = "list_tasks";
-        let mut conditions = Vec::new();
-        let mut binds = Vec::new();
+        let mut conditions = Conditions::default();
         if let Some(project) = project {
-            binds.push(project.as_str());
-            conditions.push(format!("project = ${}", binds.len()));
+            conditions.push("project = {}", project.to_string());
         }
         if let Some(state) = state {
-            binds.push(state.as_str());
-            conditions.push(format!("state = ${}", binds.len()));
+            conditions.push("state = {}", state.as_str().to_owned());
         }
-        let filter = if conditions.is_empty() {
-            String::new()
-        } else {
-            format!("WHERE {}", conditions.join(" AND "))
-        };
-        let sql = format!("SELECT {COLUMNS} FROM tasks {filter} ORDER BY seq");
+        let sql = format!(
+            "SELECT {COLUMNS} FROM tasks {} ORDER BY seq",
+            conditions.sql()
+        );
         let mut query = sqlx::query(sqlx::AssertSqlSafe(sql));
-        for value in binds {
-            query = query.bind(value);
+        for value in &conditions.values {
+            query = query.bind(value.as_str());
         }
         query
             .fetch_all(&self.pool)
@@ -275,7 +261,7 @@ impl Store {
                 .bind(from.as_str())
                 .fetch_optional(&self.pool)
                 .await
-                .map_err(claimant_error(OP, Some(agent)))?;
+                .map_err(missing_reference(OP, "agent", agent.to_string()))?;
             if let Some(row) = claimed {
                 return task_from_row(OP, &row).map(Some);
             }
@@ -318,10 +304,11 @@ impl Store {
         if let Some(expected) = expected_claimant {
             query = query.bind(expected.as_str());
         }
-        let result = query
-            .execute(&self.pool)
-            .await
-            .map_err(claimant_error(OP, new_claimant))?;
+        let result = query.execute(&self.pool).await.map_err(missing_reference(
+            OP,
+            "agent",
+            new_claimant.map(|a| a.to_string()).unwrap_or_default(),
+        ))?;
         if result.rows_affected() > 0 {
             return Ok(true);
         }
@@ -384,14 +371,7 @@ impl Store {
             .bind(now_ms())
             .fetch_one(&self.pool)
             .await
-            .map_err(|e| match violation(&e) {
-                Violation::ForeignKey => StoreError::NotFound {
-                    op: OP,
-                    what: "task",
-                    id: format!("{task_id:?}"),
-                },
-                _ => StoreError::db(OP)(e),
-            })?;
+            .map_err(missing_reference(OP, "task", format!("{task_id:?}")))?;
         note_from_row(OP, &row)
     }
 

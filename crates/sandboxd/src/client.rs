@@ -191,7 +191,12 @@ pub fn text(value: &Value, field: &str) -> String {
 
 /// A list of strings, comma-joined ("" when absent).
 pub fn list(value: &Value, field: &str) -> String {
-    value[field]
+    joined(&value[field])
+}
+
+/// An array's items, comma-joined ("" when not an array).
+pub fn joined(items: &Value) -> String {
+    items
         .as_array()
         .map(|items| {
             items
@@ -207,18 +212,10 @@ pub fn list(value: &Value, field: &str) -> String {
         .unwrap_or_default()
 }
 
-/// Milliseconds since the epoch, now.
-pub fn now_ms() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
-        .unwrap_or(0)
-}
-
 /// "3m" since a `*_ms` field.
 pub fn age_of(value: &Value, field: &str) -> String {
     value[field]
         .as_i64()
-        .map(|at| crate::output::age(now_ms() - at))
+        .map(|at| crate::output::age(crate::output::now_ms() - at))
         .unwrap_or_default()
 }

@@ -8,7 +8,9 @@ use std::time::Duration;
 
 use figment::Figment;
 use figment::providers::{Env, Format, Serialized, Toml};
+use sandboxd_backend::docker::DockerConfig;
 use sandboxd_backend::process::ProcessConfig;
+use sandboxd_broker::BrokerConfig;
 use sandboxd_domain::{EngineRef, EnvPrefix, engines};
 use serde::{Deserialize, Serialize};
 
@@ -121,11 +123,12 @@ pub struct BrokerSettings {
 
 impl Default for BrokerSettings {
     fn default() -> Self {
+        let base = BrokerConfig::default();
         Self {
-            grace_secs: 180,
-            max_lifetime_secs: None,
-            idle_ttl_secs: None,
-            janitor_interval_secs: 30,
+            grace_secs: base.grace.as_secs(),
+            max_lifetime_secs: base.max_lifetime.map(|d| d.as_secs()),
+            idle_ttl_secs: base.idle_ttl.map(|d| d.as_secs()),
+            janitor_interval_secs: base.janitor_interval.as_secs(),
             roles_file: None,
         }
     }
@@ -199,15 +202,16 @@ pub struct DockerSettings {
 
 impl Default for DockerSettings {
     fn default() -> Self {
+        let base = DockerConfig::default();
         Self {
-            socket: "unix:///var/run/docker.sock".to_owned(),
-            network: None,
-            label_namespace: "sandboxd".to_owned(),
-            memory_mb: 512,
-            cpus: 1.0,
-            pids_limit: 256,
-            grace_secs: 180,
-            stop_timeout_secs: 2,
+            socket: base.socket,
+            network: base.network,
+            label_namespace: base.label_namespace,
+            memory_mb: base.memory_mb,
+            cpus: base.cpus,
+            pids_limit: base.pids_limit,
+            grace_secs: base.grace.as_secs(),
+            stop_timeout_secs: base.stop_timeout.as_secs(),
         }
     }
 }

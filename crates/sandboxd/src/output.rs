@@ -23,6 +23,27 @@ pub fn json<T: serde::Serialize>(value: &T) -> String {
     serde_json::to_string_pretty(value).expect("our output types always serialize")
 }
 
+/// Prints a list answer of the admin API: as JSON with `--json`, else `empty` when it holds
+/// nothing, else a table with one `row` per item.
+pub fn print_list(
+    answer: &serde_json::Value,
+    as_json: bool,
+    empty: &str,
+    header: &[&str],
+    row: impl Fn(&serde_json::Value) -> Vec<String>,
+) {
+    if as_json {
+        println!("{}", json(answer));
+        return;
+    }
+    let items = answer.as_array().map(Vec::as_slice).unwrap_or_default();
+    if items.is_empty() {
+        println!("{empty}");
+    } else {
+        println!("{}", table(header, items.iter().map(row).collect()));
+    }
+}
+
 /// A progress reporter: a spinner on a terminal, plain lines otherwise; both on stderr so
 /// `--json` output on stdout stays parseable.
 pub fn progress() -> (Progress, Option<ProgressBar>) {
@@ -41,6 +62,14 @@ pub fn progress() -> (Progress, Option<ProgressBar>) {
     } else {
         (Arc::new(|message: &str| eprintln!("{message}")), None)
     }
+}
+
+/// Milliseconds since the epoch, now.
+pub fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+        .unwrap_or(0)
 }
 
 /// "3s", "5m", "2h": an age for tables.

@@ -236,9 +236,9 @@ pub async fn show(
         }
         Err(err) => return failure(&session, Section::Projects, "Project", err),
     };
-    let (agents, tasks) = match (
-        state.broker.agents(Some(&slug)).await,
-        state.broker.tasks(Some(&slug), None).await,
+    let (agents, tasks) = match tokio::join!(
+        state.broker.agents(Some(&slug)),
+        state.broker.tasks(Some(&slug), None),
     ) {
         (Ok(agents), Ok(tasks)) => (agents, tasks),
         (Err(err), _) | (_, Err(err)) => {

@@ -2,16 +2,11 @@
 //! errors (clear 4xx, state read back unchanged), spawn tokens, teardown through the API.
 
 use reqwest::{Method, StatusCode};
-use sandboxd_domain::AgentSlug;
 use sandboxd_domain::roles::Verb;
 use secrecy::SecretString;
 use serde_json::{Value, json};
 
-use crate::support::{App, AppSpec, Kind, ok, spawn_app, unique};
-
-async fn app() -> App {
-    spawn_app(AppSpec::default()).await.expect("process app")
-}
+use crate::support::{App, app, app_with_switch, ok, unique};
 
 async fn send(request: reqwest::RequestBuilder) -> (StatusCode, Value) {
     let response = request.send().await.expect("request");
@@ -30,14 +25,6 @@ fn refused(answer: &(StatusCode, Value), status: StatusCode, code: &str) -> Stri
     assert_eq!(answer.0, status, "{:?}", answer.1);
     assert_eq!(answer.1["error"], code, "{:?}", answer.1);
     answer.1["message"].as_str().expect("a message").to_owned()
-}
-
-async fn audit_total(app: &App) -> u64 {
-    app.broker()
-        .audit_log(&Default::default())
-        .await
-        .expect("audit")
-        .total
 }
 
 /// Every documented route as (method, path with sample parameters).
@@ -64,7 +51,7 @@ async fn every_route_refuses_a_missing_or_wrong_token_and_nothing_runs() {
         .run(|app| async move {
             let project = app.project(&["postgres"], &[]).await;
             let before_projects = app.broker().projects().await.expect("projects");
-            let before_audit = audit_total(&app).await;
+            let before_audit = app.audit_total().await;
             let routes = documented_routes(&app).await;
             assert!(routes.len() >= 14, "{routes:?}");
             let body = json!({"slug": "intruder", "role": "developer", "project": project.as_str(),
@@ -110,19 +97,13 @@ async fn every_route_refuses_a_missing_or_wrong_token_and_nothing_runs() {
                 );
             }
             // Nothing ran: no audit row, no agent, same projects, switch still off.
-            assert_eq!(audit_total(&app).await, before_audit);
+            assert_eq!(app.audit_total().await, before_audit);
             assert!(app.broker().agents(None).await.expect("agents").is_empty());
             assert_eq!(
                 app.broker().projects().await.expect("projects"),
                 before_projects
             );
-            assert!(
-                !app.broker()
-                    .settings()
-                    .await
-                    .expect("settings")
-                    .sandbox_db_enabled_stored
-            );
+            assert!(!app.stored_switch().await);
         })
         .await;
 }
@@ -546,84 +527,80 @@ async fn tasks_are_added_and_listed_by_project_and_state() {
 
 #[tokio::test]
 async fn sandboxes_are_listed_without_credentials_and_torn_down_through_the_api() {
-    spawn_app(AppSpec {
-        kind: Kind::Process,
-        enabled_override: Some(true),
-    })
-    .await
-    .expect("process app")
-    .run(|app| async move {
-        let project = app.project(&["postgres", "redis"], &[]).await;
-        let dev = app.working_developer(&project).await;
-        let answer = ok(app
-            .broker()
-            .call(&dev, Verb::RequestSandbox, json!({}))
-            .await);
-        let passwords: Vec<String> = answer
-            .evidence
-            .as_ref()
-            .and_then(|e| e.as_array())
-            .expect("evidence")
-            .iter()
-            .map(|e| e["password"].as_str().expect("password").to_owned())
-            .collect();
-        assert_eq!(passwords.len(), 2);
-        assert_eq!(app.listed(&dev.slug).await.len(), 2);
+    app_with_switch(true)
+        .await
+        .run(|app| async move {
+            let project = app.project(&["postgres", "redis"], &[]).await;
+            let dev = app.working_developer(&project).await;
+            let answer = ok(app
+                .broker()
+                .call(&dev, Verb::RequestSandbox, json!({}))
+                .await);
+            let passwords: Vec<String> = answer
+                .evidence
+                .as_ref()
+                .and_then(|e| e.as_array())
+                .expect("evidence")
+                .iter()
+                .map(|e| e["password"].as_str().expect("password").to_owned())
+                .collect();
+            assert_eq!(passwords.len(), 2);
+            assert_eq!(app.listed(&dev.slug).await.len(), 2);
 
-        let response = app
-            .api(Method::GET, "/v1/sandboxes")
-            .send()
-            .await
-            .expect("request");
-        assert_eq!(response.status(), StatusCode::OK);
-        let text = response.text().await.expect("body");
-        for password in &passwords {
-            assert!(
-                !text.contains(password.as_str()),
-                "a credential in the listing"
+            let response = app
+                .api(Method::GET, "/v1/sandboxes")
+                .send()
+                .await
+                .expect("request");
+            assert_eq!(response.status(), StatusCode::OK);
+            let text = response.text().await.expect("body");
+            for password in &passwords {
+                assert!(
+                    !text.contains(password.as_str()),
+                    "a credential in the listing"
+                );
+            }
+            let sandboxes: Value = serde_json::from_str(&text).expect("json");
+            let ours = sandboxes
+                .as_array()
+                .expect("list")
+                .iter()
+                .find(|s| s["owner"] == dev.slug.as_str())
+                .expect("our sandbox is listed");
+            assert_eq!(ours["engines"], json!(["postgres", "redis"]));
+            assert_eq!(ours["backends"], json!(["process"]));
+            assert_eq!(ours["status"], "live");
+            let (created, used) = (
+                ours["created_at_ms"].as_i64().expect("created"),
+                ours["last_used_at_ms"]
+                    .as_i64()
+                    .expect("a tracked sandbox was used"),
             );
-        }
-        let sandboxes: Value = serde_json::from_str(&text).expect("json");
-        let ours = sandboxes
-            .as_array()
-            .expect("list")
-            .iter()
-            .find(|s| s["owner"] == dev.slug.as_str())
-            .expect("our sandbox is listed");
-        assert_eq!(ours["engines"], json!(["postgres", "redis"]));
-        assert_eq!(ours["backends"], json!(["process"]));
-        assert_eq!(ours["status"], "live");
-        let (created, used) = (
-            ours["created_at_ms"].as_i64().expect("created"),
-            ours["last_used_at_ms"]
-                .as_i64()
-                .expect("a tracked sandbox was used"),
-        );
-        assert!(used >= created, "last used {used} before created {created}");
-        assert_eq!(ours["instances"].as_array().expect("instances").len(), 2);
-        assert!(ours["instances"][0]["tracked"].as_bool().expect("bool"));
+            assert!(used >= created, "last used {used} before created {created}");
+            assert_eq!(ours["instances"].as_array().expect("instances").len(), 2);
+            assert!(ours["instances"][0]["tracked"].as_bool().expect("bool"));
 
-        let answer = send(app.api(Method::DELETE, "/v1/sandboxes/NOT%20A%20SLUG")).await;
-        refused(&answer, StatusCode::BAD_REQUEST, "invalid_name");
-        assert_eq!(app.listed(&dev.slug).await.len(), 2, "nothing torn down");
+            let answer = send(app.api(Method::DELETE, "/v1/sandboxes/NOT%20A%20SLUG")).await;
+            refused(&answer, StatusCode::BAD_REQUEST, "invalid_name");
+            assert_eq!(app.listed(&dev.slug).await.len(), 2, "nothing torn down");
 
-        let (status, out) =
-            send(app.api(Method::DELETE, &format!("/v1/sandboxes/{}", dev.slug))).await;
-        assert_eq!(status, StatusCode::OK, "{out}");
-        assert_eq!(out["removed"], 2);
-        assert!(
-            app.listed(&dev.slug).await.is_empty(),
-            "the backend lists none"
-        );
-        let (_, sandboxes) = send(app.api(Method::GET, "/v1/sandboxes")).await;
-        assert_eq!(sandboxes, json!([]));
-        // Idempotent.
-        let (status, out) =
-            send(app.api(Method::DELETE, &format!("/v1/sandboxes/{}", dev.slug))).await;
-        assert_eq!(status, StatusCode::OK);
-        assert_eq!(out["removed"], 0);
-    })
-    .await;
+            let (status, out) =
+                send(app.api(Method::DELETE, &format!("/v1/sandboxes/{}", dev.slug))).await;
+            assert_eq!(status, StatusCode::OK, "{out}");
+            assert_eq!(out["removed"], 2);
+            assert!(
+                app.listed(&dev.slug).await.is_empty(),
+                "the backend lists none"
+            );
+            let (_, sandboxes) = send(app.api(Method::GET, "/v1/sandboxes")).await;
+            assert_eq!(sandboxes, json!([]));
+            // Idempotent.
+            let (status, out) =
+                send(app.api(Method::DELETE, &format!("/v1/sandboxes/{}", dev.slug))).await;
+            assert_eq!(status, StatusCode::OK);
+            assert_eq!(out["removed"], 0);
+        })
+        .await;
 }
 
 #[tokio::test]
@@ -640,18 +617,8 @@ async fn the_audit_log_pages_and_filters() {
                 .await;
             }
             // A refused verb: the switch is off.
-            let slug = AgentSlug::parse(&unique("dev")).expect("slug");
-            app.track(&slug);
-            app.broker()
-                .spawn_agent(&slug, "developer", &project)
-                .await
-                .expect("spawn");
-            let agent = app
-                .broker()
-                .agent(&slug)
-                .await
-                .expect("read")
-                .expect("agent");
+            let agent = app.developer(&project).await;
+            let slug = &agent.slug;
             let refusal = app
                 .broker()
                 .call(&agent, Verb::RequestSandbox, json!({}))

@@ -205,11 +205,16 @@ async fn path_of(client: &Client) -> String {
     client.current_url().await.expect("url").path().to_owned()
 }
 
-async fn log_in(client: &Client, app: &App) {
+/// Loads the panel's page at `path`.
+async fn open(client: &Client, app: &App, path: &str) {
     client
-        .goto(&format!("{}/settings", app.url()))
+        .goto(&format!("{}{path}", app.url()))
         .await
         .expect("goto");
+}
+
+async fn log_in(client: &Client, app: &App) {
+    open(client, app, "/settings").await;
     assert_eq!(
         path_of(client).await,
         "/login",
@@ -287,18 +292,12 @@ async fn flow(app: &App, client: &Client) {
 
     // The login page, then in.
     let first_url = app.url();
-    client
-        .goto(&format!("{}/login", app.url()))
-        .await
-        .expect("goto");
+    open(client, app, "/login").await;
     shot(client, "01-login").await;
     log_in(client, app).await;
 
     // Settings → Feature Flags: arm. Stored on, running unchanged, takes effect on restart.
-    client
-        .goto(&format!("{}/settings", app.url()))
-        .await
-        .expect("goto");
+    open(client, app, "/settings").await;
     assert_eq!(
         text(client, "#flag-sandbox-db-enabled .stored").await,
         "off"
@@ -323,22 +322,13 @@ async fn flow(app: &App, client: &Client) {
             .contains("restart pending")
     );
     shot(client, "03-settings-armed").await;
-    assert!(
-        app.broker()
-            .settings()
-            .await
-            .expect("settings")
-            .sandbox_db_enabled_stored
-    );
+    assert!(app.stored_switch().await);
 
     // The daemon restarts: the stored value is now the running one (sessions are gone).
     app.restart().await;
     let second_url = app.url();
     log_in(client, app).await;
-    client
-        .goto(&format!("{}/settings", app.url()))
-        .await
-        .expect("goto");
+    open(client, app, "/settings").await;
     assert_eq!(
         text(client, "#flag-sandbox-db-enabled .running").await,
         "on"
@@ -348,10 +338,7 @@ async fn flow(app: &App, client: &Client) {
 
     // Projects → a new project → its Sandbox card: postgres + redis, with vector.
     let slug = unique("web");
-    client
-        .goto(&format!("{}/projects", app.url()))
-        .await
-        .expect("goto");
+    open(client, app, "/projects").await;
     client
         .find(Locator::Id("new-slug"))
         .await
@@ -372,12 +359,7 @@ async fn flow(app: &App, client: &Client) {
             .contains("Saved: postgres, redis.")
     );
     let project = ProjectSlug::parse(&slug).expect("slug");
-    let stored = app
-        .broker()
-        .project(&project)
-        .await
-        .expect("read")
-        .expect("project");
+    let stored = app.stored_project(&project).await;
     assert_eq!(
         stored
             .sandbox_extensions
@@ -421,10 +403,7 @@ async fn flow(app: &App, client: &Client) {
     assert_eq!(docker_containers(&dev.slug).len(), 2, "two containers run");
 
     // It appears on the Sandboxes page.
-    client
-        .goto(&format!("{}/sandboxes", app.url()))
-        .await
-        .expect("goto");
+    open(client, app, "/sandboxes").await;
     let row = format!("#sandbox-{}", dev.slug);
     let shown = text(client, &row).await;
     for expected in ["postgres", "redis", "docker", "live"] {
@@ -460,10 +439,7 @@ async fn flow(app: &App, client: &Client) {
     assert!(docker_containers(&dev.slug).is_empty(), "no container left");
 
     // The audit log shows what happened.
-    client
-        .goto(&format!("{}/audit", app.url()))
-        .await
-        .expect("goto");
+    open(client, app, "/audit").await;
     let audit = text(client, "#audit").await;
     for action in [
         "teardown_sandbox",

@@ -6,7 +6,7 @@ use reqwest::{Method, StatusCode};
 use sandboxd_domain::roles::Verb;
 use serde_json::json;
 
-use crate::support::{AppSpec, Kind, ok, spawn_app};
+use crate::support::{App, app_with_switch, ok};
 
 /// The samples of a Prometheus text exposition: `name{labels}` → value.
 fn samples(text: &str) -> BTreeMap<String, f64> {
@@ -19,15 +19,29 @@ fn samples(text: &str) -> BTreeMap<String, f64> {
         .collect()
 }
 
+/// The sum of every sample whose key starts with `prefix`.
+fn sum_of(samples: &BTreeMap<String, f64>, prefix: &str) -> f64 {
+    samples
+        .iter()
+        .filter(|(k, _)| k.starts_with(prefix))
+        .map(|(_, v)| v)
+        .sum()
+}
+
+/// The body of `GET /metrics`.
+async fn scrape(app: &App) -> String {
+    app.anonymous(Method::GET, "/metrics")
+        .send()
+        .await
+        .expect("metrics")
+        .text()
+        .await
+        .expect("body")
+}
+
 #[tokio::test]
 async fn counters_and_histograms_show_exactly_the_scripted_flow() {
-    spawn_app(AppSpec {
-        kind: Kind::Process,
-        enabled_override: Some(true),
-    })
-    .await
-    .expect("process app")
-    .run(|app| async move {
+    app_with_switch(true).await.run(|app| async move {
         let project = app.project(&["postgres", "redis"], &[]).await;
         // spawn + give_me_work
         let dev = app.working_developer(&project).await;
@@ -47,14 +61,7 @@ async fn counters_and_histograms_show_exactly_the_scripted_flow() {
         let during = samples(&response.text().await.expect("body"));
 
         ok(app.broker().call(&dev, Verb::ReleaseSandbox, json!({})).await);
-        let text = app
-            .anonymous(Method::GET, "/metrics")
-            .send()
-            .await
-            .expect("metrics")
-            .text()
-            .await
-            .expect("body");
+        let text = scrape(&app).await;
         let after = samples(&text);
 
         let get = |m: &BTreeMap<String, f64>, key: &str| -> f64 {
@@ -117,72 +124,50 @@ async fn counters_and_histograms_show_exactly_the_scripted_flow() {
                 "{verb}"
             );
         }
-        let verb_calls: f64 = after
-            .iter()
-            .filter(|(k, _)| k.starts_with("sandboxd_verb_calls_total"))
-            .map(|(_, v)| v)
-            .sum();
-        assert_eq!(verb_calls, 4.0, "no other verb call:\n{text}");
-        let failures: f64 = after
-            .iter()
-            .filter(|(k, _)| k.starts_with("sandboxd_failures_total"))
-            .map(|(_, v)| v)
-            .sum();
-        assert_eq!(failures, 0.0, "no failure:\n{text}");
-        let reaps: f64 = after
-            .iter()
-            .filter(|(k, _)| k.starts_with("sandboxd_janitor_reaps_total"))
-            .map(|(_, v)| v)
-            .sum();
-        assert_eq!(reaps, 0.0);
+        assert_eq!(
+            sum_of(&after, "sandboxd_verb_calls_total"),
+            4.0,
+            "no other verb call:\n{text}"
+        );
+        assert_eq!(
+            sum_of(&after, "sandboxd_failures_total"),
+            0.0,
+            "no failure:\n{text}"
+        );
+        assert_eq!(sum_of(&after, "sandboxd_janitor_reaps_total"), 0.0);
     })
     .await;
 }
 
 #[tokio::test]
 async fn refusals_are_counted_by_reason() {
-    spawn_app(AppSpec {
-        kind: Kind::Process,
-        enabled_override: Some(false),
-    })
-    .await
-    .expect("process app")
-    .run(|app| async move {
-        let project = app.project(&["postgres"], &[]).await;
-        let dev = app.working_developer(&project).await;
-        for _ in 0..2 {
-            let answer = app
-                .broker()
-                .call(&dev, Verb::RequestSandbox, json!({}))
-                .await;
-            assert!(answer.is_error());
-        }
-        let text = app
-            .anonymous(Method::GET, "/metrics")
-            .send()
-            .await
-            .expect("metrics")
-            .text()
-            .await
-            .expect("body");
-        let after = samples(&text);
-        assert_eq!(
-            after.get(r#"sandboxd_failures_total{reason="sandbox_disabled"}"#),
-            Some(&2.0),
-            "{text}"
-        );
-        assert_eq!(
-            after.get(
-                r#"sandboxd_verb_calls_total{verb="request_sandbox",outcome="sandbox_disabled"}"#
-            ),
-            Some(&2.0),
-            "{text}"
-        );
-        assert!(
-            !after
-                .keys()
-                .any(|k| k.starts_with("sandboxd_provision_seconds_count"))
-        );
-    })
-    .await;
+    app_with_switch(false)
+        .await
+        .run(|app| async move {
+            let project = app.project(&["postgres"], &[]).await;
+            let dev = app.working_developer(&project).await;
+            for _ in 0..2 {
+                let answer = app
+                    .broker()
+                    .call(&dev, Verb::RequestSandbox, json!({}))
+                    .await;
+                assert!(answer.is_error());
+            }
+            let text = scrape(&app).await;
+            let after = samples(&text);
+            assert_eq!(
+                after.get(r#"sandboxd_failures_total{reason="sandbox_disabled"}"#),
+                Some(&2.0),
+                "{text}"
+            );
+            let refused_calls =
+                r#"sandboxd_verb_calls_total{verb="request_sandbox",outcome="sandbox_disabled"}"#;
+            assert_eq!(after.get(refused_calls), Some(&2.0), "{text}");
+            assert!(
+                !after
+                    .keys()
+                    .any(|k| k.starts_with("sandboxd_provision_seconds_count"))
+            );
+        })
+        .await;
 }

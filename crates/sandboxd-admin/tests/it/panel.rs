@@ -7,7 +7,7 @@ use std::sync::Mutex;
 use reqwest::{Method, StatusCode};
 use sandboxd_domain::ProjectSlug;
 
-use crate::support::{ADMIN_TOKEN, App, AppSpec, spawn_app, unique};
+use crate::support::{ADMIN_TOKEN, App, app, unique};
 
 /// A minimal browser: keeps cookies, follows nothing by itself.
 struct Browser<'a> {
@@ -115,10 +115,6 @@ fn has_inline_handler(html: &str) -> bool {
         let name_len = rest.bytes().take_while(u8::is_ascii_lowercase).count();
         name_len > 0 && rest[name_len..].starts_with('=')
     })
-}
-
-async fn app() -> App {
-    spawn_app(AppSpec::default()).await.expect("process app")
 }
 
 #[tokio::test]
@@ -279,12 +275,7 @@ async fn a_post_without_the_session_csrf_token_changes_nothing() {
             let project = app.project(&["postgres"], &[]).await;
             let browser = Browser::new(&app);
             let csrf = browser.login().await;
-            let audit_before = app
-                .broker()
-                .audit_log(&Default::default())
-                .await
-                .expect("audit")
-                .total;
+            let audit_before = app.audit_total().await;
             for forged in ["", "0000", &"a".repeat(64)] {
                 let page = browser
                     .post("/settings/sandbox-db", &[("csrf", forged), ("value", "on")])
@@ -302,28 +293,10 @@ async fn a_post_without_the_session_csrf_token_changes_nothing() {
                 .post("/settings/sandbox-db", &[("value", "on")])
                 .await;
             assert_eq!(page.status, StatusCode::FORBIDDEN);
-            assert!(
-                !app.broker()
-                    .settings()
-                    .await
-                    .expect("settings")
-                    .sandbox_db_enabled_stored
-            );
-            let stored = app
-                .broker()
-                .project(&project)
-                .await
-                .expect("read")
-                .expect("project");
+            assert!(!app.stored_switch().await);
+            let stored = app.stored_project(&project).await;
             assert_eq!(stored.sandbox_services.expect("opted in").len(), 1);
-            assert_eq!(
-                app.broker()
-                    .audit_log(&Default::default())
-                    .await
-                    .expect("audit")
-                    .total,
-                audit_before
-            );
+            assert_eq!(app.audit_total().await, audit_before);
 
             // With the token it works, and says so once.
             let page = browser
@@ -341,13 +314,7 @@ async fn a_post_without_the_session_csrf_token_changes_nothing() {
                 !browser.get("/settings").await.html.contains("flash-ok"),
                 "shown once"
             );
-            assert!(
-                app.broker()
-                    .settings()
-                    .await
-                    .expect("settings")
-                    .sandbox_db_enabled_stored
-            );
+            assert!(app.stored_switch().await);
         })
         .await;
 }
@@ -365,12 +332,7 @@ async fn the_sandbox_card_saves_through_the_broker_and_refuses_what_it_refuses()
                 .await;
             assert_eq!(page.location, Some(format!("/projects/{slug}")));
             let project = ProjectSlug::parse(&slug).expect("slug");
-            let created = app
-                .broker()
-                .project(&project)
-                .await
-                .expect("read")
-                .expect("created");
+            let created = app.stored_project(&project).await;
             assert_eq!(created.sandbox_services, None);
 
             let card = browser.get(&format!("/projects/{slug}")).await.html;
@@ -403,12 +365,7 @@ async fn the_sandbox_card_saves_through_the_broker_and_refuses_what_it_refuses()
                 )
                 .await;
             assert_eq!(page.status, StatusCode::SEE_OTHER);
-            let saved = app
-                .broker()
-                .project(&project)
-                .await
-                .expect("read")
-                .expect("project");
+            let saved = app.stored_project(&project).await;
             assert_eq!(
                 saved
                     .sandbox_services
@@ -465,12 +422,7 @@ async fn the_sandbox_card_saves_through_the_broker_and_refuses_what_it_refuses()
                 assert!(card.contains("Not saved"), "{form:?}: {card}");
                 assert!(card.contains(reason), "{form:?}: {card}");
                 assert!(!card.contains("<script>alert"), "escaped");
-                let after = app
-                    .broker()
-                    .project(&project)
-                    .await
-                    .expect("read")
-                    .expect("project");
+                let after = app.stored_project(&project).await;
                 assert_eq!(after, saved, "unchanged after {form:?}");
             }
 
@@ -478,12 +430,7 @@ async fn the_sandbox_card_saves_through_the_broker_and_refuses_what_it_refuses()
             browser
                 .post(&format!("/projects/{slug}"), &[("csrf", &csrf)])
                 .await;
-            let after = app
-                .broker()
-                .project(&project)
-                .await
-                .expect("read")
-                .expect("project");
+            let after = app.stored_project(&project).await;
             assert_eq!(after.sandbox_services, None);
 
             // Bad slugs are refused with the rule, not stored.

@@ -17,7 +17,7 @@ use sandboxd_admin::AdminConfig;
 use sandboxd_backend::docker::{DockerBackend, DockerConfig};
 use sandboxd_backend::process::{ProcessBackend, ProcessConfig};
 use sandboxd_backend::{Backend, ListedInstance};
-use sandboxd_broker::{Agent, Backends, Broker, BrokerConfig, SecretCipher, Store};
+use sandboxd_broker::{Agent, Backends, Broker, BrokerConfig, Project, SecretCipher, Store};
 use sandboxd_domain::envelope::{Envelope, OkEnvelope};
 use sandboxd_domain::roles::Verb;
 use sandboxd_domain::{AgentSlug, ProjectSlug};
@@ -160,6 +160,21 @@ async fn open_broker(
         .expect("broker")
 }
 
+/// A process-backed app on which the stored switch rules.
+pub async fn app() -> App {
+    spawn_app(AppSpec::default()).await.expect("process app")
+}
+
+/// A process-backed app whose running switch is `enabled`, as `ROBOCO_SANDBOX_DB_ENABLED` sets it.
+pub async fn app_with_switch(enabled: bool) -> App {
+    spawn_app(AppSpec {
+        kind: Kind::Process,
+        enabled_override: Some(enabled),
+    })
+    .await
+    .expect("process app")
+}
+
 /// Builds an app, or None when its backend is not available here (Docker skipped).
 pub async fn spawn_app(spec: AppSpec) -> Option<App> {
     let dir = tempfile::Builder::new()
@@ -256,8 +271,8 @@ impl App {
         slug
     }
 
-    /// A developer of `project` holding a fresh task (through the broker, acting as the agent).
-    pub async fn working_developer(&self, project: &ProjectSlug) -> Agent {
+    /// A fresh developer of `project`, holding no task.
+    pub async fn developer(&self, project: &ProjectSlug) -> Agent {
         let slug = AgentSlug::parse(&unique("dev")).expect("slug");
         self.track(&slug);
         let broker = self.broker();
@@ -265,15 +280,48 @@ impl App {
             .spawn_agent(&slug, "developer", project)
             .await
             .expect("spawn");
+        broker.agent(&slug).await.expect("read").expect("agent")
+    }
+
+    /// A developer of `project` holding a fresh task (through the broker, acting as the agent).
+    pub async fn working_developer(&self, project: &ProjectSlug) -> Agent {
+        let agent = self.developer(project).await;
+        let broker = self.broker();
         broker
             .add_task(project, &unique("task"), "a task")
             .await
             .expect("task");
-        let agent = broker.agent(&slug).await.expect("read").expect("agent");
         ok(broker
             .call(&agent, Verb::GiveMeWork, serde_json::json!({}))
             .await);
         agent
+    }
+
+    /// The project as the store has it.
+    pub async fn stored_project(&self, slug: &ProjectSlug) -> Project {
+        self.broker()
+            .project(slug)
+            .await
+            .expect("read")
+            .expect("project")
+    }
+
+    /// The switch value stored for the next start.
+    pub async fn stored_switch(&self) -> bool {
+        self.broker()
+            .settings()
+            .await
+            .expect("settings")
+            .sandbox_db_enabled_stored
+    }
+
+    /// How many audit entries there are.
+    pub async fn audit_total(&self) -> u64 {
+        self.broker()
+            .audit_log(&Default::default())
+            .await
+            .expect("audit")
+            .total
     }
 
     /// Instances the backend lists for `owner`.
@@ -290,11 +338,7 @@ impl App {
     /// Stops serving, starts a new broker on the same store and backend (as a daemon restart
     /// does) and serves it on a new port. Panel sessions do not survive it.
     pub async fn restart(&self) {
-        let old = self.server.lock().expect("lock").take();
-        if let Some(server) = old {
-            let _ = server.shutdown.send(());
-            let _ = server.task.await;
-        }
+        self.stop_serving().await;
         let broker = open_broker(
             &self.config,
             &self.store_path,
@@ -323,12 +367,16 @@ impl App {
         }
     }
 
-    async fn cleanup(&self) {
+    async fn stop_serving(&self) {
         let old = self.server.lock().expect("lock").take();
         if let Some(server) = old {
             let _ = server.shutdown.send(());
             let _ = server.task.await;
         }
+    }
+
+    async fn cleanup(&self) {
+        self.stop_serving().await;
         let mut owners: Vec<AgentSlug> = self.owners.lock().expect("lock").clone();
         if let Ok(agents) = self.broker().agents(None).await {
             owners.extend(agents.into_iter().map(|a| a.slug));

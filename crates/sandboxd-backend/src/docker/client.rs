@@ -46,7 +46,8 @@ impl Client {
     }
 }
 
-fn unavailable(socket: &str, err: &BollardError) -> BackendError {
+/// The engine at `socket` gave no answer at all.
+pub(super) fn unavailable(socket: &str, err: &BollardError) -> BackendError {
     BackendError::Unavailable {
         backend: "docker",
         detail: format!("the engine at {socket} does not answer: {err}"),

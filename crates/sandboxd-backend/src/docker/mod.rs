@@ -116,13 +116,7 @@ impl Backend for DockerBackend {
             .ping()
             .await
             .map(drop)
-            .map_err(|err| BackendError::Unavailable {
-                backend: "docker",
-                detail: format!(
-                    "the engine at {} does not answer: {err}",
-                    self.config.socket
-                ),
-            })
+            .map_err(|err| client::unavailable(&self.config.socket, &err))
     }
 
     async fn supports(&self, engine: EngineRef) -> Result<(), BackendError> {
@@ -256,16 +250,14 @@ impl Backend for DockerBackend {
         )];
         if let Some(network) = &self.config.network {
             let subject = format!("docker network {network}");
-            let docker = self.client.get().await;
-            checks.push(match docker {
-                Ok(docker) => match network::ensure_exists(docker, network).await {
-                    Ok(()) => {
-                        DoctorCheck::ok(subject, "present: instances join it, nothing is published")
-                    }
-                    Err(err) => {
-                        DoctorCheck::missing(subject, err.to_string(), network::fix(network))
-                    }
-                },
+            let present = match self.client.get().await {
+                Ok(docker) => network::ensure_exists(docker, network).await,
+                Err(err) => Err(err),
+            };
+            checks.push(match present {
+                Ok(()) => {
+                    DoctorCheck::ok(subject, "present: instances join it, nothing is published")
+                }
                 Err(err) => DoctorCheck::missing(subject, err.to_string(), network::fix(network)),
             });
         }

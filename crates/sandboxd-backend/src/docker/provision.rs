@@ -4,7 +4,6 @@
 //! container is removed before the error is returned, so nothing is left behind.
 
 use std::collections::BTreeSet;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use bollard::Docker;
 use bollard::query_parameters::CreateContainerOptions;
@@ -16,21 +15,10 @@ use super::spec::{self, Limits, PUBLISH_IP, Spec};
 use super::teardown::{self, Target};
 use super::{DockerBackend, client, images, network, state};
 use crate::backend::{Backend, InstanceRequest};
+use crate::clock::{age, now_ms};
 use crate::error::BackendError;
 use crate::startup::{Startup, bring_up};
 use crate::wire::Reach;
-
-pub(super) fn now_ms() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
-        .unwrap_or(0)
-}
-
-/// How old a container is, from its `created` label (a missing label counts as old).
-fn age(created_at_ms: i64) -> Duration {
-    Duration::from_millis(u64::try_from(now_ms().saturating_sub(created_at_ms)).unwrap_or(0))
-}
 
 /// A container just created, not yet started.
 #[derive(Debug, Clone, Copy)]
@@ -197,57 +185,51 @@ impl DockerBackend {
         id: &str,
     ) -> Result<Reachability, BackendError> {
         let found = state::inspect(docker, id).await?;
-        if let Some(network) = &self.config.network {
-            let handed = (name.to_owned(), engine.port());
-            return match found.as_ref().and_then(|f| state::address_on(f, network)) {
-                Some(address) => Ok(Reachability {
-                    handed,
+        let reachable = match &self.config.network {
+            Some(network) => found
+                .as_ref()
+                .and_then(|f| state::address_on(f, network))
+                .map(|address| Reachability {
+                    handed: (name.to_owned(), engine.port()),
                     dial: (address, engine.port()),
                 }),
-                None => Err(BackendError::ExitedEarly {
-                    name: name.to_owned(),
-                    detail: match found.as_ref() {
-                        Some(found) if !state::is_running(found) => {
-                            state::exit_detail(docker, id, Some(found), &[]).await
-                        }
-                        _ => format!("the container has no address on network {network:?}"),
-                    },
-                }),
-            };
-        }
-        let port = found
-            .as_ref()
-            .and_then(|f| f.network_settings.as_ref())
-            .and_then(|n| n.ports.as_ref())
-            .and_then(|ports| ports.get(&spec::port_key(engine.port())))
-            .and_then(|bindings| bindings.as_ref())
-            .and_then(|bindings| {
-                bindings
-                    .iter()
-                    .filter(|b| b.host_ip.as_deref() == Some(PUBLISH_IP))
-                    .find_map(|b| b.host_port.as_deref()?.parse::<u16>().ok())
-            });
-        match port {
-            Some(port) => {
-                let published = (PUBLISH_IP.to_owned(), port);
-                Ok(Reachability {
-                    handed: published.clone(),
-                    dial: published,
+            None => found
+                .as_ref()
+                .and_then(|f| f.network_settings.as_ref())
+                .and_then(|n| n.ports.as_ref())
+                .and_then(|ports| ports.get(&spec::port_key(engine.port())))
+                .and_then(|bindings| bindings.as_ref())
+                .and_then(|bindings| {
+                    bindings
+                        .iter()
+                        .filter(|b| b.host_ip.as_deref() == Some(PUBLISH_IP))
+                        .find_map(|b| b.host_port.as_deref()?.parse::<u16>().ok())
                 })
-            }
-            None => Err(BackendError::ExitedEarly {
-                name: name.to_owned(),
-                detail: match found.as_ref() {
-                    Some(found) if !state::is_running(found) => {
-                        state::exit_detail(docker, id, Some(found), &[]).await
+                .map(|port| {
+                    let published = (PUBLISH_IP.to_owned(), port);
+                    Reachability {
+                        handed: published.clone(),
+                        dial: published,
                     }
-                    _ => format!(
-                        "the engine published no port for {} on {PUBLISH_IP}",
-                        spec::port_key(engine.port())
-                    ),
-                },
-            }),
+                }),
+        };
+        if let Some(reachable) = reachable {
+            return Ok(reachable);
         }
+        let detail = match (found.as_ref(), &self.config.network) {
+            (Some(found), _) if !state::is_running(found) => {
+                state::exit_detail(docker, id, Some(found), &[]).await
+            }
+            (_, Some(network)) => format!("the container has no address on network {network:?}"),
+            (_, None) => format!(
+                "the engine published no port for {} on {PUBLISH_IP}",
+                spec::port_key(engine.port())
+            ),
+        };
+        Err(BackendError::ExitedEarly {
+            name: name.to_owned(),
+            detail,
+        })
     }
 
     /// Removes a leftover same-named container (a teardown a crash missed), unless it is
@@ -268,6 +250,7 @@ impl DockerBackend {
                 ),
             });
         }
+        // A missing `created` label counts as old.
         let created = self
             .labels
             .parse(labels)
@@ -280,11 +263,7 @@ impl DockerBackend {
             });
         }
         tracing::info!(container = name, "clearing a stale container");
-        let target = Target {
-            name,
-            id: found.id.as_deref(),
-        };
-        teardown::remove(docker, &self.labels, target, self.config.stop_timeout).await
+        teardown::remove_found(docker, &self.labels, name, &found, self.config.stop_timeout).await
     }
 }
 

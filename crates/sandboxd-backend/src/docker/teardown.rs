@@ -5,6 +5,7 @@
 use std::time::Duration;
 
 use bollard::Docker;
+use bollard::models::ContainerInspectResponse;
 use bollard::query_parameters::{
     KillContainerOptions, RemoveContainerOptions, StopContainerOptions,
 };
@@ -36,12 +37,22 @@ pub(super) async fn remove(
     let Some(found) = state::inspect(docker, name).await? else {
         return Ok(());
     };
-    let found_id = found.id.clone().unwrap_or_default();
     if let Some(id) = target.id.filter(|id| !id.is_empty())
-        && !found_id.starts_with(id)
+        && !found.id.as_deref().unwrap_or_default().starts_with(id)
     {
         return Ok(());
     }
+    remove_found(docker, labels, name, &found, stop_timeout).await
+}
+
+/// [`remove`] for a container the caller has just inspected.
+pub(super) async fn remove_found(
+    docker: &Docker,
+    labels: &Labels,
+    name: &str,
+    found: &ContainerInspectResponse,
+    stop_timeout: Duration,
+) -> Result<(), BackendError> {
     if !labels.is_ours(found.config.as_ref().and_then(|c| c.labels.as_ref())) {
         return Err(BackendError::Docker {
             operation: "removing",
@@ -53,8 +64,8 @@ pub(super) async fn remove(
         });
     }
     // From here on, address the container by id: the name may be reused any moment.
-    let id = found_id.as_str();
-    if state::is_running(&found) {
+    let id = found.id.as_deref().unwrap_or_default();
+    if state::is_running(found) {
         stop_or_kill(docker, id, name, stop_timeout).await?;
     }
     let options = RemoveContainerOptions {

@@ -11,7 +11,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::sync::Arc;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use async_trait::async_trait;
 use nix::sys::signal::Signal as NixSignal;
@@ -21,6 +21,7 @@ use sandboxd_domain::{Credentials, EngineRef, engines};
 use secrecy::ExposeSecret;
 
 use crate::backend::{Backend, DoctorCheck, InstanceHandle, InstanceRequest, ListedInstance};
+use crate::clock::{age, now_ms, unix_ms};
 use crate::error::BackendError;
 use crate::startup::{Startup, bring_up};
 use crate::wire::Reach;
@@ -106,13 +107,6 @@ impl std::fmt::Debug for ProcessBackend {
             .field("identity", &self.identity)
             .finish_non_exhaustive()
     }
-}
-
-fn now_ms() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
-        .unwrap_or(0)
 }
 
 fn nix_signal(signal: Signal) -> NixSignal {
@@ -202,10 +196,10 @@ impl ProcessBackend {
         if !dir.exists() {
             return Ok(());
         }
-        let created = Metadata::read(dir).map(|m| m.created_at_ms).unwrap_or(0);
-        let age = Duration::from_millis(u64::try_from(now_ms() - created).unwrap_or(0));
-        let live = self.is_live(handle).await.unwrap_or(false);
-        if live && age < self.config.grace {
+        let meta = Metadata::read(dir);
+        let created = meta.as_ref().map_or(0, |m| m.created_at_ms);
+        let live = meta.is_some_and(|m| liveness::is_alive(m.pid, m.pid_start_ticks));
+        if live && age(created) < self.config.grace {
             return Err(BackendError::YoungConflict {
                 name: handle.name.clone(),
                 grace: self.config.grace,
@@ -555,9 +549,7 @@ impl Backend for ProcessBackend {
                             .metadata()
                             .ok()
                             .and_then(|m| m.modified().ok())
-                            .and_then(|t| t.duration_since(UNIX_EPOCH).ok())
-                            .map(|d| i64::try_from(d.as_millis()).unwrap_or(0))
-                            .unwrap_or(0);
+                            .map_or(0, unix_ms);
                         listed.push(ListedInstance {
                             handle,
                             host: HOST.to_owned(),

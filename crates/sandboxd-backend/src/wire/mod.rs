@@ -31,6 +31,21 @@ impl WireError {
     }
 }
 
+/// The superuser's password credentials, for `server`s that have no socket access.
+fn password_admin<'a>(admin: &'a AdminAccess, server: &str) -> Result<&'a Credentials, WireError> {
+    match admin {
+        AdminAccess::Password(creds) => Ok(creds),
+        AdminAccess::Socket { .. } => Err(WireError(format!(
+            "{server} superuser access needs a password"
+        ))),
+    }
+}
+
+/// The major version at the front of a version string (`11.4.2-MariaDB` → 11).
+fn major_version(version: &str) -> Option<u32> {
+    version.split('.').next()?.trim().parse().ok()
+}
+
 /// The outcome of activating one feature.
 #[derive(Debug, thiserror::Error)]
 pub enum ActivationError {

@@ -9,7 +9,7 @@ use sandboxd_domain::Credentials;
 use sandboxd_domain::engine::{AdminAccess, AdminStep, ServerFacts};
 use secrecy::ExposeSecret;
 
-use super::{Reach, WireError};
+use super::{Reach, WireError, major_version, password_admin};
 
 const TIMEOUT: Duration = Duration::from_secs(3);
 
@@ -36,12 +36,7 @@ fn client(reach: Reach<'_>, creds: Option<&Credentials>) -> Result<Client, WireE
 }
 
 fn admin_creds(admin: &AdminAccess) -> Result<&Credentials, WireError> {
-    match admin {
-        AdminAccess::Password(creds) => Ok(creds),
-        AdminAccess::Socket { .. } => Err(WireError(
-            "MongoDB superuser access needs a password".to_owned(),
-        )),
-    }
+    password_admin(admin, "MongoDB")
 }
 
 pub(super) async fn server_facts(
@@ -55,11 +50,7 @@ pub(super) async fn server_facts(
         .await
         .map_err(WireError::from_display)?;
     Ok(ServerFacts {
-        major_version: info
-            .get_str("version")
-            .ok()
-            .and_then(|v| v.split('.').next())
-            .and_then(|m| m.parse().ok()),
+        major_version: info.get_str("version").ok().and_then(major_version),
     })
 }
 

@@ -7,7 +7,7 @@ use sandboxd_domain::Credentials;
 use sandboxd_domain::engine::{AdminAccess, AdminStep, MYSQL_SOCKET_FILE, ServerFacts};
 use secrecy::ExposeSecret;
 
-use super::{Reach, WireError};
+use super::{Reach, WireError, major_version};
 
 fn base(reach: Reach<'_>) -> OptsBuilder {
     OptsBuilder::default()
@@ -48,10 +48,7 @@ pub(super) async fn server_facts(
         .map_err(WireError::from_display)?;
     let _ = conn.disconnect().await;
     Ok(ServerFacts {
-        major_version: version
-            .as_deref()
-            .and_then(|v| v.split('.').next())
-            .and_then(|m| m.parse().ok()),
+        major_version: version.as_deref().and_then(major_version),
     })
 }
 

@@ -8,7 +8,7 @@ use sandboxd_domain::engine::{Activation, AdminAccess, ServerFacts};
 use sandboxd_domain::{Credentials, Feature};
 use secrecy::ExposeSecret;
 
-use super::{ActivationError, Reach, WireError};
+use super::{ActivationError, Reach, WireError, major_version, password_admin};
 
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
 
@@ -33,12 +33,7 @@ async fn connect(
 }
 
 fn admin_creds(admin: &AdminAccess) -> Result<&Credentials, WireError> {
-    match admin {
-        AdminAccess::Password(creds) => Ok(creds),
-        AdminAccess::Socket { .. } => Err(WireError(
-            "Redis superuser access needs a password".to_owned(),
-        )),
-    }
+    password_admin(admin, "Redis")
 }
 
 pub(super) async fn server_facts(
@@ -51,12 +46,12 @@ pub(super) async fn server_facts(
         .query_async(&mut conn)
         .await
         .map_err(WireError::from_display)?;
-    let major_version = info
-        .lines()
-        .find_map(|line| line.strip_prefix("redis_version:"))
-        .and_then(|v| v.split('.').next())
-        .and_then(|major| major.trim().parse().ok());
-    Ok(ServerFacts { major_version })
+    Ok(ServerFacts {
+        major_version: info
+            .lines()
+            .find_map(|line| line.strip_prefix("redis_version:"))
+            .and_then(major_version),
+    })
 }
 
 pub(super) async fn probe(reach: Reach<'_>, agent: &Credentials) -> Result<(), WireError> {

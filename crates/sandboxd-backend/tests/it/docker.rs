@@ -19,12 +19,12 @@ use bollard::query_parameters::{
 use futures::{FutureExt, StreamExt};
 use mysql_async::prelude::Queryable;
 use sandboxd_backend::docker::{DockerBackend, DockerConfig};
-use sandboxd_backend::{Backend, BackendError, InstanceHandle, InstanceRequest, provision_set};
+use sandboxd_backend::{Backend, BackendError, InstanceHandle, provision_set};
 use sandboxd_domain::instance::instance_name;
-use sandboxd_domain::{AgentSlug, EngineRef, Feature, Instance};
+use sandboxd_domain::{AgentSlug, Instance};
 use secrecy::ExposeSecret;
 
-use crate::support;
+use crate::support::{self, WRONG_PASSWORD, engine, request};
 
 /// The engine under test; `SANDBOXD_TEST_DOCKER_SOCKET` points the tests at another one
 /// (Podman's socket, say).
@@ -37,23 +37,6 @@ const REDIS: &str = "sandboxd-local/redis:8";
 const MARIADB: &str = "sandboxd-local/mariadb:11";
 const NEVER_READY: &str = "sandboxd-local/never-ready:1";
 const NS: &str = "sandboxd";
-const WRONG_PASSWORD: &str = "0123456789abcdef0123456789abcdef";
-
-fn engine(name: &str) -> EngineRef {
-    EngineRef::parse(name).expect("registered")
-}
-
-fn request(name: &str, owner: &AgentSlug, features: &[&str]) -> InstanceRequest {
-    let engine = engine(name);
-    InstanceRequest {
-        engine,
-        owner: owner.clone(),
-        features: features
-            .iter()
-            .map(|f| Feature::parse(engine, f).expect("allowlisted"))
-            .collect(),
-    }
-}
 
 fn local_config() -> DockerConfig {
     DockerConfig {
@@ -139,7 +122,7 @@ impl Harness {
 
     /// Every container whose owner label is one of this test's owners.
     async fn leftovers(docker: &Docker, tag: &str) -> Vec<String> {
-        let prefix = format!("t-{tag}-{}-", std::process::id());
+        let prefix = support::owner_prefix(tag);
         let options = ListContainersOptions {
             all: true,
             filters: Some(HashMap::from([(

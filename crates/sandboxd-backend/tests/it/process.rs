@@ -5,27 +5,11 @@ use std::time::Duration;
 
 use mysql_async::prelude::Queryable;
 use sandboxd_backend::process::ProcessBackend;
-use sandboxd_backend::{Backend, BackendError, InstanceHandle, InstanceRequest, provision_set};
-use sandboxd_domain::{AgentSlug, EngineRef, EnvPrefix, Feature, Instance};
+use sandboxd_backend::{Backend, BackendError, InstanceHandle, provision_set};
+use sandboxd_domain::{AgentSlug, EnvPrefix, Feature, Instance};
 use secrecy::ExposeSecret;
 
-use crate::support::{self, ProcessHarness};
-
-fn engine(name: &str) -> EngineRef {
-    EngineRef::parse(name).expect("registered")
-}
-
-fn request(name: &str, owner: &AgentSlug, features: &[&str]) -> InstanceRequest {
-    let engine = engine(name);
-    InstanceRequest {
-        engine,
-        owner: owner.clone(),
-        features: features
-            .iter()
-            .map(|f| Feature::parse(engine, f).expect("allowlisted"))
-            .collect(),
-    }
-}
+use crate::support::{self, ProcessHarness, WRONG_PASSWORD, engine, request};
 
 async fn provision(backend: &ProcessBackend, name: &str, owner: &AgentSlug) -> Instance {
     backend
@@ -88,7 +72,7 @@ async fn postgres_hands_out_a_working_non_superuser() {
             );
         }
 
-        let wrong = support::pg_connect(&instance, "0123456789abcdef0123456789abcdef").await;
+        let wrong = support::pg_connect(&instance, WRONG_PASSWORD).await;
         let err = wrong.expect_err("a wrong password is refused");
         assert_eq!(err.code().map(|c| c.code()), Some("28P01"), "{err:?}");
 
@@ -167,7 +151,7 @@ async fn redis_hands_out_an_acl_user_without_escape_hatches() {
                 "{err}"
             );
 
-            let wrong = support::redis_connect(&instance, "0123456789abcdef0123456789abcdef").await;
+            let wrong = support::redis_connect(&instance, WRONG_PASSWORD).await;
             assert!(wrong.is_err(), "a wrong password is refused");
         })
         .await;
@@ -218,7 +202,7 @@ async fn mariadb_hands_out_a_user_confined_to_its_databases() {
                 .expect_err("no FILE privilege");
             assert!(err.to_string().contains("denied"), "{err}");
 
-            let wrong = support::mysql_connect(&instance, "0123456789abcdef0123456789abcdef").await;
+            let wrong = support::mysql_connect(&instance, WRONG_PASSWORD).await;
             assert!(wrong.is_err(), "a wrong password is refused");
         })
         .await;

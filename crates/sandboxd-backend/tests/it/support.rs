@@ -8,16 +8,41 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
 use futures::FutureExt;
-use sandboxd_backend::Backend;
 use sandboxd_backend::process::{ProcessBackend, ProcessConfig};
-use sandboxd_domain::{AgentSlug, Instance};
+use sandboxd_backend::{Backend, InstanceRequest};
+use sandboxd_domain::{AgentSlug, EngineRef, Feature, Instance};
 use secrecy::ExposeSecret;
+
+/// A password no instance hands out, for the "a wrong password is refused" checks.
+pub const WRONG_PASSWORD: &str = "0123456789abcdef0123456789abcdef";
 
 /// A slug no other test (or test process) uses.
 pub fn owner(tag: &str) -> AgentSlug {
     static COUNTER: AtomicU32 = AtomicU32::new(0);
     let n = COUNTER.fetch_add(1, Ordering::Relaxed);
-    AgentSlug::parse(&format!("t-{tag}-{}-{n}", std::process::id())).expect("valid slug")
+    AgentSlug::parse(&format!("{}{n}", owner_prefix(tag))).expect("valid slug")
+}
+
+/// What every [`owner`] slug of `tag` made by this test process starts with.
+pub fn owner_prefix(tag: &str) -> String {
+    format!("t-{tag}-{}-", std::process::id())
+}
+
+pub fn engine(name: &str) -> EngineRef {
+    EngineRef::parse(name).expect("registered")
+}
+
+/// A request for one `name` instance of `owner`, with allowlisted `features`.
+pub fn request(name: &str, owner: &AgentSlug, features: &[&str]) -> InstanceRequest {
+    let engine = engine(name);
+    InstanceRequest {
+        engine,
+        owner: owner.clone(),
+        features: features
+            .iter()
+            .map(|f| Feature::parse(engine, f).expect("allowlisted"))
+            .collect(),
+    }
 }
 
 /// A process backend whose instances live in their own directory, so a test sees only its own.
@@ -190,7 +215,7 @@ pub async fn mysql(instance: &Instance) -> mysql_async::Conn {
         .expect("connect with the handed-out credentials")
 }
 
-/// A redis error's code, e.g. `NOPERM`, for assertions.
+/// The text of the error a refused redis command answers (e.g. `NOPERM …`), for assertions.
 pub fn redis_denied<T: std::fmt::Debug>(result: redis::RedisResult<T>) -> String {
     let err = result.expect_err("the command must be refused");
     err.to_string()

@@ -112,20 +112,8 @@ async fn provisioner_unavailable_is_the_one_retryable_guard() {
                 },
             )
             .expect("config is valid");
-            let cipher = sandboxd_broker::SecretCipher::load_or_create(&w.key_path).expect("key");
-            let store = sandboxd_broker::Store::open(
-                &format!("sqlite://{}", w.store_path.display()),
-                cipher,
-            )
-            .await
-            .expect("store");
-            let broker = sandboxd_broker::Broker::start(
-                w.config.clone(),
-                store,
-                sandboxd_broker::Backends::new(std::sync::Arc::new(unreachable), vec![]),
-            )
-            .await
-            .expect("a broker starts even when its backend is down");
+            // A broker starts even when its backend is down.
+            let broker = w.restarted_with(std::sync::Arc::new(unreachable)).await;
             let dev = w.working_agent("developer").await;
             let err = refused(broker.call(&dev, Verb::RequestSandbox, json!({})).await);
             assert_eq!(err.error, ErrorCode::ProvisionerUnavailable);

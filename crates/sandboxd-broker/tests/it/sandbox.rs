@@ -227,7 +227,7 @@ async fn a_partial_failure_leaves_nothing_and_is_retryable() {
 async fn standing_and_per_call_features_are_activated_in_place() {
     World::new(WorldSpec {
         services: vec!["postgres"],
-        extensions: vec![("postgres", "citext")],
+        extensions: vec!["postgres=citext"],
         ..WorldSpec::default()
     })
     .await

@@ -5,7 +5,7 @@
 use std::collections::BTreeMap;
 use std::future::Future;
 use std::panic::AssertUnwindSafe;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -20,14 +20,14 @@ use sandboxd_backend::{
 use sandboxd_broker::{Agent, Backends, Broker, BrokerConfig, SecretCipher, Store};
 use sandboxd_domain::envelope::{Envelope, ErrorEnvelope, OkEnvelope};
 use sandboxd_domain::roles::Verb;
-use sandboxd_domain::{AgentSlug, BackendKind, EngineRef, Feature, Instance, ProjectSlug};
+use sandboxd_domain::{AgentSlug, BackendKind, EngineRef, FeatureRequest, Instance, ProjectSlug};
 
 /// A real backend that counts what it was asked to create.
 #[derive(Debug)]
 pub struct Counting {
     pub inner: Arc<dyn Backend>,
     provisions: Mutex<BTreeMap<String, usize>>,
-    pub total: AtomicUsize,
+    total: AtomicUsize,
 }
 
 impl Counting {
@@ -142,8 +142,8 @@ pub struct World {
     pub broker: Broker,
     pub backend: Arc<Counting>,
     pub store_path: PathBuf,
-    pub key_path: PathBuf,
-    pub config: BrokerConfig,
+    key_path: PathBuf,
+    config: BrokerConfig,
     pub project: ProjectSlug,
     /// Owners this world created instances for, torn down at the end.
     owners: Mutex<Vec<AgentSlug>>,
@@ -153,7 +153,8 @@ pub struct World {
 pub struct WorldSpec {
     pub kind: Kind,
     pub services: Vec<&'static str>,
-    pub extensions: Vec<(&'static str, &'static str)>,
+    /// The project's standing features, `engine=feature` items.
+    pub extensions: Vec<&'static str>,
     pub enabled: bool,
     pub tweak_config: fn(&mut BrokerConfig),
     pub tweak_process: fn(&mut ProcessConfig),
@@ -203,10 +204,7 @@ impl World {
         let backend = Arc::new(Counting::new(inner));
         let store_path = dir.path().join("sandboxd.db");
         let key_path = dir.path().join("secret.key");
-        let cipher = SecretCipher::load_or_create(&key_path).expect("key");
-        let store = Store::open(&format!("sqlite://{}", store_path.display()), cipher)
-            .await
-            .expect("store");
+        let store = open_store(&store_path, &key_path).await;
         let mut config = BrokerConfig {
             enabled_override: Some(spec.enabled),
             grace: Duration::from_secs(600),
@@ -226,13 +224,8 @@ impl World {
             .iter()
             .map(|s| EngineRef::parse(s).expect("engine"))
             .collect();
-        let mut extensions = sandboxd_domain::FeatureRequest::default();
-        for (engine, feature) in &spec.extensions {
-            extensions.insert(
-                Feature::parse(EngineRef::parse(engine).expect("engine"), feature)
-                    .expect("allowlisted"),
-            );
-        }
+        let extensions =
+            FeatureRequest::parse_cli(spec.extensions.iter().copied()).expect("allowlisted");
         broker
             .set_project(&project, Some(services), Some(extensions))
             .await
@@ -298,17 +291,15 @@ impl World {
 
     /// A second broker on the same store and backend, as after a restart or a crash.
     pub async fn restarted(&self) -> Broker {
-        let cipher = SecretCipher::load_or_create(&self.key_path).expect("key");
-        let store = Store::open(&format!("sqlite://{}", self.store_path.display()), cipher)
+        self.restarted_with(self.backend.clone()).await
+    }
+
+    /// A second broker on the same store, with `backend` instead of the world's.
+    pub async fn restarted_with(&self, backend: Arc<dyn Backend>) -> Broker {
+        let store = open_store(&self.store_path, &self.key_path).await;
+        Broker::start(self.config.clone(), store, Backends::new(backend, vec![]))
             .await
-            .expect("store");
-        Broker::start(
-            self.config.clone(),
-            store,
-            Backends::new(self.backend.clone(), vec![]),
-        )
-        .await
-        .expect("broker")
+            .expect("broker")
     }
 
     /// Instances the backend lists for `owner`.
@@ -345,6 +336,13 @@ impl World {
             std::panic::resume_unwind(panic);
         }
     }
+}
+
+async fn open_store(store_path: &Path, key_path: &Path) -> Store {
+    let cipher = SecretCipher::load_or_create(key_path).expect("key");
+    Store::open(&format!("sqlite://{}", store_path.display()), cipher)
+        .await
+        .expect("store")
 }
 
 pub fn ok(envelope: Envelope) -> OkEnvelope {

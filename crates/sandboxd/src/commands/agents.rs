@@ -98,34 +98,23 @@ pub async fn run(args: Args, settings: &Settings) -> ExitCode {
         }
         Command::Ls { project } => {
             let query: Vec<(&str, String)> = project.into_iter().map(|p| ("project", p)).collect();
-            let agents = match client.get("/v1/agents", &query).await {
-                Ok(agents) => agents,
+            match client.get("/v1/agents", &query).await {
+                Ok(agents) => output::print_list(
+                    &agents,
+                    args.remote.json,
+                    "no agents",
+                    &["agent", "role", "project", "age"],
+                    |a| {
+                        vec![
+                            text(a, "slug"),
+                            text(a, "role"),
+                            text(a, "project"),
+                            age_of(a, "created_at_ms"),
+                        ]
+                    },
+                ),
                 Err(err) => return err.fail(),
-            };
-            if args.remote.json {
-                println!("{}", output::json(&agents));
-                return ExitCode::SUCCESS;
             }
-            let agents = agents.as_array().cloned().unwrap_or_default();
-            if agents.is_empty() {
-                println!("no agents");
-                return ExitCode::SUCCESS;
-            }
-            let rows = agents
-                .iter()
-                .map(|a| {
-                    vec![
-                        text(a, "slug"),
-                        text(a, "role"),
-                        text(a, "project"),
-                        age_of(a, "created_at_ms"),
-                    ]
-                })
-                .collect();
-            println!(
-                "{}",
-                output::table(&["agent", "role", "project", "age"], rows)
-            );
         }
     }
     ExitCode::SUCCESS

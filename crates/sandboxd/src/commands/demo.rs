@@ -6,7 +6,7 @@
 
 use std::process::{ExitCode, Stdio};
 
-use sandboxd_backend::{InstanceHandle, InstanceRequest, provision_set, teardown_all};
+use sandboxd_backend::{InstanceHandle, InstanceRequest, teardown_all};
 use sandboxd_domain::{AgentSlug, EngineRef, Protocol, ServiceEvidence, engines};
 use secrecy::ExposeSecret;
 
@@ -37,16 +37,6 @@ pub async fn run(args: Args, settings: &Settings) -> ExitCode {
             Err(why) => eprintln!("skipping {engine}: {why}"),
         }
     }
-    progress(&format!(
-        "provisioning {} on the {} backend…",
-        engines
-            .iter()
-            .map(|e| e.name())
-            .collect::<Vec<_>>()
-            .join(", "),
-        backend.kind()
-    ));
-    let started = std::time::Instant::now();
     let requests: Vec<InstanceRequest> = engines
         .iter()
         .map(|engine| InstanceRequest {
@@ -55,10 +45,8 @@ pub async fn run(args: Args, settings: &Settings) -> ExitCode {
             features: Default::default(),
         })
         .collect();
-    let provisioned = provision_set(backend.as_ref(), &requests).await;
-    if let Some(bar) = bar {
-        bar.finish_and_clear();
-    }
+    let started = std::time::Instant::now();
+    let provisioned = super::provision_shown(backend.as_ref(), &requests, &progress, bar).await;
     let instances = match provisioned {
         Ok(instances) => instances,
         Err(err) => return super::fail(&err),

@@ -1,7 +1,6 @@
 //! `sandboxd ls`: every instance the backends know about, from labels and metadata.
 
 use std::process::ExitCode;
-use std::time::{SystemTime, UNIX_EPOCH};
 
 use sandboxd_backend::ListedInstance;
 
@@ -37,10 +36,7 @@ pub async fn run(args: Args, settings: &Settings) -> ExitCode {
         println!("no instances");
         return ExitCode::SUCCESS;
     }
-    let now = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| i64::try_from(d.as_millis()).unwrap_or(0))
-        .unwrap_or(0);
+    let now = output::now_ms();
     let rows = listed
         .iter()
         .map(|i| {

@@ -16,7 +16,10 @@ pub mod teardown;
 
 use std::process::ExitCode;
 
-use sandboxd_backend::BackendError;
+use indicatif::ProgressBar;
+use sandboxd_backend::process::Progress;
+use sandboxd_backend::{Backend, BackendError, InstanceRequest, provision_set};
+use sandboxd_domain::instance::Instance;
 
 use crate::cli::EXIT_INPUT;
 
@@ -27,4 +30,28 @@ pub fn fail(err: &BackendError) -> ExitCode {
         BackendError::Input(_) => ExitCode::from(EXIT_INPUT),
         _ => ExitCode::FAILURE,
     }
+}
+
+/// Provisions one set (`provision`, `demo`), saying so on the progress display, which it then
+/// clears.
+async fn provision_shown(
+    backend: &dyn Backend,
+    requests: &[InstanceRequest],
+    progress: &Progress,
+    bar: Option<ProgressBar>,
+) -> Result<Vec<Instance>, BackendError> {
+    progress(&format!(
+        "provisioning {} on the {} backend…",
+        requests
+            .iter()
+            .map(|r| r.engine.name())
+            .collect::<Vec<_>>()
+            .join(", "),
+        backend.kind()
+    ));
+    let provisioned = provision_set(backend, requests).await;
+    if let Some(bar) = bar {
+        bar.finish_and_clear();
+    }
+    provisioned
 }

@@ -8,7 +8,7 @@ use reqwest::Method;
 use serde_json::{Value, json};
 
 use crate::cli::EXIT_INPUT;
-use crate::client::{AdminClient, Remote, age_of, list, text};
+use crate::client::{AdminClient, Remote, age_of, joined, list, text};
 use crate::config::Settings;
 use crate::output;
 
@@ -63,32 +63,25 @@ fn extensions(project: &Value) -> String {
         .as_object()
         .map(|map| {
             map.iter()
-                .map(|(engine, features)| {
-                    format!("{engine}: {}", list(&json!({"f": features}), "f"))
-                })
+                .map(|(engine, features)| format!("{engine}: {}", joined(features)))
                 .collect::<Vec<_>>()
                 .join("; ")
         })
         .unwrap_or_default()
 }
 
-fn rows(projects: &[Value]) -> Vec<Vec<String>> {
-    projects
-        .iter()
-        .map(|p| {
-            let services = list(p, "sandbox_services");
-            vec![
-                text(p, "slug"),
-                if services.is_empty() {
-                    "not opted in".into()
-                } else {
-                    services
-                },
-                extensions(p),
-                age_of(p, "updated_at_ms"),
-            ]
-        })
-        .collect()
+fn row(project: &Value) -> Vec<String> {
+    let services = list(project, "sandbox_services");
+    vec![
+        text(project, "slug"),
+        if services.is_empty() {
+            "not opted in".into()
+        } else {
+            services
+        },
+        extensions(project),
+        age_of(project, "updated_at_ms"),
+    ]
 }
 
 const HEADER: [&str; 4] = ["project", "services", "features", "updated"];
@@ -125,19 +118,13 @@ pub async fn run(args: Args, settings: &Settings) -> ExitCode {
             let path = format!("/v1/projects/{}", encode(&slug));
             match client.call(Method::PUT, &path, &[], Some(&body)).await {
                 Ok(project) if args.remote.json => println!("{}", output::json(&project)),
-                Ok(project) => println!("{}", output::table(&HEADER, rows(&[project]))),
+                Ok(project) => println!("{}", output::table(&HEADER, vec![row(&project)])),
                 Err(err) => return err.fail(),
             }
         }
         Command::Ls => match client.get("/v1/projects", &[]).await {
-            Ok(projects) if args.remote.json => println!("{}", output::json(&projects)),
             Ok(projects) => {
-                let projects = projects.as_array().cloned().unwrap_or_default();
-                if projects.is_empty() {
-                    println!("no projects");
-                } else {
-                    println!("{}", output::table(&HEADER, rows(&projects)));
-                }
+                output::print_list(&projects, args.remote.json, "no projects", &HEADER, row)
             }
             Err(err) => return err.fail(),
         },

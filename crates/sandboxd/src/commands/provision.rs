@@ -2,7 +2,7 @@
 
 use std::process::ExitCode;
 
-use sandboxd_backend::{InstanceRequest, provision_set};
+use sandboxd_backend::InstanceRequest;
 use sandboxd_domain::{AgentSlug, BackendKind, FeatureRequest, ServiceEvidence, engines};
 use serde::Serialize;
 
@@ -69,15 +69,6 @@ pub async fn run(args: Args, settings: &Settings) -> ExitCode {
         Ok(backend) => backend,
         Err(err) => return super::fail(&err),
     };
-    progress(&format!(
-        "provisioning {} on the {} backend…",
-        engines
-            .iter()
-            .map(|e| e.name())
-            .collect::<Vec<_>>()
-            .join(", "),
-        backend.kind()
-    ));
     let requests: Vec<InstanceRequest> = engines
         .iter()
         .map(|engine| InstanceRequest {
@@ -86,10 +77,7 @@ pub async fn run(args: Args, settings: &Settings) -> ExitCode {
             features: features.for_engine(*engine),
         })
         .collect();
-    let outcome = provision_set(backend.as_ref(), &requests).await;
-    if let Some(bar) = bar {
-        bar.finish_and_clear();
-    }
+    let outcome = super::provision_shown(backend.as_ref(), &requests, &progress, bar).await;
     let instances = match outcome {
         Ok(instances) => instances,
         Err(err) => return super::fail(&err),

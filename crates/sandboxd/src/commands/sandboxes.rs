@@ -55,23 +55,21 @@ pub async fn run(args: Args, settings: &Settings) -> ExitCode {
         Err(err) => return err.fail(),
     };
     match args.command {
-        Command::Ls => {
-            let sandboxes = match client.get("/v1/sandboxes", &[]).await {
-                Ok(sandboxes) => sandboxes,
-                Err(err) => return err.fail(),
-            };
-            if args.remote.json {
-                println!("{}", output::json(&sandboxes));
-                return ExitCode::SUCCESS;
-            }
-            let sandboxes = sandboxes.as_array().cloned().unwrap_or_default();
-            if sandboxes.is_empty() {
-                println!("no sandboxes");
-                return ExitCode::SUCCESS;
-            }
-            let rows = sandboxes
-                .iter()
-                .map(|s| {
+        Command::Ls => match client.get("/v1/sandboxes", &[]).await {
+            Ok(sandboxes) => output::print_list(
+                &sandboxes,
+                args.remote.json,
+                "no sandboxes",
+                &[
+                    "owner",
+                    "engines",
+                    "backend",
+                    "age",
+                    "last used",
+                    "status",
+                    "instances",
+                ],
+                |s| {
                     vec![
                         text(s, "owner"),
                         list(s, "engines"),
@@ -84,24 +82,10 @@ pub async fn run(args: Args, settings: &Settings) -> ExitCode {
                         text(s, "status"),
                         instances(s),
                     ]
-                })
-                .collect();
-            println!(
-                "{}",
-                output::table(
-                    &[
-                        "owner",
-                        "engines",
-                        "backend",
-                        "age",
-                        "last used",
-                        "status",
-                        "instances"
-                    ],
-                    rows
-                )
-            );
-        }
+                },
+            ),
+            Err(err) => return err.fail(),
+        },
         Command::Rm { owner } => {
             let path = format!("/v1/sandboxes/{}", encode(&owner));
             match client.call(Method::DELETE, &path, &[], None::<&()>).await {

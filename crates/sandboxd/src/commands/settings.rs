@@ -10,6 +10,7 @@ use serde_json::{Value, json};
 use crate::cli::EXIT_INPUT;
 use crate::client::{AdminClient, Remote, text};
 use crate::config::Settings;
+use crate::daemon::ENABLED_ENV;
 use crate::output;
 
 #[derive(Debug, clap::Args)]
@@ -41,10 +42,7 @@ fn show(settings: &Value) {
     let stored = &settings["sandbox_db_enabled_stored"];
     let running = &settings["sandbox_db_enabled_running"];
     let overridden = match settings["env_override"].as_bool() {
-        Some(value) => format!(
-            "ROBOCO_SANDBOX_DB_ENABLED={}",
-            if value { "on" } else { "off" }
-        ),
+        Some(value) => format!("{ENABLED_ENV}={}", if value { "on" } else { "off" }),
         None => "-".into(),
     };
     println!(

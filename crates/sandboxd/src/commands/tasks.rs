@@ -70,39 +70,25 @@ pub async fn run(args: Args, settings: &Settings) -> ExitCode {
                 .into_iter()
                 .chain(state.map(|s| ("state", s)))
                 .collect();
-            let tasks = match client.get("/v1/tasks", &query).await {
-                Ok(tasks) => tasks,
-                Err(err) => return err.fail(),
-            };
-            if args.remote.json {
-                println!("{}", output::json(&tasks));
-                return ExitCode::SUCCESS;
-            }
-            let tasks = tasks.as_array().cloned().unwrap_or_default();
-            if tasks.is_empty() {
-                println!("no tasks");
-                return ExitCode::SUCCESS;
-            }
-            let rows = tasks
-                .iter()
-                .map(|t| {
-                    vec![
-                        text(t, "id"),
-                        text(t, "project"),
-                        text(t, "state"),
-                        text(t, "claimed_by"),
-                        age_of(t, "created_at_ms"),
-                        text(t, "title"),
-                    ]
-                })
-                .collect();
-            println!(
-                "{}",
-                output::table(
+            match client.get("/v1/tasks", &query).await {
+                Ok(tasks) => output::print_list(
+                    &tasks,
+                    args.remote.json,
+                    "no tasks",
                     &["task", "project", "state", "held by", "age", "title"],
-                    rows
-                )
-            );
+                    |t| {
+                        vec![
+                            text(t, "id"),
+                            text(t, "project"),
+                            text(t, "state"),
+                            text(t, "claimed_by"),
+                            age_of(t, "created_at_ms"),
+                            text(t, "title"),
+                        ]
+                    },
+                ),
+                Err(err) => return err.fail(),
+            }
         }
     }
     ExitCode::SUCCESS

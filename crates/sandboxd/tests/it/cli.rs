@@ -3,15 +3,14 @@
 
 use serde_json::Value;
 
-use crate::support::{Home, daemon_env, instance_dirs, sandboxd, teardown_everything, unique};
+use crate::support::{Home, instance_dirs, teardown_everything, unique};
 
 #[test]
 fn provision_json_ls_and_teardown_twice() {
     let home = Home::new();
     let owner = unique("cli");
-    let mut cmd = sandboxd();
-    daemon_env(&mut cmd, &home);
-    let output = cmd
+    let output = home
+        .sandboxd()
         .args([
             "provision",
             "--owner",
@@ -46,17 +45,20 @@ fn provision_json_ls_and_teardown_twice() {
         assert!(!stderr.contains(service["password"].as_str().expect("password")));
     }
 
-    let mut ls = sandboxd();
-    daemon_env(&mut ls, &home);
-    let listed: Value =
-        serde_json::from_slice(&ls.args(["ls", "--json"]).output().expect("ls").stdout)
-            .expect("json");
+    let listed: Value = serde_json::from_slice(
+        &home
+            .sandboxd()
+            .args(["ls", "--json"])
+            .output()
+            .expect("ls")
+            .stdout,
+    )
+    .expect("json");
     assert_eq!(listed.as_array().expect("list").len(), 2);
 
     for _ in 0..2 {
-        let mut down = sandboxd();
-        daemon_env(&mut down, &home);
-        let output = down
+        let output = home
+            .sandboxd()
             .args(["teardown", "--owner", &owner])
             .output()
             .expect("teardown");
@@ -112,9 +114,12 @@ fn bad_input_is_refused_with_the_allowed_set_and_creates_nothing() {
         ),
     ];
     for (args, expected) in cases {
-        let mut cmd = sandboxd();
-        daemon_env(&mut cmd, &home);
-        let output = cmd.arg("provision").args(args).output().expect("run");
+        let output = home
+            .sandboxd()
+            .arg("provision")
+            .args(args)
+            .output()
+            .expect("run");
         assert_eq!(output.status.code(), Some(2), "{args:?}");
         let stderr = String::from_utf8_lossy(&output.stderr);
         assert!(stderr.contains(expected), "{args:?}: {stderr}");
@@ -127,9 +132,11 @@ fn bad_input_is_refused_with_the_allowed_set_and_creates_nothing() {
 #[test]
 fn doctor_reports_what_is_installed_and_what_to_install() {
     let home = Home::new();
-    let mut cmd = sandboxd();
-    daemon_env(&mut cmd, &home);
-    let output = cmd.args(["doctor", "--json"]).output().expect("doctor");
+    let output = home
+        .sandboxd()
+        .args(["doctor", "--json"])
+        .output()
+        .expect("doctor");
     assert!(output.status.success());
     let checks: Value = serde_json::from_slice(&output.stdout).expect("json");
     let checks = checks.as_array().expect("checks");

@@ -15,6 +15,11 @@ fn names(list: &[&str]) -> Vec<String> {
     v
 }
 
+/// What a refusal tells the agent to do instead.
+fn remediate(envelope: &Value) -> &str {
+    envelope["remediate"].as_str().expect("remediate")
+}
+
 async fn opted_in_project(daemon: &TestDaemon) -> String {
     let project = unique("proj");
     daemon.project(&project, &["postgres", "redis"]).await;
@@ -122,16 +127,10 @@ async fn a_reviewer_crafting_request_sandbox_is_refused_and_nothing_is_created()
     let home = Home::new();
     let daemon = spawn_daemon(&home);
     let project = opted_in_project(&daemon).await;
-    let (token, _) = daemon.spawn_agent("pr_reviewer", &project).await;
-    let reviewer = daemon.client(&token).await;
+    let reviewer = daemon.agent("pr_reviewer", &project).await;
     let envelope = reviewer.refused("request_sandbox", json!({})).await;
     assert_eq!(envelope["error"], "verb_not_allowed");
-    assert!(
-        envelope["remediate"]
-            .as_str()
-            .expect("remediate")
-            .contains("claim_review")
-    );
+    assert!(remediate(&envelope).contains("claim_review"));
     let envelope = reviewer.refused("drop_database", json!({})).await;
     assert_eq!(envelope["error"], "verb_not_allowed");
     assert!(daemon.sandboxes().await.is_empty());
@@ -240,8 +239,7 @@ async fn the_whole_flow_and_a_restart_mid_session() {
     let mut daemon = spawn_daemon(&home);
     let project = opted_in_project(&daemon).await;
     let task = daemon.task(&project).await;
-    let (token, _) = daemon.spawn_agent("developer", &project).await;
-    let dev = daemon.client(&token).await;
+    let dev = daemon.agent("developer", &project).await;
 
     let work = dev.ok("give_me_work", json!({})).await;
     assert_eq!(work["task_id"], task.as_str());
@@ -296,9 +294,8 @@ async fn two_developers_racing_for_one_task_exactly_one_wins() {
     let daemon = spawn_daemon(&home);
     let project = opted_in_project(&daemon).await;
     daemon.task(&project).await;
-    let (a, _) = daemon.spawn_agent("developer", &project).await;
-    let (b, _) = daemon.spawn_agent("developer", &project).await;
-    let (a, b) = (daemon.client(&a).await, daemon.client(&b).await);
+    let a = daemon.agent("developer", &project).await;
+    let b = daemon.agent("developer", &project).await;
     let (ra, rb) = tokio::join!(
         a.call("give_me_work", json!({})),
         b.call("give_me_work", json!({}))
@@ -323,36 +320,19 @@ async fn out_of_order_verbs_say_which_verb_to_call_first() {
     let home = Home::new();
     let daemon = spawn_daemon(&home);
     let project = opted_in_project(&daemon).await;
-    let (dev, _) = daemon.spawn_agent("developer", &project).await;
-    let dev = daemon.client(&dev).await;
+    let dev = daemon.agent("developer", &project).await;
     let envelope = dev.refused("i_am_done", json!({})).await;
     assert_eq!(envelope["error"], "out_of_order");
-    assert!(
-        envelope["remediate"]
-            .as_str()
-            .expect("remediate")
-            .contains("give_me_work")
-    );
+    assert!(remediate(&envelope).contains("give_me_work"));
     assert_eq!(envelope["retryable"], false);
     let envelope = dev.refused("request_sandbox", json!({})).await;
     assert_eq!(envelope["error"], "no_active_task");
-    assert!(
-        envelope["remediate"]
-            .as_str()
-            .expect("remediate")
-            .contains("give_me_work")
-    );
+    assert!(remediate(&envelope).contains("give_me_work"));
 
-    let (qa, _) = daemon.spawn_agent("qa", &project).await;
-    let qa = daemon.client(&qa).await;
+    let qa = daemon.agent("qa", &project).await;
     let envelope = qa.refused("pass_review", json!({})).await;
     assert_eq!(envelope["error"], "out_of_order");
-    assert!(
-        envelope["remediate"]
-            .as_str()
-            .expect("remediate")
-            .contains("claim_review")
-    );
+    assert!(remediate(&envelope).contains("claim_review"));
     let envelope = qa
         .refused("claim_review", json!({"task": "t-nope\n<b>"}))
         .await;

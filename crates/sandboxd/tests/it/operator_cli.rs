@@ -10,14 +10,12 @@ use futures::FutureExt;
 use serde_json::{Value, json};
 
 use crate::support::{
-    ADMIN_TOKEN, Home, TestDaemon, daemon_env, instance_dirs, sandboxd, spawn_daemon,
-    teardown_everything, unique,
+    ADMIN_TOKEN, Home, TestDaemon, instance_dirs, spawn_daemon, teardown_everything, unique,
 };
 
 fn cli(home: &Home, daemon: &TestDaemon, args: &[&str]) -> Output {
-    let mut cmd = sandboxd();
-    daemon_env(&mut cmd, home);
-    cmd.env("SANDBOXD_URL", &daemon.url)
+    home.sandboxd()
+        .env("SANDBOXD_URL", &daemon.url)
         .args(args)
         .output()
         .expect("run sandboxd")
@@ -128,20 +126,17 @@ async fn flow(home: &Home, daemon: &TestDaemon) {
 
     // agents spawn / ls
     let slug = unique("dev");
-    let out = stdout(&cli(
-        home,
-        daemon,
-        &[
-            "agents",
-            "spawn",
-            "--slug",
-            &slug,
-            "--role",
-            "developer",
-            "--project",
-            &project,
-        ],
-    ));
+    let spawn = [
+        "agents",
+        "spawn",
+        "--slug",
+        &slug,
+        "--role",
+        "developer",
+        "--project",
+        &project,
+    ];
+    let out = stdout(&cli(home, daemon, &spawn));
     let token = out
         .lines()
         .find_map(|l| l.strip_prefix("token:"))
@@ -156,24 +151,7 @@ async fn flow(home: &Home, daemon: &TestDaemon) {
     let out = stdout(&cli(home, daemon, &["agents", "ls", "--project", &project]));
     assert!(out.contains(&slug) && out.contains("developer"), "{out}");
     assert!(!out.contains(&token), "the token is shown once");
-    refused(
-        &cli(
-            home,
-            daemon,
-            &[
-                "agents",
-                "spawn",
-                "--slug",
-                &slug,
-                "--role",
-                "developer",
-                "--project",
-                &project,
-            ],
-        ),
-        2,
-        "already exists",
-    );
+    refused(&cli(home, daemon, &spawn), 2, "already exists");
 
     // tasks add / ls
     let out = stdout(&cli(
@@ -271,9 +249,8 @@ async fn flow(home: &Home, daemon: &TestDaemon) {
     // The token from the token file works; a wrong one and an unreachable daemon fail clearly.
     let file = home.dir.path().join("cli-admin.token");
     std::fs::write(&file, format!("{ADMIN_TOKEN}\n")).expect("token file");
-    let mut cmd = sandboxd();
-    daemon_env(&mut cmd, home);
-    let output = cmd
+    let output = home
+        .sandboxd()
         .env_remove("SANDBOXD_ADMIN_TOKEN")
         .env("SANDBOXD_SERVER__ADMIN_TOKEN_FILE", &file)
         .env("SANDBOXD_URL", &daemon.url)
@@ -281,9 +258,8 @@ async fn flow(home: &Home, daemon: &TestDaemon) {
         .output()
         .expect("run");
     stdout(&output);
-    let mut cmd = sandboxd();
-    daemon_env(&mut cmd, home);
-    let output = cmd
+    let output = home
+        .sandboxd()
         .env("SANDBOXD_ADMIN_TOKEN", "not-the-admin-token")
         .env("SANDBOXD_URL", &daemon.url)
         .args(["projects", "ls"])

@@ -1,6 +1,6 @@
 //! `spawn_daemon()`: the real `sandboxd serve` on 127.0.0.1:0 with a fresh state directory and
 //! process root, plus helpers to drive it as an operator (admin API) and as an agent (a real
-//! MCP client). Dropping a daemon stops it; `TestDaemon::finish` also tears down every instance
+//! MCP client). Dropping a daemon stops it; `teardown_everything` then tears down every instance
 //! and checks none is left.
 
 use std::io::{BufRead, BufReader};
@@ -51,6 +51,19 @@ impl Home {
     pub fn instances(&self) -> PathBuf {
         self.dir.path().join("instances")
     }
+
+    /// The `sandboxd` binary with the common environment of a test daemon in this home.
+    pub fn sandboxd(&self) -> Command {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_sandboxd"));
+        cmd.env("SANDBOXD_STATE_DIR", self.dir.path().join("state"))
+            .env("SANDBOXD_PROCESS__ROOT", self.instances())
+            .env("SANDBOXD_BACKEND", "process")
+            .env("SANDBOXD_ADMIN_TOKEN", ADMIN_TOKEN)
+            .env("ROBOCO_SANDBOX_DB_ENABLED", "1")
+            .env("SANDBOXD_BROKER__GRACE_SECS", "600")
+            .env_remove("SANDBOXD_CONFIG");
+        cmd
+    }
 }
 
 pub struct TestDaemon {
@@ -60,26 +73,10 @@ pub struct TestDaemon {
     http: reqwest::Client,
 }
 
-pub fn sandboxd() -> Command {
-    Command::new(env!("CARGO_BIN_EXE_sandboxd"))
-}
-
-/// The common environment of a test daemon.
-pub fn daemon_env(cmd: &mut Command, home: &Home) {
-    cmd.env("SANDBOXD_STATE_DIR", home.dir.path().join("state"))
-        .env("SANDBOXD_PROCESS__ROOT", home.instances())
-        .env("SANDBOXD_BACKEND", "process")
-        .env("SANDBOXD_ADMIN_TOKEN", ADMIN_TOKEN)
-        .env("ROBOCO_SANDBOX_DB_ENABLED", "1")
-        .env("SANDBOXD_BROKER__GRACE_SECS", "600")
-        .env_remove("SANDBOXD_CONFIG");
-}
-
 /// Starts `sandboxd serve` on `listen` (`127.0.0.1:0` for a fresh port) and waits for its
 /// address line.
 pub fn spawn_daemon_at(home: &Home, listen: &str) -> TestDaemon {
-    let mut cmd = sandboxd();
-    daemon_env(&mut cmd, home);
+    let mut cmd = home.sandboxd();
     cmd.args(["serve", "--listen", listen])
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
@@ -182,6 +179,12 @@ impl TestDaemon {
             .await;
         assert_eq!(status, 201, "{body}");
         (body["token"].as_str().expect("token").to_owned(), body)
+    }
+
+    /// A fresh agent of `role` in `project`, connected over MCP.
+    pub async fn agent(&self, role: &str, project: &str) -> Agent {
+        let (token, _) = self.spawn_agent(role, project).await;
+        self.client(&token).await
     }
 
     /// A real MCP client speaking streamable HTTP with `token`.
@@ -287,9 +290,10 @@ pub fn teardown_everything(home: &Home) {
             .ok()
             .and_then(|m| m["owner"].as_str().map(str::to_owned));
         if let Some(owner) = owner {
-            let mut cmd = sandboxd();
-            daemon_env(&mut cmd, home);
-            let _ = cmd.args(["teardown", "--owner", &owner]).output();
+            let _ = home
+                .sandboxd()
+                .args(["teardown", "--owner", &owner])
+                .output();
         } else {
             eprintln!("removing {name} without metadata");
             let _ = std::fs::remove_dir_all(&dir);
