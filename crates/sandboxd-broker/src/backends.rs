@@ -2,6 +2,7 @@
 //! liveness, teardown and listing, so instances of a backend that is no longer the primary (the
 //! configuration changed across a restart) are still found and reaped.
 
+use std::collections::BTreeSet;
 use std::sync::Arc;
 
 use futures::future::join_all;
@@ -40,13 +41,34 @@ impl Backends {
     /// Every instance every backend lists, asked in parallel. A backend that cannot list is
     /// logged and skipped: what the others list is still worth acting on.
     pub(crate) async fn list_all(&self) -> Vec<ListedInstance> {
-        let listings = join_all(self.all().map(|backend| async move {
-            backend.list().await.unwrap_or_else(|err| {
-                tracing::warn!(backend = %backend.kind(), error = %err, "listing failed");
-                Vec::new()
-            })
-        }))
-        .await;
-        listings.into_iter().flatten().collect()
+        self.listing().await.instances
     }
+
+    /// [`Self::list_all`], also naming the backends that could not list: their instances are
+    /// unknown this time, not gone.
+    pub(crate) async fn listing(&self) -> Listing {
+        let listings = join_all(
+            self.all()
+                .map(|backend| async move { (backend.kind(), backend.list().await) }),
+        )
+        .await;
+        let mut listing = Listing::default();
+        for (kind, listed) in listings {
+            match listed {
+                Ok(instances) => listing.instances.extend(instances),
+                Err(err) => {
+                    tracing::warn!(backend = %kind, error = %err, "listing failed");
+                    listing.unlisted.insert(kind);
+                }
+            }
+        }
+        listing
+    }
+}
+
+/// What the backends listed, and which of them could not.
+#[derive(Debug, Default)]
+pub(crate) struct Listing {
+    pub instances: Vec<ListedInstance>,
+    pub unlisted: BTreeSet<BackendKind>,
 }

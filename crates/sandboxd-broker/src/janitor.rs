@@ -59,7 +59,8 @@ impl Broker {
             .iter()
             .map(|row| (row.name.as_str(), row.last_used_at_ms))
             .collect();
-        let listed = self.inner.backends.list_all().await;
+        let listing = self.inner.backends.listing().await;
+        let listed = listing.instances;
         let listed_names: BTreeSet<String> = listed.iter().map(|i| i.handle.name.clone()).collect();
         let now = now_ms();
         for instance in listed {
@@ -93,11 +94,13 @@ impl Broker {
                 .reaped
                 .push((instance.handle.name.clone(), reason.to_owned()));
         }
-        // Rows of instances no backend lists any more (removed out of band, host rebooted).
+        // Rows of instances their backend no longer lists (removed out of band, host rebooted).
+        // A backend that could not list says nothing about its instances: keep their rows.
         let now = now_ms();
         for row in &stored {
             let old = since(row.created_at_ms, now) >= grace;
-            if old && !listed_names.contains(&row.name) {
+            if old && !listing.unlisted.contains(&row.backend) && !listed_names.contains(&row.name)
+            {
                 let _turn = self.inner.locks.lock(&row.owner).await;
                 if self
                     .store()

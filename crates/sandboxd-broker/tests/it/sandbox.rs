@@ -440,3 +440,28 @@ async fn sandboxes_past_the_maximum_lifetime_are_reaped_even_when_used() {
         })
         .await;
 }
+
+#[tokio::test]
+async fn a_backend_that_cannot_list_keeps_its_sandboxes() {
+    let world = World::new(WorldSpec {
+        tweak_config: |c| c.grace = Duration::ZERO,
+        ..WorldSpec::default()
+    })
+    .await
+    .expect("process world");
+    world
+        .run(|w| async move {
+            let dev = w.working_agent("developer").await;
+            let first = ok(w.call(&dev, Verb::RequestSandbox, json!({})).await);
+            w.backend.fail_listing(true);
+            let report = w.broker.run_janitor().await;
+            w.backend.fail_listing(false);
+            assert_eq!(report.forgotten, 0, "unknown is not gone: {report:?}");
+            assert!(report.reaped.is_empty(), "{report:?}");
+
+            let again = ok(w.call(&dev, Verb::RequestSandbox, json!({})).await);
+            assert_eq!(passwords(&first), passwords(&again), "still a cache hit");
+            assert_eq!(w.backend.total(), 2, "nothing provisioned again");
+        })
+        .await;
+}

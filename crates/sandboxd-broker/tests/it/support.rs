@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use std::future::Future;
 use std::panic::AssertUnwindSafe;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -28,6 +28,7 @@ pub struct Counting {
     pub inner: Arc<dyn Backend>,
     provisions: Mutex<BTreeMap<String, usize>>,
     total: AtomicUsize,
+    listing_fails: AtomicBool,
 }
 
 impl Counting {
@@ -36,6 +37,7 @@ impl Counting {
             inner,
             provisions: Mutex::new(BTreeMap::new()),
             total: AtomicUsize::new(0),
+            listing_fails: AtomicBool::new(false),
         }
     }
 
@@ -50,6 +52,11 @@ impl Counting {
 
     pub fn total(&self) -> usize {
         self.total.load(Ordering::SeqCst)
+    }
+
+    /// Makes `list` fail (an engine that stops answering for a moment) or work again.
+    pub fn fail_listing(&self, fail: bool) {
+        self.listing_fails.store(fail, Ordering::SeqCst);
     }
 }
 
@@ -81,6 +88,12 @@ impl Backend for Counting {
         self.inner.teardown(handle).await
     }
     async fn list(&self) -> Result<Vec<ListedInstance>, BackendError> {
+        if self.listing_fails.load(Ordering::SeqCst) {
+            return Err(BackendError::Unavailable {
+                backend: "test",
+                detail: "listing switched off by the test".into(),
+            });
+        }
         self.inner.list().await
     }
     async fn doctor(&self) -> Vec<DoctorCheck> {
