@@ -386,11 +386,8 @@ impl Broker {
     }
 
     pub(crate) async fn refresh_live_gauge(&self) {
-        if let Ok(all) = self.store().instance_summaries().await {
-            self.inner
-                .metrics
-                .live_sandboxes
-                .set(i64::try_from(all.len()).unwrap_or(i64::MAX));
+        if let Ok(count) = self.store().count_instances().await {
+            self.inner.metrics.live_sandboxes.set(count);
         }
     }
 }

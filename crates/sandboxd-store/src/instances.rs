@@ -322,6 +322,14 @@ impl Store {
         Ok(result.rows_affected())
     }
 
+    /// How many instances are stored.
+    pub async fn count_instances(&self) -> Result<i64> {
+        sqlx::query_scalar("SELECT COUNT(*) FROM sandbox_instances")
+            .fetch_one(&self.pool)
+            .await
+            .map_err(StoreError::db("count_instances"))
+    }
+
     /// Records that `owner` just got its sandbox again (a cache hit): restarts the idle clock.
     pub async fn touch_instances_of(&self, owner: &AgentSlug) -> Result<()> {
         sqlx::query("UPDATE sandbox_instances SET last_used_at_ms = $1 WHERE owner = $2")

@@ -112,6 +112,7 @@ async fn instances_round_trip_with_their_credentials() {
         assert_same(&all[2], &qa_set[0]);
         let summaries = store.instance_summaries().await.expect("summaries");
         assert_eq!(summaries.len(), 3);
+        assert_eq!(store.count_instances().await.expect("count"), 3);
         assert_eq!(summaries[0].name, "sandboxd-postgres-dev-1");
         assert_eq!(summaries[0].user, "sandbox");
 
