@@ -2,6 +2,7 @@
 //! agent receives, role manifests and the envelopes every verb answers with.
 //!
 //! Parts:
+//! - [`clock`]: the one clock (Unix milliseconds) and the one age format.
 //! - [`names`]: newtypes built by `parse` (`AgentSlug`, `ProjectSlug`, `EnvPrefix`).
 //! - [`engine`] and [`engines`]: the `Engine` trait (one type per engine) and the registry, the one
 //!   place that lists engines.
@@ -18,6 +19,7 @@
 //! functions so the outer layers can share it without sharing their dependencies.
 #![forbid(unsafe_code)]
 
+pub mod clock;
 pub mod credentials;
 pub mod engine;
 pub mod engines;
