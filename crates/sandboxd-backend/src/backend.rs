@@ -160,7 +160,7 @@ pub trait Backend: Send + Sync + fmt::Debug {
                     .ok()
                     .and_then(|f| f.major_version);
                 Err(BackendError::FeatureUnavailable {
-                    engine: instance.engine.name(),
+                    engine: instance.engine.name,
                     feature: feature.name(),
                     location: self.feature_location(instance.engine),
                     hint: format!(

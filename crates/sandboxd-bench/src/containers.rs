@@ -59,7 +59,7 @@ async fn docker_run(
     cmd.args(["run", "-d", "--name", name, "--label"])
         .arg(format!("{BENCH_LABEL}={bench_pid}"))
         .arg("-p")
-        .arg(format!("127.0.0.1:{port}:{}", engine.port()));
+        .arg(format!("127.0.0.1:{port}:{}", engine.port));
     for (path, options) in tmpfs_of(&recipe) {
         cmd.arg("--tmpfs").arg(format!("{path}:{options}"));
     }
@@ -89,8 +89,8 @@ pub async fn floor_start(
     name: &str,
     bench_pid: u32,
 ) -> Result<Duration> {
-    let admin = Credentials::generate(engine.admin_user());
-    let agent = Credentials::generate(engine.agent_user());
+    let admin = Credentials::generate(engine.admin_user);
+    let agent = Credentials::generate(engine.agent_user);
     let started = Instant::now();
     let port = docker_run(engine, image, name, bench_pid, &admin, &agent).await?;
     ready::wait_ready(engine, "127.0.0.1", port, &admin).await?;
@@ -107,8 +107,8 @@ pub async fn replay_start(
     name: &str,
     bench_pid: u32,
 ) -> Result<(Duration, Vec<(String, Duration)>)> {
-    let admin = Credentials::generate(engine.admin_user());
-    let agent = Credentials::generate(engine.agent_user());
+    let admin = Credentials::generate(engine.admin_user);
+    let agent = Credentials::generate(engine.agent_user);
     let started = Instant::now();
     let port = docker_run(engine, image, name, bench_pid, &admin, &agent).await?;
     let reach = Reach {
@@ -116,7 +116,7 @@ pub async fn replay_start(
         port,
     };
     let admin = AdminAccess::Password(admin);
-    let deadline = engine.readiness_deadline();
+    let deadline = engine.readiness_deadline;
     let mut marks = Vec::new();
     let facts = poll_until_ready(name, deadline, || async {
         wire::server_facts(engine.get(), &admin, reach)
@@ -133,7 +133,7 @@ pub async fn replay_start(
         marks.push((format!("account setup: {label}"), started.elapsed()));
     }
     poll_until_ready(name, deadline, || async {
-        wire::probe(engine.get(), reach, &agent, engine.agent_database())
+        wire::probe(engine.get(), reach, &agent, engine.agent_database)
             .await
             .map_err(|e| Attempt::NotYet(e.to_string()))
     })

@@ -176,7 +176,7 @@ async fn drive(
 ) -> Result<()> {
     let pid = daemon.pid()?;
     let project = format!("bench-{}", std::process::id());
-    let names: Vec<&str> = services.iter().map(|e| e.name()).collect();
+    let names: Vec<&str> = services.iter().map(|e| e.name).collect();
     daemon
         .admin(
             reqwest::Method::PUT,

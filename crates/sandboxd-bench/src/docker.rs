@@ -200,11 +200,7 @@ const READY: &str = containers::READY;
 
 /// `postgres+redis`: how a subject (one engine or a set) is named in the report.
 pub fn name_of(subject: &[EngineRef]) -> String {
-    subject
-        .iter()
-        .map(|e| e.name())
-        .collect::<Vec<_>>()
-        .join("+")
+    subject.iter().map(|e| e.name).collect::<Vec<_>>().join("+")
 }
 
 struct Outcome {
@@ -237,7 +233,7 @@ async fn timelines(
 impl Scenario<'_> {
     fn image(&self, engine: EngineRef) -> String {
         self.images
-            .get(engine.name())
+            .get(engine.name)
             .cloned()
             .unwrap_or_else(|| engine.default_image().to_owned())
     }
@@ -247,7 +243,7 @@ impl Scenario<'_> {
         let pid = self.cleanup.pid();
         subject
             .iter()
-            .map(|e| format!("sandboxd-bench-{kind}-{pid}-{tag}-{}", e.name()))
+            .map(|e| format!("sandboxd-bench-{kind}-{pid}-{tag}-{}", e.name))
             .collect()
     }
 

@@ -168,7 +168,7 @@ impl Peer {
         names: &[String],
     ) -> Result<Duration> {
         self.ask(&Request::Start {
-            engines: engines.iter().map(|e| e.name().to_owned()).collect(),
+            engines: engines.iter().map(|e| e.name.to_owned()).collect(),
             images: images.to_vec(),
             names: names.to_vec(),
         })
@@ -264,15 +264,15 @@ async fn start_one(
     label: u32,
 ) -> Result<ContainerAsync<GenericImage>> {
     let engine = EngineRef::parse(engine)?;
-    let admin = Credentials::generate(engine.admin_user());
-    let agent = Credentials::generate(engine.agent_user());
+    let admin = Credentials::generate(engine.admin_user);
+    let agent = Credentials::generate(engine.agent_user);
     let recipe = engine.container(&admin, &agent);
     let (repository, tag) = image.rsplit_once(':').unwrap_or((image, "latest"));
-    let port = engine.port();
+    let port = engine.port;
     let mut generic = GenericImage::new(repository, tag).with_exposed_port(port.tcp());
     if let Some(line) = ready::ready_log_line(engine) {
         // What testcontainers-modules waits for: Postgres logs on stderr, Redis on stdout.
-        generic = generic.with_wait_for(match engine.protocol() {
+        generic = generic.with_wait_for(match engine.protocol {
             Protocol::Postgres => WaitFor::message_on_stderr(line),
             _ => WaitFor::message_on_stdout(line),
         });
@@ -283,7 +283,7 @@ async fn start_one(
         .with_container_name(name)
         .with_label(BENCH_LABEL, label.to_string())
         .with_cmd(recipe.command.clone())
-        .with_startup_timeout(engine.readiness_deadline())
+        .with_startup_timeout(engine.readiness_deadline)
         .with_host_config_modifier(move |host| {
             host.tmpfs = Some(tmpfs.clone());
             host.publish_all_ports = Some(false);

@@ -43,14 +43,14 @@ pub async fn provision_to_ready(
             provision.push(elapsed);
             teardowns.push(teardown(&backend, handle).await?);
         }
-        let mut s = Series::from_samples("process: provision to ready", engine.name(), provision);
-        if let Some(t) = target_ms(engine.name()) {
+        let mut s = Series::from_samples("process: provision to ready", engine.name, provision);
+        if let Some(t) = target_ms(engine.name) {
             s = s.with_target(t);
         }
         series.push(s);
         series.push(Series::from_samples(
             "process: teardown",
-            engine.name(),
+            engine.name,
             teardowns,
         ));
     }

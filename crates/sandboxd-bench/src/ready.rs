@@ -15,12 +15,12 @@ pub async fn wait_ready(
     creds: &Credentials,
 ) -> anyhow::Result<()> {
     let name = format!("{engine} at {host}:{port}");
-    poll_until_ready(&name, engine.readiness_deadline(), || async {
+    poll_until_ready(&name, engine.readiness_deadline, || async {
         wire::probe(
             engine.get(),
             Reach { host, port },
             creds,
-            engine.admin_database(),
+            engine.admin_database,
         )
         .await
         .map_err(|e| Attempt::NotYet(e.to_string()))
@@ -32,7 +32,7 @@ pub async fn wait_ready(
 /// The line a server logs when it accepts connections (the last one, for Postgres, whose image
 /// runs a temporary init server first).
 pub fn ready_log_line(engine: EngineRef) -> Option<&'static str> {
-    match engine.protocol() {
+    match engine.protocol {
         Protocol::Postgres => Some("database system is ready to accept connections"),
         Protocol::Redis => Some("Ready to accept connections"),
         _ => None,

@@ -26,7 +26,7 @@ pub(crate) struct Granted {
 }
 
 fn names(engines: &[EngineRef]) -> String {
-    allowed_list(engines.iter().map(|e| e.name()))
+    allowed_list(engines.iter().map(|e| e.name))
 }
 
 impl Broker {
@@ -139,17 +139,17 @@ impl Broker {
             };
             for name in wanted {
                 let feature = Feature::parse(engine, name).map_err(|_| {
-                    let allowlist = allowed_list(engine.features().iter().map(|f| f.name));
+                    let allowlist = allowed_list(engine.features.iter().map(|f| f.name));
                     ErrorEnvelope::new(
                         ErrorCode::FeatureNotAllowed,
                         format!(
                             "feature {} is not in {}'s allowlist; allowed: {allowlist}",
                             quote(name),
-                            engine.name()
+                            engine.name
                         ),
                         format!(
                             "call request_sandbox again with {} features from: {allowlist}",
-                            engine.name()
+                            engine.name
                         ),
                     )
                 })?;

@@ -144,7 +144,7 @@ impl Broker {
         if !services.is_empty() && spec.allows(Verb::RequestSandbox) {
             let csv = services
                 .iter()
-                .map(|e| e.name())
+                .map(|e| e.name)
                 .collect::<Vec<_>>()
                 .join(",");
             env.insert(SERVICES_AVAILABLE_ENV.to_owned(), csv.clone());
@@ -246,7 +246,7 @@ impl Broker {
                     what: "sandbox_extensions",
                     detail: format!(
                         "extensions for {stray}, which is not in sandbox_services; opted in: {}",
-                        allowed_list(deduped.iter().map(|e| e.name()))
+                        allowed_list(deduped.iter().map(|e| e.name))
                     ),
                 }
                 .into());
@@ -269,7 +269,7 @@ impl Broker {
                 project
                     .sandbox_services
                     .as_ref()
-                    .map(|s| s.iter().map(|e| e.name()).collect::<Vec<_>>().join(","))
+                    .map(|s| s.iter().map(|e| e.name).collect::<Vec<_>>().join(","))
                     .unwrap_or_else(|| "none".into()),
                 project
                     .sandbox_extensions

@@ -84,7 +84,7 @@ impl Broker {
                     .expect("evidence is plain strings and numbers")
             })
             .collect();
-        let served: Vec<&str> = granted.asked.iter().map(|e| e.name()).collect();
+        let served: Vec<&str> = granted.asked.iter().map(|e| e.name).collect();
         let briefing = format!(
             "Sandbox for task {}: {}. Export each service's env (or use its url) in your test \
              run; these credentials are yours alone and stay the same on every request_sandbox \
@@ -187,11 +187,7 @@ impl Broker {
             started,
             format!(
                 "{} on {}{}",
-                engines
-                    .iter()
-                    .map(|e| e.name())
-                    .collect::<Vec<_>>()
-                    .join(","),
+                engines.iter().map(|e| e.name).collect::<Vec<_>>().join(","),
                 backend.kind(),
                 match &outcome {
                     Ok(_) => String::new(),
@@ -203,7 +199,7 @@ impl Broker {
         let timed = outcome.map_err(SandboxFailure::Backend)?;
         for (instance, elapsed) in &timed {
             self.inner.metrics.provisioned(
-                instance.engine.name(),
+                instance.engine.name,
                 instance.backend.as_str(),
                 elapsed.as_secs_f64(),
             );

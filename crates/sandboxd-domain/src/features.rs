@@ -6,7 +6,8 @@ use std::fmt;
 
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
-use crate::engine::{EngineRef, FeatureSpec};
+use crate::engine::FeatureSpec;
+use crate::engines::EngineRef;
 use crate::error::{InputError, allowed_list, quote};
 
 #[derive(Clone, Copy)]
@@ -21,9 +22,9 @@ impl Feature {
             .feature(name)
             .map(|spec| Self { engine, spec })
             .ok_or_else(|| InputError::FeatureNotAllowed {
-                engine: engine.name(),
+                engine: engine.name,
                 given: quote(name),
-                allowed: allowed_list(engine.features().iter().map(|f| f.name)),
+                allowed: allowed_list(engine.features.iter().map(|f| f.name)),
             })
     }
 
@@ -42,7 +43,7 @@ impl Feature {
 
 impl fmt::Debug for Feature {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}:{}", self.engine.name(), self.spec.name)
+        write!(f, "{}:{}", self.engine.name, self.spec.name)
     }
 }
 
@@ -149,7 +150,7 @@ impl FeatureRequest {
             .iter()
             .map(|(engine, set)| {
                 (
-                    engine.name().to_owned(),
+                    engine.name.to_owned(),
                     set.iter().map(|f| f.name().to_owned()).collect(),
                 )
             })

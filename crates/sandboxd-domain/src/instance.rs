@@ -8,7 +8,8 @@ use serde::ser::SerializeMap;
 use serde::{Deserialize, Serialize, Serializer};
 
 use crate::credentials::Credentials;
-use crate::engine::{AdminAccess, Endpoint, EngineRef};
+use crate::engine::{AdminAccess, Endpoint};
+use crate::engines::EngineRef;
 use crate::features::Feature;
 use crate::names::{AgentSlug, EnvPrefix};
 
@@ -44,7 +45,7 @@ impl fmt::Display for BackendKind {
 /// `sandboxd-<engine>-<owner>`: the container name, instance directory name and label value
 /// that ties an instance to its owner.
 pub fn instance_name(engine: EngineRef, owner: &AgentSlug) -> String {
-    format!("sandboxd-{}-{}", engine.name(), owner)
+    format!("sandboxd-{}-{}", engine.name, owner)
 }
 
 /// One running service instance, ready, with its handed-out account.
@@ -77,14 +78,14 @@ impl Instance {
         };
         let (url, env) = self.engine.render(&endpoint, prefix);
         ServiceEvidence {
-            service: self.engine.name(),
+            service: self.engine.name,
             host: self.host.clone(),
             port: self.port,
             user: self.agent.user.clone(),
             password: self.agent.password.clone(),
             database: self.database.clone(),
             url: SecretString::from(url),
-            feature_key: self.engine.feature_kind().evidence_key(),
+            feature_key: self.engine.feature_kind.evidence_key(),
             features: self.features.iter().map(|f| f.name().to_owned()).collect(),
             env: SecretString::from(
                 serde_json::to_string(&env).expect("a map of strings always serializes"),

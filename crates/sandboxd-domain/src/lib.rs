@@ -4,8 +4,9 @@
 //! Parts:
 //! - [`clock`]: the one clock (Unix milliseconds) and the one age format.
 //! - [`names`]: newtypes built by `parse` (`AgentSlug`, `ProjectSlug`, `EnvPrefix`).
-//! - [`engine`] and [`engines`]: the `Engine` trait (one type per engine) and the registry, the one
-//!   place that lists engines.
+//! - [`engine`]: an engine as data (`Engine`, one `static` per engine) plus its behaviour as pure
+//!   functions (`EngineRecipes`); [`engines`]: the registry, the one place that lists engines, and
+//!   the `EngineRef` handle.
 //! - [`features`]: per-engine feature sets validated against an engine's allowlist.
 //! - [`credentials`]: CSPRNG secrets and the credentials of a service instance.
 //! - [`instance`]: what a backend hands back for one running service, and the evidence rendered
@@ -33,7 +34,8 @@ pub mod roles;
 pub mod verbs;
 
 pub use credentials::{Credentials, generate_secret};
-pub use engine::{Engine, EngineRef, Protocol};
+pub use engine::{Engine, Protocol};
+pub use engines::EngineRef;
 pub use error::InputError;
 pub use features::{Feature, FeatureRequest};
 pub use instance::{BackendKind, Instance, ServiceEvidence};

@@ -50,7 +50,7 @@ fn no_production_code_outside_the_registry_names_an_engine() {
     for file in files.iter().filter(|f| !f.starts_with(&engines_dir)) {
         let code = production_code(file);
         for engine in engines::all() {
-            let literal = format!("\"{}\"", engine.name());
+            let literal = format!("\"{}\"", engine.name);
             if code.contains(&literal) {
                 offenders.push(format!("{} names {literal}", file.display()));
             }

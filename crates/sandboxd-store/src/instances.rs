@@ -231,7 +231,7 @@ impl Store {
             sqlx::query(sqlx::AssertSqlSafe(insert.clone()))
                 .bind(instance.name.as_str())
                 .bind(owner.as_str())
-                .bind(instance.engine.name())
+                .bind(instance.engine.name)
                 .bind(instance.backend.as_str())
                 .bind(instance.backend_id.as_str())
                 .bind(instance.host.as_str())

@@ -28,7 +28,7 @@ pub struct Project {
 const COLUMNS: &str = "slug, sandbox_services, sandbox_extensions, created_at_ms, updated_at_ms";
 
 fn services_json(services: &[EngineRef]) -> String {
-    let names: Vec<&str> = services.iter().map(|e| e.name()).collect();
+    let names: Vec<&str> = services.iter().map(|e| e.name).collect();
     serde_json::to_string(&names).expect("a list of strings always serializes")
 }
 

@@ -275,7 +275,7 @@ impl Settings {
 
     pub fn image_for(&self, engine: EngineRef) -> String {
         self.engines
-            .get(engine.name())
+            .get(engine.name)
             .and_then(|e| e.image.clone())
             .unwrap_or_else(|| engine.default_image().to_owned())
     }
@@ -283,8 +283,8 @@ impl Settings {
     pub fn deadlines(&self) -> BTreeMap<String, Duration> {
         engines::all()
             .filter_map(|engine| {
-                let secs = self.engines.get(engine.name())?.readiness_deadline_secs?;
-                Some((engine.name().to_owned(), Duration::from_secs(secs)))
+                let secs = self.engines.get(engine.name)?.readiness_deadline_secs?;
+                Some((engine.name.to_owned(), Duration::from_secs(secs)))
             })
             .collect()
     }

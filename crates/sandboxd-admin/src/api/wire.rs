@@ -59,7 +59,7 @@ impl From<Project> for ProjectOut {
             slug: p.slug.to_string(),
             sandbox_services: p
                 .sandbox_services
-                .map(|s| s.iter().map(|e| e.name().to_owned()).collect()),
+                .map(|s| s.iter().map(|e| e.name.to_owned()).collect()),
             sandbox_extensions: p.sandbox_extensions.map(|e| e.to_map()),
             created_at_ms: p.created_at_ms,
             updated_at_ms: p.updated_at_ms,
@@ -212,7 +212,7 @@ impl From<InstanceView> for InstanceOut {
     fn from(i: InstanceView) -> Self {
         Self {
             name: i.name,
-            engine: i.engine.name().to_owned(),
+            engine: i.engine.name.to_owned(),
             backend: i.backend.as_str().to_owned(),
             host: i.host,
             port: i.port,
@@ -243,7 +243,7 @@ impl From<SandboxView> for SandboxOut {
     fn from(s: SandboxView) -> Self {
         Self {
             owner: s.owner.to_string(),
-            engines: s.engines.iter().map(|e| e.name().to_owned()).collect(),
+            engines: s.engines.iter().map(|e| e.name.to_owned()).collect(),
             backends: s.backends.iter().map(|b| b.as_str().to_owned()).collect(),
             created_at_ms: s.created_at_ms,
             last_used_at_ms: s.last_used_at_ms,

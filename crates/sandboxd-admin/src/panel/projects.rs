@@ -25,7 +25,7 @@ fn services_cell(project: &Project) -> Markup {
         @match &project.sandbox_services {
             Some(services) if !services.is_empty() => {
                 @for engine in services {
-                    (badge("info", engine.name())) " "
+                    (badge("info", engine.name)) " "
                 }
             }
             _ => span class="muted" { "not opted in" },
@@ -146,7 +146,7 @@ fn save_failed(state: &AppState, session: &PanelSession, to: &str, err: BrokerEr
 }
 
 fn feature_noun(engine: EngineRef) -> &'static str {
-    match engine.feature_kind() {
+    match engine.feature_kind {
         FeatureKind::Extension => "extensions",
         FeatureKind::Module => "modules",
     }
@@ -174,23 +174,23 @@ fn sandbox_card(session: &PanelSession, project: &Project) -> Markup {
                             tr {
                                 td class="service" {
                                     label class="check" {
-                                        input type="checkbox" name="service" value=(engine.name())
-                                            id={ "service-" (engine.name()) }
+                                        input type="checkbox" name="service" value=(engine.name)
+                                            id={ "service-" (engine.name) }
                                             checked[services.contains(&engine)];
-                                        strong { (engine.title()) }
-                                        " " code class="muted" { (engine.name()) }
+                                        strong { (engine.title) }
+                                        " " code class="muted" { (engine.name) }
                                     }
                                 }
                                 td {
-                                    @if engine.features().is_empty() {
+                                    @if engine.features.is_empty() {
                                         span class="muted small" { "no " (feature_noun(engine)) " to choose" }
                                     } @else {
                                         div class="chips" {
-                                            @for feature in engine.features() {
+                                            @for feature in engine.features {
                                                 label class="chip" title=(feature.summary) {
                                                     input type="checkbox" name="feature"
-                                                        value={ (engine.name()) ":" (feature.name) }
-                                                        id={ "feature-" (engine.name()) "-" (feature.name) }
+                                                        value={ (engine.name) ":" (feature.name) }
+                                                        id={ "feature-" (engine.name) "-" (feature.name) }
                                                         checked[chosen.iter().any(|f| f.name() == feature.name)];
                                                     (feature.name)
                                                 }
@@ -358,7 +358,7 @@ pub async fn save(
             let summary = match &project.sandbox_services {
                 Some(services) if !services.is_empty() => services
                     .iter()
-                    .map(|e| e.name())
+                    .map(|e| e.name)
                     .collect::<Vec<_>>()
                     .join(", "),
                 _ => "not opted in".to_owned(),

@@ -52,7 +52,7 @@ pub async fn list(
                         @for sandbox in &sandboxes {
                             tr id={ "sandbox-" (sandbox.owner) } {
                                 td { code class="owner" { (sandbox.owner) } }
-                                td { @for engine in &sandbox.engines { (badge("info", engine.name())) " " } }
+                                td { @for engine in &sandbox.engines { (badge("info", engine.name)) " " } }
                                 td { (sandbox.backends.iter().map(|b| b.as_str()).collect::<Vec<_>>().join(", ")) }
                                 td class="num" { (age(now - sandbox.created_at_ms)) }
                                 td class="num last-used" {

@@ -339,15 +339,15 @@ async fn the_sandbox_card_saves_through_the_broker_and_refuses_what_it_refuses()
             // Every engine and every allowlisted feature of the registry has its checkbox.
             for engine in sandboxd_domain::engines::all() {
                 assert!(
-                    card.contains(&format!("value=\"{}\"", engine.name())),
+                    card.contains(&format!("value=\"{}\"", engine.name)),
                     "{}",
-                    engine.name()
+                    engine.name
                 );
-                for feature in engine.features() {
+                for feature in engine.features {
                     assert!(
-                        card.contains(&format!("value=\"{}:{}\"", engine.name(), feature.name)),
+                        card.contains(&format!("value=\"{}:{}\"", engine.name, feature.name)),
                         "{}:{}",
-                        engine.name(),
+                        engine.name,
                         feature.name
                     );
                 }
@@ -372,7 +372,7 @@ async fn the_sandbox_card_saves_through_the_broker_and_refuses_what_it_refuses()
                     .as_ref()
                     .expect("opted in")
                     .iter()
-                    .map(|e| e.name())
+                    .map(|e| e.name)
                     .collect::<Vec<_>>(),
                 ["postgres", "redis"]
             );

@@ -57,16 +57,16 @@ impl DockerConfig {
     /// The image that runs `engine`.
     pub fn image(&self, engine: EngineRef) -> String {
         self.images
-            .get(engine.name())
+            .get(engine.name)
             .cloned()
             .unwrap_or_else(|| engine.default_image().to_owned())
     }
 
     pub fn deadline(&self, engine: EngineRef) -> Duration {
         self.deadlines
-            .get(engine.name())
+            .get(engine.name)
             .copied()
-            .unwrap_or_else(|| engine.readiness_deadline())
+            .unwrap_or_else(|| engine.readiness_deadline)
     }
 
     /// The socket path without its `unix://` scheme.

@@ -28,7 +28,7 @@ pub(super) fn hint(engine: EngineRef, image: &str) -> String {
             "pull it with `docker pull {image}` (sandboxd never pulls by itself); where no \
              registry is reachable, build the local images with scripts/build-images.sh and set \
              [engines.{}] image = \"sandboxd-local/…\"",
-            engine.name()
+            engine.name
         )
     }
 }
@@ -44,7 +44,7 @@ pub(super) async fn inspect(
             volumes: found.config.and_then(|c| c.volumes).unwrap_or_default(),
         }),
         Err(err) if client::is_not_found(&err) => Err(BackendError::ImageMissing {
-            engine: engine.name(),
+            engine: engine.name,
             image: image.to_owned(),
             hint: hint(engine, image),
         }),

@@ -62,9 +62,9 @@ impl Labels {
         let mut labels = HashMap::from([
             (self.key(SANDBOX), "1".to_owned()),
             (self.key(OWNER), owner.to_string()),
-            (self.key(ENGINE), engine.name().to_owned()),
+            (self.key(ENGINE), engine.name.to_owned()),
             (self.key(CREATED), created_at_ms.to_string()),
-            (self.key(PORT), engine.port().to_string()),
+            (self.key(PORT), engine.port.to_string()),
         ]);
         if let Some(network) = network {
             labels.insert(self.key(NETWORK), network.to_owned());
@@ -95,7 +95,7 @@ impl Labels {
             created_at_ms: get(CREATED).and_then(|v| v.parse().ok()).unwrap_or(0),
             port: get(PORT)
                 .and_then(|v| v.parse().ok())
-                .unwrap_or_else(|| engine.port()),
+                .unwrap_or_else(|| engine.port),
             network: get(NETWORK).cloned(),
         })
     }

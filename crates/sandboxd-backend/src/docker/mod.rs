@@ -137,7 +137,7 @@ impl Backend for DockerBackend {
         let docker = self.client.get().await?;
         let found = state::inspect(docker, &instance.backend_id).await?;
         match found.as_ref().and_then(|f| state::address_on(f, network)) {
-            Some(address) => Ok((address, instance.engine.port())),
+            Some(address) => Ok((address, instance.engine.port)),
             None => Err(BackendError::Docker {
                 operation: "reaching",
                 name: instance.name.clone(),
@@ -263,7 +263,7 @@ impl Backend for DockerBackend {
         }
         for engine in engines::all() {
             let image = self.config.image(engine);
-            let subject = format!("{} (docker)", engine.name());
+            let subject = format!("{} (docker)", engine.name);
             checks.push(match self.supports(engine).await {
                 Ok(()) => DoctorCheck::ok(subject, format!("image {image} present")),
                 Err(BackendError::ImageMissing { hint, .. }) => {

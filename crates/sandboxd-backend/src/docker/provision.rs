@@ -43,15 +43,15 @@ impl DockerBackend {
         let name = instance_name(engine, &request.owner);
         self.clear_stale(docker, &name).await?;
 
-        let admin = Credentials::generate(engine.admin_user());
-        let agent = Credentials::generate(engine.agent_user());
+        let admin = Credentials::generate(engine.admin_user);
+        let agent = Credentials::generate(engine.agent_user);
         let recipe = engine.container(&admin, &agent);
         let created_at_ms = now_ms();
         let network = self.config.network.as_deref();
         let body = spec::create_body(&Spec {
             image: &image,
             recipe: &recipe,
-            port: engine.port(),
+            port: engine.port,
             labels: self
                 .labels
                 .for_instance(engine, &request.owner, created_at_ms, network),
@@ -135,7 +135,7 @@ impl DockerBackend {
             },
             admin: &admin_access,
             agent: &agent,
-            database: engine.agent_database(),
+            database: engine.agent_database,
             bootstrap: vec![],
             deadline: self.config.deadline(engine),
         };
@@ -165,7 +165,7 @@ impl DockerBackend {
             name: name.to_owned(),
             host,
             port,
-            database: engine.agent_database().to_owned(),
+            database: engine.agent_database.to_owned(),
             agent,
             admin: admin_access,
             features: BTreeSet::new(),
@@ -190,14 +190,14 @@ impl DockerBackend {
                 .as_ref()
                 .and_then(|f| state::address_on(f, network))
                 .map(|address| Reachability {
-                    handed: (name.to_owned(), engine.port()),
-                    dial: (address, engine.port()),
+                    handed: (name.to_owned(), engine.port),
+                    dial: (address, engine.port),
                 }),
             None => found
                 .as_ref()
                 .and_then(|f| f.network_settings.as_ref())
                 .and_then(|n| n.ports.as_ref())
-                .and_then(|ports| ports.get(&spec::port_key(engine.port())))
+                .and_then(|ports| ports.get(&spec::port_key(engine.port)))
                 .and_then(|bindings| bindings.as_ref())
                 .and_then(|bindings| {
                     bindings
@@ -223,7 +223,7 @@ impl DockerBackend {
             (_, Some(network)) => format!("the container has no address on network {network:?}"),
             (_, None) => format!(
                 "the engine published no port for {} on {PUBLISH_IP}",
-                spec::port_key(engine.port())
+                spec::port_key(engine.port)
             ),
         };
         Err(BackendError::ExitedEarly {

@@ -168,13 +168,13 @@ mod tests {
         volumes: &[String],
     ) -> (ContainerCreateBody, Credentials, Credentials) {
         let engine = EngineRef::parse(engine).expect("registered");
-        let admin = Credentials::generate(engine.admin_user());
-        let agent = Credentials::generate(engine.agent_user());
+        let admin = Credentials::generate(engine.admin_user);
+        let agent = Credentials::generate(engine.agent_user);
         let recipe = engine.container(&admin, &agent);
         let spec = Spec {
             image: engine.default_image(),
             recipe: &recipe,
-            port: engine.port(),
+            port: engine.port,
             labels: HashMap::from([("sandboxd.sandbox".to_owned(), "1".to_owned())]),
             limits: LIMITS,
             network,
@@ -195,7 +195,7 @@ mod tests {
     #[test]
     fn every_engine_is_hardened_and_capped() {
         for engine in engines::all() {
-            let (body, _, _) = body(engine.name(), None, &[]);
+            let (body, _, _) = body(engine.name, None, &[]);
             let host = body.host_config.expect("host config");
             assert_eq!(host.memory, Some(512 * 1024 * 1024), "{engine}");
             assert_eq!(host.memory_swap, host.memory, "{engine}");
@@ -229,7 +229,7 @@ mod tests {
                 );
             }
             let bindings = host.port_bindings.expect("published");
-            let key = port_key(engine.port());
+            let key = port_key(engine.port);
             let binding = &bindings[&key].as_ref().expect("one binding")[0];
             assert_eq!(binding.host_ip.as_deref(), Some("127.0.0.1"));
             assert_eq!(binding.host_port.as_deref(), Some(""));
@@ -241,7 +241,7 @@ mod tests {
     #[test]
     fn the_agent_password_is_never_in_the_container_spec() {
         for engine in engines::all() {
-            let (body, _, agent) = body(engine.name(), None, &[]);
+            let (body, _, agent) = body(engine.name, None, &[]);
             let json = serde_json::to_string(&body).expect("serializes");
             assert!(
                 !json.contains(agent.password.expose_secret()),
@@ -309,7 +309,7 @@ mod tests {
     #[test]
     fn mongo_agent_user_can_manage_databases_but_holds_no_admin_role() {
         let mongo = EngineRef::parse("mongo").expect("registered");
-        let agent = Credentials::generate(mongo.agent_user());
+        let agent = Credentials::generate(mongo.agent_user);
         let steps = mongo.setup(&agent, Default::default());
         assert_eq!(steps.len(), 1);
         let AdminStep::MongoCommand { database, command } = &steps[0] else {

@@ -144,7 +144,7 @@ impl ProcessBackend {
 
     fn recipe(engine: EngineRef) -> Result<ProcessRecipe, BackendError> {
         engine.process().ok_or(BackendError::NotInstalled {
-            engine: engine.name(),
+            engine: engine.name,
             missing: "a process recipe".into(),
             package: "(none: this engine runs only in containers)",
             alternative: "; use the docker backend",
@@ -156,7 +156,7 @@ impl ProcessBackend {
         recipe: &ProcessRecipe,
     ) -> Result<BTreeMap<&'static str, PathBuf>, BackendError> {
         programs::resolve(recipe).map_err(|missing| BackendError::NotInstalled {
-            engine: engine.name(),
+            engine: engine.name,
             missing: format!("`{missing}`"),
             package: recipe.package,
             alternative: ", or use the docker backend (--backend docker)",
@@ -166,9 +166,9 @@ impl ProcessBackend {
     fn deadline(&self, engine: EngineRef) -> Duration {
         self.config
             .deadlines
-            .get(engine.name())
+            .get(engine.name)
             .copied()
-            .unwrap_or_else(|| engine.readiness_deadline())
+            .unwrap_or_else(|| engine.readiness_deadline)
     }
 
     /// The instance directory for a handle, recomputed from its validated engine and owner:
@@ -270,8 +270,8 @@ impl ProcessBackend {
         }
         files::private_dir(&socket_dir, 0o700, owner).map_err(io("creating", &socket_dir))?;
 
-        let admin = Credentials::generate(engine.admin_user());
-        let agent = Credentials::generate(engine.agent_user());
+        let admin = Credentials::generate(engine.admin_user);
+        let agent = Credentials::generate(engine.agent_user);
         let port = free_port().map_err(io("choosing a port for", dir))?;
         let ctx = ProcessContext {
             programs,
@@ -337,7 +337,7 @@ impl ProcessBackend {
             pid_start_ticks: start_ticks,
             host: HOST.to_owned(),
             port,
-            database: engine.agent_database().to_owned(),
+            database: engine.agent_database.to_owned(),
             user: agent.user.clone(),
             created_at_ms: now_ms(),
             run_as: self.identity.run_as.clone(),
@@ -354,7 +354,7 @@ impl ProcessBackend {
             reach: Reach { host: HOST, port },
             admin: &admin_access,
             agent: &agent,
-            database: engine.agent_database(),
+            database: engine.agent_database,
             bootstrap,
             deadline: self.deadline(engine),
         };
@@ -381,7 +381,7 @@ impl ProcessBackend {
             name: name.to_owned(),
             host: HOST.to_owned(),
             port,
-            database: engine.agent_database().to_owned(),
+            database: engine.agent_database.to_owned(),
             agent,
             admin: admin_access,
             features: BTreeSet::new(),
@@ -581,7 +581,7 @@ impl Backend for ProcessBackend {
             };
             checks.push(match programs::resolve(&recipe) {
                 Ok(found) => DoctorCheck::ok(
-                    format!("{} (process)", engine.name()),
+                    format!("{} (process)", engine.name),
                     found
                         .values()
                         .map(|p| p.display().to_string())
@@ -589,7 +589,7 @@ impl Backend for ProcessBackend {
                         .join(", "),
                 ),
                 Err(missing) => DoctorCheck::missing(
-                    format!("{} (process)", engine.name()),
+                    format!("{} (process)", engine.name),
                     format!("`{missing}` not found"),
                     format!("install {}", recipe.package),
                 ),
@@ -613,7 +613,7 @@ impl Backend for ProcessBackend {
 fn handle_from_dir_name(file_name: &str, dir: &Path) -> Option<InstanceHandle> {
     let rest = file_name.strip_prefix("sandboxd-")?;
     engines::all().find_map(|engine| {
-        let owner = rest.strip_prefix(engine.name())?.strip_prefix('-')?;
+        let owner = rest.strip_prefix(engine.name)?.strip_prefix('-')?;
         let owner = sandboxd_domain::AgentSlug::parse(owner).ok()?;
         Some(InstanceHandle {
             engine,

@@ -40,8 +40,8 @@ impl Templates {
         };
         let key = format!(
             "{}-{}",
-            engine.name(),
-            stable_key(engine.name(), programs, identity)
+            engine.name,
+            stable_key(engine.name, programs, identity)
         );
         let final_dir = root.join(&key);
         let data = final_dir.join("data");
@@ -61,7 +61,7 @@ impl Templates {
         }
         progress(&format!(
             "building the {} template data directory (once per installation)…",
-            engine.title()
+            engine.title
         ));
         std::fs::create_dir_all(root)
             .map_err(|e| BackendError::io("creating", root.display().to_string(), e))?;
@@ -86,7 +86,7 @@ impl Templates {
                 ));
             }
         }
-        progress(&format!("{} template ready", engine.title()));
+        progress(&format!("{} template ready", engine.title));
         Ok(Some(data))
     }
 }

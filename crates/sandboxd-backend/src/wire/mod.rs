@@ -58,12 +58,12 @@ pub enum ActivationError {
 
 /// Connects as superuser and asks the server what it is.
 pub async fn server_facts(
-    engine: &dyn Engine,
+    engine: &Engine,
     admin: &AdminAccess,
     reach: Reach<'_>,
 ) -> Result<ServerFacts, WireError> {
-    match engine.protocol() {
-        Protocol::Postgres => postgres::server_facts(admin, reach, engine.admin_database()).await,
+    match engine.protocol {
+        Protocol::Postgres => postgres::server_facts(admin, reach, engine.admin_database).await,
         Protocol::Redis => redis::server_facts(admin, reach).await,
         Protocol::Mysql => mysql::server_facts(admin, reach).await,
         Protocol::Mongo => mongo::server_facts(admin, reach).await,
@@ -73,13 +73,13 @@ pub async fn server_facts(
 /// Runs one setup step as superuser (or, with `admin` None, unauthenticated over loopback for a
 /// server's bootstrap).
 pub async fn run_step(
-    engine: &dyn Engine,
+    engine: &Engine,
     admin: Option<&AdminAccess>,
     reach: Reach<'_>,
     step: &AdminStep,
 ) -> Result<(), WireError> {
-    match engine.protocol() {
-        Protocol::Postgres => postgres::run_step(admin, reach, engine.admin_database(), step).await,
+    match engine.protocol {
+        Protocol::Postgres => postgres::run_step(admin, reach, engine.admin_database, step).await,
         Protocol::Mysql => mysql::run_step(admin, reach, step).await,
         Protocol::Mongo => mongo::run_step(admin, reach, step).await,
         Protocol::Redis => Err(WireError(
@@ -90,12 +90,12 @@ pub async fn run_step(
 
 /// One authenticated round trip with the handed-out account: the readiness probe.
 pub async fn probe(
-    engine: &dyn Engine,
+    engine: &Engine,
     reach: Reach<'_>,
     agent: &Credentials,
     database: &str,
 ) -> Result<(), WireError> {
-    match engine.protocol() {
+    match engine.protocol {
         Protocol::Postgres => postgres::probe(reach, agent, database).await,
         Protocol::Redis => redis::probe(reach, agent).await,
         Protocol::Mysql => mysql::probe(reach, agent, database).await,
@@ -105,19 +105,19 @@ pub async fn probe(
 
 /// Activates features as superuser, in the agent's database where that matters.
 pub async fn activate(
-    engine: &dyn Engine,
+    engine: &Engine,
     admin: &AdminAccess,
     reach: Reach<'_>,
     database: &str,
     features: &BTreeSet<Feature>,
 ) -> Result<(), (Feature, ActivationError)> {
     for feature in features {
-        let outcome = match engine.protocol() {
+        let outcome = match engine.protocol {
             Protocol::Postgres => postgres::activate(admin, reach, database, feature).await,
             Protocol::Redis => redis::activate(admin, reach, feature).await,
             Protocol::Mysql | Protocol::Mongo => Err(ActivationError::Missing(format!(
                 "{} has no activatable features",
-                engine.title()
+                engine.title
             ))),
         };
         outcome.map_err(|err| (*feature, err))?;

@@ -1020,7 +1020,7 @@ async fn on_a_named_network_agents_reach_instances_by_name_and_nothing_is_publis
             let (pg, redis) = (&set[0], &set[1]);
             for instance in &set {
                 assert_eq!(instance.host, instance.name, "agents reach it by name");
-                assert_eq!(instance.port, instance.engine.port());
+                assert_eq!(instance.port, instance.engine.port);
                 let found = docker
                     .inspect_container(&instance.backend_id, None)
                     .await

@@ -478,7 +478,7 @@ async fn credentials_never_reach_logs_or_metadata() {
             }
             let redis = instances
                 .iter()
-                .find(|i| i.engine.name() == "redis")
+                .find(|i| i.engine.name == "redis")
                 .expect("redis");
             let conf =
                 std::fs::read_to_string(std::path::Path::new(&redis.backend_id).join("redis.conf"))

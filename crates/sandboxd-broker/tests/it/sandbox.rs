@@ -126,7 +126,7 @@ async fn a_dead_member_evicts_the_whole_sandbox(kind: Kind) {
             assert_eq!(listed.len(), 2);
             let redis = listed
                 .iter()
-                .find(|i| i.handle.engine.name() == "redis")
+                .find(|i| i.handle.engine.name == "redis")
                 .expect("redis listed");
             kill_out_of_band(kind, redis);
             let mut dead = false;

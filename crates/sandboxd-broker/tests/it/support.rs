@@ -77,7 +77,7 @@ impl Backend for Counting {
             .provisions
             .lock()
             .expect("lock")
-            .entry(request.engine.name().to_owned())
+            .entry(request.engine.name.to_owned())
             .or_default() += 1;
         self.inner.provision(request).await
     }

@@ -9,9 +9,9 @@ use secrecy::{ExposeSecret, SecretString};
 
 use crate::credentials::{Credentials, mysql_native_hash};
 use crate::engine::{
-    AdminAccess, AdminStep, CommandPlan, ContainerRecipe, Endpoint, Engine, FeatureKind,
-    FeatureSpec, MYSQL_SOCKET_FILE, PlannedFile, ProcessContext, ProcessRecipe, Protocol,
-    ServerFacts, Signal, TemplatePlan, Tmpfs, sql_literal,
+    AdminAccess, AdminStep, CommandPlan, ContainerRecipe, Endpoint, Engine, EngineRecipes,
+    FeatureKind, MYSQL_SOCKET_FILE, PlannedFile, ProcessContext, ProcessRecipe, Protocol,
+    ServerFacts, Signal, TemplatePlan, Tmpfs, mysql_identifier, sql_literal,
 };
 use crate::names::EnvPrefix;
 
@@ -27,39 +27,23 @@ const THROWAWAY_ARGS: &[&str] = &[
     "--skip-name-resolve",
 ];
 
-fn mysql_identifier(value: &str) -> String {
-    format!("`{}`", value.replace('`', "``"))
-}
+pub static MARIADB: Engine = Engine {
+    name: "mariadb",
+    title: "MariaDB",
+    protocol: Protocol::Mysql,
+    images: &["mariadb:11"],
+    port: 3306,
+    readiness_deadline: Duration::from_secs(60),
+    feature_kind: FeatureKind::Extension,
+    features: &[],
+    admin_user: "root",
+    admin_database: "",
+    agent_user: "sandbox",
+    agent_database: "sandbox",
+    recipes: &MariaDb,
+};
 
-impl Engine for MariaDb {
-    fn name(&self) -> &'static str {
-        "mariadb"
-    }
-    fn title(&self) -> &'static str {
-        "MariaDB"
-    }
-    fn protocol(&self) -> Protocol {
-        Protocol::Mysql
-    }
-    fn default_image(&self) -> &'static str {
-        "mariadb:11"
-    }
-    fn port(&self) -> u16 {
-        3306
-    }
-    fn readiness_deadline(&self) -> Duration {
-        Duration::from_secs(60)
-    }
-    fn feature_kind(&self) -> FeatureKind {
-        FeatureKind::Extension
-    }
-    fn features(&self) -> &'static [FeatureSpec] {
-        &[]
-    }
-    fn admin_user(&self) -> &'static str {
-        "root"
-    }
-
+impl EngineRecipes for MariaDb {
     fn container(&self, admin: &Credentials, _agent: &Credentials) -> ContainerRecipe {
         let mut command = vec!["mariadbd".to_owned()];
         command.extend(THROWAWAY_ARGS.iter().map(|a| (*a).to_owned()));
@@ -114,12 +98,12 @@ impl Engine for MariaDb {
     }
 
     fn setup(&self, agent: &Credentials, _facts: ServerFacts) -> Vec<AdminStep> {
-        let database = mysql_identifier(self.agent_database());
+        let database = mysql_identifier(MARIADB.agent_database);
         let account = format!("{}@'%'", sql_literal(&agent.user));
         // The native-password hash, never the password: the statement may be logged.
         let password = sql_literal(&mysql_native_hash(&agent.password));
         let test_prefix = mysql_identifier("test\\_%");
-        let own_prefix = mysql_identifier(&format!("{}\\_%", self.agent_database()));
+        let own_prefix = mysql_identifier(&format!("{}\\_%", MARIADB.agent_database));
         [
             format!("CREATE DATABASE IF NOT EXISTS {database}"),
             format!("CREATE USER {account} IDENTIFIED BY PASSWORD {password}"),

@@ -1,7 +1,12 @@
-//! The engine registry: the one place that lists engines. Adding an engine is one file here and
-//! one line in [`REGISTRY`].
+//! The engine registry: the one place that lists engines, and [`EngineRef`], the handle every
+//! other layer holds. Adding an engine is one file here and one line in [`REGISTRY`].
 
-use crate::engine::{Engine, EngineRef};
+use std::fmt;
+use std::hash::{Hash, Hasher};
+
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+use crate::engine::Engine;
 use crate::error::{InputError, allowed_list, quote};
 
 pub mod mariadb;
@@ -10,25 +15,25 @@ pub mod postgres;
 pub mod redis;
 
 /// Every engine sandboxd can provision, in the order they are shown to people.
-pub static REGISTRY: &[&dyn Engine] = &[
-    &postgres::Postgres,
-    &redis::Redis,
-    &mariadb::MariaDb,
-    &mongo::Mongo,
+pub static REGISTRY: &[&Engine] = &[
+    &postgres::POSTGRES,
+    &redis::REDIS,
+    &mariadb::MARIADB,
+    &mongo::MONGO,
 ];
 
 pub fn all() -> impl Iterator<Item = EngineRef> {
-    REGISTRY.iter().map(|engine| EngineRef(*engine))
+    REGISTRY.iter().map(|engine| EngineRef(engine))
 }
 
 /// The registered names, comma-separated, for "allowed: …" messages.
 pub fn allowed_names() -> String {
-    allowed_list(REGISTRY.iter().map(|e| e.name()))
+    allowed_list(REGISTRY.iter().map(|e| e.name))
 }
 
 pub fn lookup(name: &str) -> Result<EngineRef, InputError> {
     all()
-        .find(|engine| engine.name() == name)
+        .find(|engine| engine.name == name)
         .ok_or_else(|| InputError::UnknownEngine {
             given: quote(name),
             allowed: allowed_names(),
@@ -53,6 +58,85 @@ pub fn parse_list(csv: &str) -> Result<Vec<EngineRef>, InputError> {
     Ok(engines)
 }
 
+/// A handle to a registered engine: cheap to copy, compared and ordered by name, serialized as
+/// its name.
+#[derive(Clone, Copy)]
+pub struct EngineRef(&'static Engine);
+
+impl EngineRef {
+    /// Looks a name up in the registry.
+    pub fn parse(name: &str) -> Result<Self, InputError> {
+        lookup(name)
+    }
+
+    pub fn get(self) -> &'static Engine {
+        self.0
+    }
+}
+
+impl std::ops::Deref for EngineRef {
+    type Target = Engine;
+    fn deref(&self) -> &Self::Target {
+        self.0
+    }
+}
+
+impl fmt::Debug for EngineRef {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.0.name)
+    }
+}
+
+impl fmt::Display for EngineRef {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.0.name)
+    }
+}
+
+impl PartialEq for EngineRef {
+    fn eq(&self, other: &Self) -> bool {
+        self.0.name == other.0.name
+    }
+}
+impl Eq for EngineRef {}
+
+impl Hash for EngineRef {
+    fn hash<H: Hasher>(&self, state: &mut H) {
+        self.0.name.hash(state);
+    }
+}
+
+impl PartialOrd for EngineRef {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+impl Ord for EngineRef {
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        self.0.name.cmp(other.0.name)
+    }
+}
+
+impl std::str::FromStr for EngineRef {
+    type Err = InputError;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        Self::parse(s)
+    }
+}
+
+impl Serialize for EngineRef {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(self.0.name)
+    }
+}
+
+impl<'de> Deserialize<'de> for EngineRef {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let raw = String::deserialize(d)?;
+        Self::parse(&raw).map_err(serde::de::Error::custom)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use std::collections::BTreeSet;
@@ -66,10 +150,10 @@ mod tests {
 
     #[test]
     fn names_are_unique_and_lookup_round_trips() {
-        let names: BTreeSet<_> = REGISTRY.iter().map(|e| e.name()).collect();
+        let names: BTreeSet<_> = REGISTRY.iter().map(|e| e.name).collect();
         assert_eq!(names.len(), REGISTRY.len());
         for engine in all() {
-            assert_eq!(lookup(engine.name()).expect("registered"), engine);
+            assert_eq!(lookup(engine.name).expect("registered"), engine);
         }
     }
 
@@ -92,8 +176,8 @@ mod tests {
         for (name, image, deadline, protocol) in expect {
             let engine = lookup(name).expect("registered");
             assert_eq!(engine.default_image(), image);
-            assert_eq!(engine.readiness_deadline().as_secs(), deadline);
-            assert_eq!(engine.protocol(), protocol);
+            assert_eq!(engine.readiness_deadline.as_secs(), deadline);
+            assert_eq!(engine.protocol, protocol);
         }
     }
 
@@ -102,7 +186,7 @@ mod tests {
         let features = |name: &str| -> Vec<&str> {
             lookup(name)
                 .expect("registered")
-                .features()
+                .features
                 .iter()
                 .map(|f| f.name)
                 .collect()

@@ -10,8 +10,8 @@ use secrecy::{ExposeSecret, SecretString};
 
 use crate::credentials::Credentials;
 use crate::engine::{
-    AdminAccess, AdminStep, CommandPlan, ContainerRecipe, Endpoint, Engine, FeatureKind,
-    FeatureSpec, PlannedFile, ProcessContext, ProcessRecipe, Protocol, ServerFacts, Signal, Tmpfs,
+    AdminAccess, AdminStep, CommandPlan, ContainerRecipe, Endpoint, Engine, EngineRecipes,
+    FeatureKind, PlannedFile, ProcessContext, ProcessRecipe, Protocol, ServerFacts, Signal, Tmpfs,
 };
 use crate::names::EnvPrefix;
 
@@ -20,35 +20,23 @@ pub struct Mongo;
 
 const SERVER_ARGS: &[&str] = &["--noscripting", "--wiredTigerCacheSizeGB", "0.25"];
 
-impl Engine for Mongo {
-    fn name(&self) -> &'static str {
-        "mongo"
-    }
-    fn title(&self) -> &'static str {
-        "MongoDB"
-    }
-    fn protocol(&self) -> Protocol {
-        Protocol::Mongo
-    }
-    fn default_image(&self) -> &'static str {
-        "mongo:8"
-    }
-    fn port(&self) -> u16 {
-        27017
-    }
-    fn readiness_deadline(&self) -> Duration {
-        Duration::from_secs(60)
-    }
-    fn feature_kind(&self) -> FeatureKind {
-        FeatureKind::Extension
-    }
-    fn features(&self) -> &'static [FeatureSpec] {
-        &[]
-    }
-    fn admin_user(&self) -> &'static str {
-        "sandboxd_admin"
-    }
+pub static MONGO: Engine = Engine {
+    name: "mongo",
+    title: "MongoDB",
+    protocol: Protocol::Mongo,
+    images: &["mongo:8"],
+    port: 27017,
+    readiness_deadline: Duration::from_secs(60),
+    feature_kind: FeatureKind::Extension,
+    features: &[],
+    admin_user: "sandboxd_admin",
+    admin_database: "",
+    agent_user: "sandbox",
+    agent_database: "sandbox",
+    recipes: &Mongo,
+};
 
+impl EngineRecipes for Mongo {
     fn container(&self, admin: &Credentials, _agent: &Credentials) -> ContainerRecipe {
         let mut command = vec!["mongod".to_owned()];
         command.extend(SERVER_ARGS.iter().map(|a| (*a).to_owned()));

@@ -9,8 +9,8 @@ use secrecy::{ExposeSecret, SecretString};
 use crate::credentials::{Credentials, pg_scram_verifier};
 use crate::engine::{
     Activation, AdminAccess, AdminStep, CommandPlan, ContainerRecipe, Endpoint, Engine,
-    FeatureKind, FeatureSpec, PlannedFile, ProcessContext, ProcessRecipe, Protocol, ServerFacts,
-    Signal, TemplatePlan, Tmpfs, pg_identifier, sql_literal,
+    EngineRecipes, FeatureKind, FeatureSpec, PlannedFile, ProcessContext, ProcessRecipe, Protocol,
+    ServerFacts, Signal, TemplatePlan, Tmpfs, pg_identifier, sql_literal,
 };
 use crate::names::EnvPrefix;
 
@@ -72,38 +72,23 @@ const THROWAWAY_SETTINGS: &[&str] = &[
     "max_connections=100",
 ];
 
-impl Engine for Postgres {
-    fn name(&self) -> &'static str {
-        "postgres"
-    }
-    fn title(&self) -> &'static str {
-        "PostgreSQL"
-    }
-    fn protocol(&self) -> Protocol {
-        Protocol::Postgres
-    }
-    fn default_image(&self) -> &'static str {
-        "postgres:16-alpine"
-    }
-    fn port(&self) -> u16 {
-        5432
-    }
-    fn readiness_deadline(&self) -> Duration {
-        Duration::from_secs(60)
-    }
-    fn feature_kind(&self) -> FeatureKind {
-        FeatureKind::Extension
-    }
-    fn features(&self) -> &'static [FeatureSpec] {
-        FEATURES
-    }
-    fn admin_user(&self) -> &'static str {
-        "sandboxd_admin"
-    }
-    fn admin_database(&self) -> &'static str {
-        "postgres"
-    }
+pub static POSTGRES: Engine = Engine {
+    name: "postgres",
+    title: "PostgreSQL",
+    protocol: Protocol::Postgres,
+    images: &["postgres:16-alpine"],
+    port: 5432,
+    readiness_deadline: Duration::from_secs(60),
+    feature_kind: FeatureKind::Extension,
+    features: FEATURES,
+    admin_user: "sandboxd_admin",
+    admin_database: "postgres",
+    agent_user: "sandbox",
+    agent_database: "sandbox",
+    recipes: &Postgres,
+};
 
+impl EngineRecipes for Postgres {
     fn container(&self, admin: &Credentials, _agent: &Credentials) -> ContainerRecipe {
         let mut command = vec!["postgres".to_owned()];
         for setting in THROWAWAY_SETTINGS {
@@ -119,7 +104,7 @@ impl Engine for Postgres {
                 ("POSTGRES_PASSWORD".into(), admin.password.clone()),
                 (
                     "POSTGRES_DB".into(),
-                    SecretString::from(self.admin_database()),
+                    SecretString::from(POSTGRES.admin_database),
                 ),
                 ("PGDATA".into(), SecretString::from(PGDATA)),
             ],
@@ -152,7 +137,7 @@ impl Engine for Postgres {
             launch,
             admin: |ctx| AdminAccess::Socket {
                 directory: ctx.socket_dir.to_path_buf(),
-                user: Postgres.admin_user().to_owned(),
+                user: POSTGRES.admin_user.to_owned(),
             },
             bootstrap: None,
             graceful_signal: Signal::Int,
@@ -161,7 +146,7 @@ impl Engine for Postgres {
 
     fn setup(&self, agent: &Credentials, facts: ServerFacts) -> Vec<AdminStep> {
         let role = pg_identifier(&agent.user);
-        let database = pg_identifier(self.agent_database());
+        let database = pg_identifier(POSTGRES.agent_database);
         // CREATEROLE cannot escalate from PostgreSQL 16 on; before that it could grant itself
         // any non-superuser role, including the pg_* server roles.
         let createrole = if facts.major_version.is_some_and(|major| major >= 16) {
@@ -184,7 +169,7 @@ impl Engine for Postgres {
                 statement: SecretString::from(format!("CREATE DATABASE {database} OWNER {role}")),
             },
             AdminStep::Sql {
-                database: Some(self.agent_database().to_owned()),
+                database: Some(POSTGRES.agent_database.to_owned()),
                 statement: SecretString::from(format!("ALTER SCHEMA public OWNER TO {role}")),
             },
         ]
@@ -218,7 +203,7 @@ fn template(ctx: &ProcessContext<'_>) -> TemplatePlan {
             program: ctx.programs["initdb"].clone(),
             args: vec![
                 format!("--pgdata={}", ctx.data_dir.display()),
-                format!("--username={}", Postgres.admin_user()),
+                format!("--username={}", POSTGRES.admin_user),
                 "--auth-local=trust".into(),
                 "--auth-host=scram-sha-256".into(),
                 "--encoding=UTF8".into(),
@@ -236,7 +221,7 @@ fn template(ctx: &ProcessContext<'_>) -> TemplatePlan {
                  host all {admin} all reject\n\
                  host all all 127.0.0.1/32 scram-sha-256\n\
                  host all all ::1/128 scram-sha-256\n",
-                admin = Postgres.admin_user()
+                admin = POSTGRES.admin_user
             )),
         }],
     }

@@ -10,8 +10,8 @@ use secrecy::{ExposeSecret, SecretString};
 use crate::credentials::{Credentials, sha256_hex};
 use crate::engine::{
     Activation, AdminAccess, AdminStep, CommandPlan, ContainerRecipe, Endpoint, Engine,
-    FeatureKind, FeatureSpec, PlannedFile, ProcessContext, ProcessRecipe, Protocol, ServerFacts,
-    Signal, Tmpfs,
+    EngineRecipes, FeatureKind, FeatureSpec, PlannedFile, ProcessContext, ProcessRecipe, Protocol,
+    ServerFacts, Signal, Tmpfs,
 };
 use crate::names::EnvPrefix;
 
@@ -114,40 +114,28 @@ fn settings(admin: &Credentials, agent: &Credentials) -> Vec<(&'static str, Vec<
     ]
 }
 
-impl Engine for Redis {
-    fn name(&self) -> &'static str {
-        "redis"
-    }
-    fn title(&self) -> &'static str {
-        "Redis"
-    }
-    fn protocol(&self) -> Protocol {
-        Protocol::Redis
-    }
-    fn default_image(&self) -> &'static str {
-        "redis:8-alpine"
-    }
-    fn port(&self) -> u16 {
-        6379
-    }
-    fn readiness_deadline(&self) -> Duration {
-        Duration::from_secs(15)
-    }
-    fn feature_kind(&self) -> FeatureKind {
-        FeatureKind::Module
-    }
-    fn features(&self) -> &'static [FeatureSpec] {
-        FEATURES
-    }
-    fn admin_user(&self) -> &'static str {
-        "sandboxd_admin"
-    }
+pub static REDIS: Engine = Engine {
+    name: "redis",
+    title: "Redis",
+    protocol: Protocol::Redis,
+    images: &["redis:8-alpine"],
+    port: 6379,
+    readiness_deadline: Duration::from_secs(15),
+    feature_kind: FeatureKind::Module,
+    features: FEATURES,
+    admin_user: "sandboxd_admin",
+    admin_database: "",
+    agent_user: "sandbox",
+    agent_database: "sandbox",
+    recipes: &Redis,
+};
 
+impl EngineRecipes for Redis {
     fn container(&self, admin: &Credentials, agent: &Credentials) -> ContainerRecipe {
         let mut command = vec![
             "redis-server".to_owned(),
             "--port".to_owned(),
-            self.port().to_string(),
+            REDIS.port.to_string(),
         ];
         for (directive, args) in settings(admin, agent) {
             command.push(format!("--{directive}"));

@@ -22,10 +22,10 @@ fn instance(engine: &str, owner: &AgentSlug, features: &[&str], socket_admin: bo
         } else {
             BackendKind::Docker
         },
-        backend_id: format!("id-{}-{owner}", engine.name()),
+        backend_id: format!("id-{}-{owner}", engine.name),
         name: instance_name(engine, owner),
         host: "127.0.0.1".into(),
-        port: 40_000 + engine.name().len() as u16,
+        port: 40_000 + engine.name.len() as u16,
         database: "sandbox".into(),
         agent: Credentials::generate("sandbox"),
         admin: if socket_admin {

@@ -59,7 +59,7 @@ pub async fn run(args: Args, settings: &Settings) -> ExitCode {
     let mut ok = true;
     for instance in &instances {
         let evidence = instance.evidence(&settings.env_prefix);
-        match query(instance.engine.protocol(), &evidence).await {
+        match query(instance.engine.protocol, &evidence).await {
             Ok(answer) => println!("{}: {answer}", evidence.service),
             Err(err) => {
                 ok = false;

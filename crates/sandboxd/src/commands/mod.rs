@@ -44,7 +44,7 @@ async fn provision_shown(
         "provisioning {} on the {} backend…",
         requests
             .iter()
-            .map(|r| r.engine.name())
+            .map(|r| r.engine.name)
             .collect::<Vec<_>>()
             .join(", "),
         backend.kind()

@@ -1,0 +1,171 @@
+//! What sandboxd knows about one kind of database server. An engine is a `static` [`Engine`]
+//! value: its data (name, images, port, deadline, allowlist, accounts) as plain fields, and its
+//! behaviour as the pure functions of [`EngineRecipes`] (container recipe, process recipe, setup
+//! steps, env rendering). Backends read both; they never `match` on an engine's name. The
+//! registry of engines and the [`EngineRef`](crate::engines::EngineRef) handle live in
+//! [`crate::engines`].
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::time::Duration;
+
+use crate::credentials::Credentials;
+use crate::names::EnvPrefix;
+
+mod quote;
+mod recipe;
+
+pub use quote::{mysql_identifier, pg_identifier, sql_literal};
+pub use recipe::{
+    AdminAccess, AdminStep, CommandPlan, ContainerRecipe, Endpoint, MYSQL_SOCKET_FILE, PlannedFile,
+    ProcessContext, ProcessRecipe, ServerFacts, Signal, TemplatePlan, Tmpfs,
+};
+
+/// One kind of database server, as data. Each engine file defines one `static` of it and the
+/// registry lists it; nothing else in the workspace names an engine.
+pub struct Engine {
+    /// The name agents and operators use (`postgres`).
+    pub name: &'static str,
+    /// A human name (`PostgreSQL`).
+    pub title: &'static str,
+    pub protocol: Protocol,
+    /// Images that run this engine, the default first.
+    pub images: &'static [&'static str],
+    /// The port the server listens on inside its container.
+    pub port: u16,
+    pub readiness_deadline: Duration,
+    pub feature_kind: FeatureKind,
+    /// The allowlist: the only features that can ever be activated.
+    pub features: &'static [FeatureSpec],
+    /// The superuser the daemon keeps.
+    pub admin_user: &'static str,
+    /// The database the superuser connects to for setup (empty: the server's default).
+    pub admin_database: &'static str,
+    /// The handed-out (non-superuser) account.
+    pub agent_user: &'static str,
+    /// The handed-out account's database.
+    pub agent_database: &'static str,
+    /// What the engine does, as pure functions.
+    pub recipes: &'static dyn EngineRecipes,
+}
+
+/// An engine's behaviour: pure functions from credentials and facts to the recipes backends
+/// carry out.
+pub trait EngineRecipes: Send + Sync + 'static {
+    /// How to run the engine's image as a container.
+    fn container(&self, admin: &Credentials, agent: &Credentials) -> ContainerRecipe;
+    /// How to run the engine as a local child process; None when it runs only in containers.
+    fn process(&self) -> Option<ProcessRecipe>;
+    /// Statements run as superuser once the server answers, creating the handed-out account.
+    fn setup(&self, agent: &Credentials, facts: ServerFacts) -> Vec<AdminStep>;
+    /// `(url, env)` for the evidence.
+    fn render(
+        &self,
+        endpoint: &Endpoint<'_>,
+        prefix: &EnvPrefix,
+    ) -> (String, BTreeMap<String, String>);
+}
+
+impl Engine {
+    /// The image used when the operator configured none.
+    pub fn default_image(&self) -> &'static str {
+        self.images.first().copied().unwrap_or(self.name)
+    }
+
+    pub fn feature(&self, name: &str) -> Option<&'static FeatureSpec> {
+        self.features.iter().find(|f| f.name == name)
+    }
+
+    pub fn container(&self, admin: &Credentials, agent: &Credentials) -> ContainerRecipe {
+        self.recipes.container(admin, agent)
+    }
+
+    pub fn process(&self) -> Option<ProcessRecipe> {
+        self.recipes.process()
+    }
+
+    pub fn setup(&self, agent: &Credentials, facts: ServerFacts) -> Vec<AdminStep> {
+        self.recipes.setup(agent, facts)
+    }
+
+    pub fn render(
+        &self,
+        endpoint: &Endpoint<'_>,
+        prefix: &EnvPrefix,
+    ) -> (String, BTreeMap<String, String>) {
+        self.recipes.render(endpoint, prefix)
+    }
+}
+
+impl fmt::Debug for Engine {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name)
+    }
+}
+
+/// The wire protocol family of an engine. Backends keep one client per family, so an engine that
+/// speaks an existing protocol needs no backend code at all.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Protocol {
+    Postgres,
+    Redis,
+    Mysql,
+    Mongo,
+}
+
+/// What an engine's features are called in the evidence an agent receives.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FeatureKind {
+    /// `available_extensions`
+    Extension,
+    /// `available_modules`
+    Module,
+}
+
+impl FeatureKind {
+    pub fn evidence_key(self) -> &'static str {
+        match self {
+            Self::Extension => "available_extensions",
+            Self::Module => "available_modules",
+        }
+    }
+}
+
+/// One allowlisted feature and how the daemon activates it, as the service superuser, after the
+/// base readiness probe passed.
+#[derive(Debug)]
+pub struct FeatureSpec {
+    pub name: &'static str,
+    pub summary: &'static str,
+    pub activation: Activation,
+}
+
+#[derive(Debug)]
+pub enum Activation {
+    /// `CREATE EXTENSION IF NOT EXISTS "<extension>"` in the agent's database.
+    PgExtension {
+        extension: &'static str,
+        /// The Debian package providing it; `{major}` stands for the server's major version.
+        package: &'static str,
+    },
+    /// Makes sure a Redis module is loaded: present in `MODULE LIST` under one of `names`, else
+    /// `MODULE LOAD` of the first of `libraries` the server can load.
+    RedisModule {
+        names: &'static [&'static str],
+        libraries: &'static [&'static str],
+        package: &'static str,
+    },
+}
+
+impl Activation {
+    /// What to install to get this feature, for error messages and `doctor`.
+    pub fn package_hint(&self, major_version: Option<u32>) -> String {
+        let package = match self {
+            Self::PgExtension { package, .. } | Self::RedisModule { package, .. } => *package,
+        };
+        match major_version {
+            Some(major) => package.replace("{major}", &major.to_string()),
+            None => package.to_owned(),
+        }
+    }
+}

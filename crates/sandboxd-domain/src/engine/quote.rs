@@ -1,0 +1,29 @@
+//! Quoting for the statements engines' setup steps build. Only ever applied to values the daemon
+//! generated (hex passwords, verifiers) or validated (names), but quoted anyway.
+
+/// Quotes an SQL string literal (standard-conforming: doubled single quotes).
+pub fn sql_literal(value: &str) -> String {
+    format!("'{}'", value.replace('\'', "''"))
+}
+
+/// Quotes an SQL identifier with double quotes (Postgres).
+pub fn pg_identifier(value: &str) -> String {
+    format!("\"{}\"", value.replace('"', "\"\""))
+}
+
+/// Quotes a MySQL/MariaDB identifier with backticks.
+pub fn mysql_identifier(value: &str) -> String {
+    format!("`{}`", value.replace('`', "``"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn quotes_are_doubled() {
+        assert_eq!(sql_literal("a'b"), "'a''b'");
+        assert_eq!(pg_identifier("a\"b"), "\"a\"\"b\"");
+        assert_eq!(mysql_identifier("a`b"), "`a``b`");
+    }
+}

@@ -1,0 +1,152 @@
+//! What an engine's behaviour produces: the recipes backends carry out. A container recipe (env,
+//! command, user, tmpfs), a process recipe (programs, template, launch, superuser access), the
+//! superuser's setup steps, and the endpoint the evidence is rendered from. All plain data; the
+//! backends do the I/O.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use secrecy::SecretString;
+
+use crate::credentials::Credentials;
+
+/// A tmpfs mount of a container.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Tmpfs {
+    pub path: &'static str,
+    pub size_mb: u32,
+    pub mode: &'static str,
+    /// Owner of the mount. Some Docker versions ignore `mode` where the image already has the
+    /// directory, leaving a root-owned 0755 mount the non-root server cannot write; the official
+    /// images' service users are uid 999, so owning the mount works for them and ours alike.
+    pub uid: Option<u32>,
+}
+
+/// How to run an engine's image as a container. The secrets are the superuser's: the image's own
+/// environment contract takes them from the environment, as the official images document.
+#[derive(Debug)]
+pub struct ContainerRecipe {
+    pub env: Vec<(String, SecretString)>,
+    /// Arguments after the image's entrypoint.
+    pub command: Vec<String>,
+    /// The image's non-root user, when its entrypoint supports starting as it.
+    pub user: Option<&'static str>,
+    pub tmpfs: Vec<Tmpfs>,
+    /// Capabilities the entrypoint needs; empty when `user` is set.
+    pub capabilities: Vec<&'static str>,
+}
+
+/// The file name of a MySQL-protocol server's socket inside its private socket directory.
+pub const MYSQL_SOCKET_FILE: &str = "mysqld.sock";
+
+/// How the daemon, as superuser, talks to an instance.
+#[derive(Debug, Clone)]
+pub enum AdminAccess {
+    /// Over TCP with the superuser's password.
+    Password(Credentials),
+    /// Over the instance's private unix socket (directory mode 0700), trusted by the server.
+    Socket { directory: PathBuf, user: String },
+}
+
+/// A statement the daemon runs as superuser once the server answers.
+#[derive(Debug)]
+pub enum AdminStep {
+    /// SQL (Postgres, MySQL); `database` None means the superuser's default database.
+    Sql {
+        database: Option<String>,
+        statement: SecretString,
+    },
+    /// A MongoDB command document (JSON) run against `database`.
+    MongoCommand {
+        database: String,
+        command: SecretString,
+    },
+}
+
+/// What a running server told the daemon about itself before the setup steps.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct ServerFacts {
+    pub major_version: Option<u32>,
+}
+
+/// One planned command of the process backend. Paths are already resolved.
+#[derive(Debug, Clone)]
+pub struct CommandPlan {
+    pub program: PathBuf,
+    pub args: Vec<String>,
+}
+
+/// A file the process backend writes into the instance directory (mode 0600) before launch.
+#[derive(Debug)]
+pub struct PlannedFile {
+    pub relative_path: &'static str,
+    pub content: SecretString,
+}
+
+/// Paths and values a process recipe may use.
+#[derive(Debug)]
+pub struct ProcessContext<'a> {
+    /// Resolved paths of the recipe's programs, keyed by program name.
+    pub programs: &'a BTreeMap<&'static str, PathBuf>,
+    /// The data directory (a copy of the template, or empty).
+    pub data_dir: &'a Path,
+    /// Private directory (mode 0700) for unix sockets.
+    pub socket_dir: &'a Path,
+    /// The instance directory holding both, plus logs and metadata.
+    pub instance_dir: &'a Path,
+    pub port: u16,
+    /// The OS user the server runs as.
+    pub run_as: &'a str,
+    /// The OS user the daemon runs as (servers that authenticate the socket's peer need it).
+    pub daemon_user: &'a str,
+    pub admin: &'a Credentials,
+    pub agent: &'a Credentials,
+}
+
+/// A template data directory, built once and copied per instance.
+#[derive(Debug)]
+pub struct TemplatePlan {
+    pub commands: Vec<CommandPlan>,
+    /// Files written into the template after the commands ran.
+    pub files: Vec<PlannedFile>,
+}
+
+/// How to run an engine as a local child process (the process backend).
+#[derive(Debug)]
+pub struct ProcessRecipe {
+    /// What to install to get the server (a Debian package name where Debian has one), for
+    /// `doctor` and "not installed" errors.
+    pub package: &'static str,
+    /// Program names the recipe needs.
+    pub programs: &'static [&'static str],
+    /// Directories searched before `PATH`; `*` matches one path component (highest version wins).
+    pub search_dirs: &'static [&'static str],
+    /// Builds a template data directory in `ctx.data_dir`; None when the engine starts empty.
+    pub template: Option<fn(&ProcessContext<'_>) -> TemplatePlan>,
+    /// The server process for one instance, plus files to write before it starts.
+    pub launch: fn(&ProcessContext<'_>) -> (CommandPlan, Vec<PlannedFile>),
+    /// How the daemon reaches the instance as superuser.
+    pub admin: fn(&ProcessContext<'_>) -> AdminAccess,
+    /// Steps run without credentials over the private socket before `setup`, for servers that
+    /// start with no superuser (MongoDB's localhost exception).
+    pub bootstrap: Option<fn(&ProcessContext<'_>) -> Vec<AdminStep>>,
+    /// A signal the server treats as "shut down fast" (SIGTERM is the default choice).
+    pub graceful_signal: Signal,
+}
+
+/// A signal name, so the domain stays free of libc.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Signal {
+    Term,
+    Int,
+}
+
+/// The host, port and credentials an agent uses, from which URLs and env are rendered.
+#[derive(Debug)]
+pub struct Endpoint<'a> {
+    pub host: &'a str,
+    pub port: u16,
+    pub user: &'a str,
+    pub password: &'a SecretString,
+    pub database: &'a str,
+}
