@@ -12,7 +12,6 @@
 #![forbid(unsafe_code)]
 
 pub mod backend;
-mod clock;
 pub mod docker;
 pub mod error;
 pub mod process;

@@ -8,7 +8,8 @@ use std::time::{Duration, Instant};
 
 use sandboxd_backend::ListedInstance;
 use sandboxd_domain::AgentSlug;
-use sandboxd_store::{Actor, now_ms};
+use sandboxd_domain::clock::now_ms;
+use sandboxd_store::Actor;
 use serde::Serialize;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;

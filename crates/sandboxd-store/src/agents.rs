@@ -2,13 +2,13 @@
 //! spawn. The token itself is never stored; a request is authenticated by hashing its token and
 //! looking the hash up ([`Store::agent_by_token_hash`]).
 
+use sandboxd_domain::clock::now_ms;
 use sandboxd_domain::{AgentSlug, ProjectSlug};
 use secrecy::SecretString;
 use sqlx::Row;
 use sqlx::any::AnyRow;
 
 use crate::Store;
-use crate::clock::now_ms;
 use crate::error::{Result, StoreError, Violation, violation};
 
 /// The stored form of a bearer token: lowercase hex of its SHA-256.

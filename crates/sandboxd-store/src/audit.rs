@@ -6,14 +6,15 @@
 
 use std::fmt;
 
+use sandboxd_domain::clock::now_ms;
 use sandboxd_domain::{AgentSlug, ProjectSlug};
 use sqlx::Row;
 use sqlx::any::AnyRow;
 
 use crate::Store;
-use crate::clock::{now_ms, time_ordered_id};
 use crate::conditions::Conditions;
 use crate::error::{Result, StoreError};
+use crate::ids::time_ordered_id;
 
 /// `detail` is cut to this many characters: it is a one-line summary, not a log.
 pub const DETAIL_MAX_CHARS: usize = 1000;

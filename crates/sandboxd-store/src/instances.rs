@@ -10,6 +10,7 @@
 use std::collections::BTreeSet;
 use std::path::PathBuf;
 
+use sandboxd_domain::clock::now_ms;
 use sandboxd_domain::engine::AdminAccess;
 use sandboxd_domain::{AgentSlug, BackendKind, Credentials, EngineRef, Feature, Instance};
 use secrecy::zeroize::Zeroizing;
@@ -216,7 +217,7 @@ impl Store {
         }
 
         // Written for a provision or a change the owner asked for: both count as use.
-        let used_at_ms = crate::now_ms();
+        let used_at_ms = now_ms();
         let mut tx = self.pool.begin().await.map_err(StoreError::db(OP))?;
         sqlx::query("DELETE FROM sandbox_instances WHERE owner = $1")
             .bind(owner.as_str())
@@ -333,7 +334,7 @@ impl Store {
     /// Records that `owner` just got its sandbox again (a cache hit): restarts the idle clock.
     pub async fn touch_instances_of(&self, owner: &AgentSlug) -> Result<()> {
         sqlx::query("UPDATE sandbox_instances SET last_used_at_ms = $1 WHERE owner = $2")
-            .bind(crate::now_ms())
+            .bind(now_ms())
             .bind(owner.as_str())
             .execute(&self.pool)
             .await

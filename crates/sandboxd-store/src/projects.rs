@@ -5,12 +5,12 @@
 
 use std::collections::BTreeMap;
 
+use sandboxd_domain::clock::now_ms;
 use sandboxd_domain::{EngineRef, FeatureRequest, ProjectSlug};
 use sqlx::Row;
 use sqlx::any::AnyRow;
 
 use crate::Store;
-use crate::clock::now_ms;
 use crate::error::{Result, StoreError, Violation, violation};
 
 #[derive(Debug, Clone, PartialEq, Eq)]

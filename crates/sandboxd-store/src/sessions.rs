@@ -1,8 +1,9 @@
 //! MCP session state, persisted so a client's session survives a daemon restart. The state is
 //! the client's `initialize` parameters as JSON; it holds no credential.
 
+use sandboxd_domain::clock::now_ms;
+
 use crate::Store;
-use crate::clock::now_ms;
 use crate::error::{Result, StoreError};
 
 impl Store {

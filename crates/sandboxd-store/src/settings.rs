@@ -3,10 +3,10 @@
 
 use std::collections::BTreeMap;
 
+use sandboxd_domain::clock::now_ms;
 use sqlx::Row;
 
 use crate::Store;
-use crate::clock::now_ms;
 use crate::error::{Result, StoreError};
 
 impl Store {

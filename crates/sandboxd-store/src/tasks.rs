@@ -9,15 +9,16 @@
 //! needed, so there is one code path. The states are the domain's
 //! [`TaskState`].
 
+use sandboxd_domain::clock::now_ms;
 use sandboxd_domain::lifecycle::TaskState;
 use sandboxd_domain::{AgentSlug, ProjectSlug};
 use sqlx::Row;
 use sqlx::any::AnyRow;
 
 use crate::Store;
-use crate::clock::{now_ms, time_ordered_id};
 use crate::conditions::Conditions;
 use crate::error::{Result, StoreError, Violation, violation};
+use crate::ids::time_ordered_id;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Task {

@@ -7,7 +7,8 @@
 //! - `spec`: an engine's recipe turned into the hardened create body (pure, unit-tested).
 //! - `images`: image presence; sandboxd never pulls.
 //! - `network`: the configured network exists before anything joins it.
-//! - `provision`, `teardown`, `state`: the lifecycle verbs.
+//! - `provision`, `list`, `teardown`: the lifecycle verbs, in the step names both backends use;
+//!   `state`: what an inspect says about a container.
 //!
 //! **Invariants:** a container never gets a bind mount, a volume, the docker socket, privileged
 //! mode or a port on anything but 127.0.0.1; the handed-out account's password never appears in
@@ -15,7 +16,6 @@
 //! containers carrying `<ns>.sandbox=1` are ever stopped or removed.
 
 use async_trait::async_trait;
-use bollard::query_parameters::ListContainersOptions;
 use sandboxd_domain::instance::{BackendKind, Instance, instance_name};
 use sandboxd_domain::{EngineRef, engines};
 
@@ -26,6 +26,7 @@ mod client;
 pub mod config;
 mod images;
 mod labels;
+mod list;
 mod network;
 mod provision;
 mod spec;
@@ -175,57 +176,7 @@ impl Backend for DockerBackend {
     }
 
     async fn list(&self) -> Result<Vec<ListedInstance>, BackendError> {
-        let docker = self.client.get().await?;
-        let options = ListContainersOptions {
-            all: true,
-            filters: Some(self.labels.filter()),
-            ..ListContainersOptions::default()
-        };
-        let summaries = docker
-            .list_containers(Some(options))
-            .await
-            .map_err(|err| client::error("listing", "containers", err))?;
-        let mut listed = Vec::new();
-        for summary in summaries {
-            let Some(parsed) = self.labels.parse(summary.labels.as_ref()) else {
-                tracing::warn!(id = ?summary.id, "a labeled container with unreadable labels");
-                continue;
-            };
-            let name = instance_name(parsed.engine, &parsed.owner);
-            let status = summary
-                .state
-                .map(|s| s.to_string())
-                .filter(|s| !s.is_empty())
-                .unwrap_or_else(|| "unknown".to_owned());
-            let (host, port) = match &parsed.network {
-                Some(_) => (name.clone(), parsed.port),
-                None => {
-                    let published = summary.ports.iter().flatten().find_map(|p| {
-                        (p.private_port == parsed.port && p.ip.as_deref() == Some(spec::PUBLISH_IP))
-                            .then_some(p.public_port)
-                            .flatten()
-                    });
-                    (spec::PUBLISH_IP.to_owned(), published.unwrap_or(0))
-                }
-            };
-            listed.push(ListedInstance {
-                handle: InstanceHandle {
-                    engine: parsed.engine,
-                    owner: parsed.owner,
-                    backend: BackendKind::Docker,
-                    backend_id: summary.id.unwrap_or_default(),
-                    name,
-                },
-                host,
-                port,
-                created_at_ms: parsed.created_at_ms,
-                // The summary has no OOM flag; `is_live` inspects for it.
-                live: status == "running",
-                status,
-            });
-        }
-        listed.sort_by(|a, b| a.handle.name.cmp(&b.handle.name));
-        Ok(listed)
+        self.list_instances().await
     }
 
     async fn doctor(&self) -> Vec<DoctorCheck> {

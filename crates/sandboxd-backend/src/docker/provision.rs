@@ -1,31 +1,36 @@
-//! Provisioning one container: check the image, clear a stale same-named container, create with
-//! the hardened spec, start, learn where it answers, bring it up (superuser login → handed-out
-//! account → its own round trip) and activate features. On any failure after the create, the
-//! container is removed before the error is returned, so nothing is left behind.
+//! Provisioning one container, in the step names the process backend uses too: check the image
+//! (and the configured network), `clear_stale` (a leftover same-named container) → `create` (the
+//! hardened spec, fresh accounts) → `start` (and learn where it answers) → `bring_up` (the flow
+//! every backend shares: superuser login, setup steps, the handed-out account's own round trip)
+//! → `activate` (features). When any step after `create` fails, the container is removed
+//! before the error is returned, so nothing is left behind.
 
 use std::collections::BTreeSet;
 
 use bollard::Docker;
 use bollard::query_parameters::CreateContainerOptions;
+use sandboxd_domain::clock::{age_of, now_ms};
 use sandboxd_domain::engine::AdminAccess;
 use sandboxd_domain::instance::{BackendKind, Instance, instance_name};
 use sandboxd_domain::{Credentials, EngineRef};
 
+use super::images::ImageFacts;
 use super::spec::{self, Limits, PUBLISH_IP, Spec};
 use super::teardown::{self, Target};
 use super::{DockerBackend, client, images, network, state};
 use crate::backend::{Backend, InstanceRequest};
-use crate::clock::{age, now_ms};
 use crate::error::BackendError;
 use crate::startup::{Startup, bring_up};
 use crate::wire::Reach;
 
-/// A container just created, not yet started.
-#[derive(Debug, Clone, Copy)]
-struct Created<'a> {
-    name: &'a str,
-    id: &'a str,
+/// A container just created, not yet started, and the accounts its server will know.
+#[derive(Debug)]
+struct Created {
+    name: String,
+    id: String,
     created_at_ms: i64,
+    admin: Credentials,
+    agent: Credentials,
 }
 
 impl DockerBackend {
@@ -42,14 +47,74 @@ impl DockerBackend {
         }
         let name = instance_name(engine, &request.owner);
         self.clear_stale(docker, &name).await?;
+        let created = self.create(docker, request, name, &image, &facts).await?;
+        let (name, id) = (created.name.clone(), created.id.clone());
+        let outcome = self.provision_steps(docker, request, created).await;
+        if outcome.is_err() {
+            let target = Target {
+                name: &name,
+                id: Some(&id),
+            };
+            if let Err(err) =
+                teardown::remove(docker, &self.labels, target, self.config.stop_timeout).await
+            {
+                tracing::warn!(container = %name, error = %err, "removing a failed container");
+            }
+        }
+        outcome
+    }
 
+    /// `start` → `bring_up` → `activate`; the caller removes the container after a failure.
+    async fn provision_steps(
+        &self,
+        docker: &Docker,
+        request: &InstanceRequest,
+        created: Created,
+    ) -> Result<Instance, BackendError> {
+        let engine = request.engine;
+        let Reachability {
+            handed: (host, port),
+            dial,
+        } = self.start(docker, engine, &created).await?;
+        let admin = AdminAccess::Password(created.admin.clone());
+        self.bring_up(docker, engine, &created, &dial, &admin)
+            .await?;
+        let mut instance = Instance {
+            engine,
+            owner: request.owner.clone(),
+            backend: BackendKind::Docker,
+            backend_id: created.id,
+            name: created.name,
+            host,
+            port,
+            database: engine.agent_database.to_owned(),
+            agent: created.agent,
+            admin,
+            features: BTreeSet::new(),
+            created_at_ms: created.created_at_ms,
+        };
+        self.activate(&mut instance, &request.features).await?;
+        Ok(instance)
+    }
+
+    /// Creates the container from the engine's recipe with fresh accounts, hardened (`spec`),
+    /// labeled so any later process finds it.
+    async fn create(
+        &self,
+        docker: &Docker,
+        request: &InstanceRequest,
+        name: String,
+        image: &str,
+        facts: &ImageFacts,
+    ) -> Result<Created, BackendError> {
+        let engine = request.engine;
         let admin = Credentials::generate(engine.admin_user);
         let agent = Credentials::generate(engine.agent_user);
         let recipe = engine.container(&admin, &agent);
         let created_at_ms = now_ms();
         let network = self.config.network.as_deref();
         let body = spec::create_body(&Spec {
-            image: &image,
+            image,
             recipe: &recipe,
             port: engine.port,
             labels: self
@@ -72,60 +137,43 @@ impl DockerBackend {
             .await
             .map_err(|err| client::error("creating", &name, err))?
             .id;
-
-        let started = self
-            .start(
-                docker,
-                request,
-                Created {
-                    name: &name,
-                    id: &id,
-                    created_at_ms,
-                },
-                [admin, agent],
-            )
-            .await;
-        if started.is_err() {
-            let target = Target {
-                name: &name,
-                id: Some(&id),
-            };
-            if let Err(err) =
-                teardown::remove(docker, &self.labels, target, self.config.stop_timeout).await
-            {
-                tracing::warn!(container = %name, error = %err, "removing a failed container");
-            }
-        }
-        started
-    }
-
-    /// Starts the created container and brings it up. `accounts` is `[superuser, agent]`.
-    async fn start(
-        &self,
-        docker: &Docker,
-        request: &InstanceRequest,
-        created: Created<'_>,
-        accounts: [Credentials; 2],
-    ) -> Result<Instance, BackendError> {
-        let Created {
+        Ok(Created {
             name,
             id,
             created_at_ms,
-        } = created;
-        let [admin, agent] = accounts;
-        let engine = request.engine;
-        docker
-            .start_container(id, None)
-            .await
-            .map_err(|err| client::error("starting", name, err))?;
-        let Reachability {
-            handed: (host, port),
-            dial,
-        } = self.reach_of(docker, engine, name, id).await?;
+            admin,
+            agent,
+        })
+    }
 
+    /// Starts the created container and learns where it answers.
+    async fn start(
+        &self,
+        docker: &Docker,
+        engine: EngineRef,
+        created: &Created,
+    ) -> Result<Reachability, BackendError> {
+        docker
+            .start_container(&created.id, None)
+            .await
+            .map_err(|err| client::error("starting", &created.name, err))?;
+        self.reach_of(docker, engine, &created.name, &created.id)
+            .await
+    }
+
+    /// The shared startup flow, asking after every failed attempt whether the container still
+    /// runs so a dead one is reported with its log at once.
+    async fn bring_up(
+        &self,
+        docker: &Docker,
+        engine: EngineRef,
+        created: &Created,
+        dial: &(String, u16),
+        admin: &AdminAccess,
+    ) -> Result<(), BackendError> {
+        let (name, id) = (created.name.as_str(), created.id.as_str());
         // Blanked out of any log lines quoted in errors, in case a server echoes one.
-        let secrets = [admin.password.clone(), agent.password.clone()];
-        let admin_access = AdminAccess::Password(admin);
+        let secrets = [&created.admin.password, &created.agent.password];
         let startup = Startup {
             engine,
             name,
@@ -133,8 +181,8 @@ impl DockerBackend {
                 host: &dial.0,
                 port: dial.1,
             },
-            admin: &admin_access,
-            agent: &agent,
+            admin,
+            agent: &created.agent,
             database: engine.agent_database,
             bootstrap: vec![],
             deadline: self.config.deadline(engine),
@@ -145,34 +193,11 @@ impl DockerBackend {
                 Some(found) if state::is_running(found) => Ok(()),
                 _ => Err(BackendError::ExitedEarly {
                     name: name.to_owned(),
-                    detail: state::exit_detail(
-                        docker,
-                        id,
-                        found.as_ref(),
-                        &[&secrets[0], &secrets[1]],
-                    )
-                    .await,
+                    detail: state::exit_detail(docker, id, found.as_ref(), &secrets).await,
                 }),
             }
         };
-        bring_up(startup, still_running).await?;
-
-        let mut instance = Instance {
-            engine,
-            owner: request.owner.clone(),
-            backend: BackendKind::Docker,
-            backend_id: id.to_owned(),
-            name: name.to_owned(),
-            host,
-            port,
-            database: engine.agent_database.to_owned(),
-            agent,
-            admin: admin_access,
-            features: BTreeSet::new(),
-            created_at_ms,
-        };
-        self.activate(&mut instance, &request.features).await?;
-        Ok(instance)
+        bring_up(startup, still_running).await.map(drop)
     }
 
     /// Where the server answers: the published loopback port, or, on the configured network,
@@ -256,7 +281,7 @@ impl DockerBackend {
             .parse(labels)
             .map(|p| p.created_at_ms)
             .unwrap_or(0);
-        if age(created) < self.config.grace && !state::has_ended(&found) {
+        if age_of(created) < self.config.grace && !state::has_ended(&found) {
             return Err(BackendError::YoungConflict {
                 name: name.to_owned(),
                 grace: self.config.grace,

@@ -165,7 +165,7 @@ async fn the_idle_clock_starts_at_writing_and_restarts_on_touch() {
     on_both("last-used", |db| async move {
         let store = db.open(SecretCipher::generate()).await;
         let (dev, qa) = (agent("dev-1"), agent("qa-1"));
-        let before = sandboxd_store::now_ms();
+        let before = sandboxd_domain::clock::now_ms();
         store
             .put_instances(&dev, &[instance("postgres", &dev, &[], true)])
             .await

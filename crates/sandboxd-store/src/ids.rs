@@ -1,17 +1,9 @@
-//! Time and time-ordered ids.
+//! Time-ordered ids for rows that are listed newest first (tasks, audit entries).
 
 use std::sync::Mutex;
-use std::time::{SystemTime, UNIX_EPOCH};
 
 use rand::RngCore;
-
-/// Now, in Unix milliseconds.
-pub fn now_ms() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
-        .unwrap_or(0)
-}
+use sandboxd_domain::clock::now_ms;
 
 /// The last (milliseconds, sequence) handed out by this process. A mutex, not an atomic, because
 /// the pair must advance together.
