@@ -9,19 +9,50 @@ use std::time::{Duration, Instant};
 use sandboxd_backend::ListedInstance;
 use sandboxd_domain::AgentSlug;
 use sandboxd_domain::clock::now_ms;
+use sandboxd_domain::envelope::ErrorCode;
 use sandboxd_store::Actor;
-use serde::Serialize;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
 use crate::Broker;
+use crate::audit::{AuditAction, AuditRecord, Outcome};
 
-#[derive(Debug, Default, Clone, Serialize)]
+/// Why the janitor removed an instance.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ReapReason {
+    /// No agent of that name exists any more.
+    OwnerGone,
+    /// Older than the configured maximum lifetime.
+    MaxLifetime,
+    /// Its owner left it unused past the idle TTL.
+    Idle,
+    /// It is no longer running (killed, OOM, removed in part).
+    Dead,
+}
+
+impl ReapReason {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::OwnerGone => "owner_gone",
+            Self::MaxLifetime => "max_lifetime",
+            Self::Idle => "idle",
+            Self::Dead => "dead",
+        }
+    }
+}
+
+impl std::fmt::Display for ReapReason {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+#[derive(Debug, Default, Clone)]
 pub struct JanitorReport {
     /// Instances the backends listed.
     pub examined: usize,
-    /// Reaped instances and why (`owner_gone`, `max_lifetime`, `idle`, `dead`).
-    pub reaped: Vec<(String, String)>,
+    /// Reaped instances (by name) and why.
+    pub reaped: Vec<(String, ReapReason)>,
     /// Skipped because they are younger than the grace window.
     pub kept_young: usize,
     /// Stored sandbox rows whose instances no backend lists any more.
@@ -34,6 +65,7 @@ fn since(at_ms: i64, now: i64) -> Duration {
 
 impl Broker {
     /// One janitor pass.
+    #[tracing::instrument(name = "janitor_pass", skip_all)]
     pub async fn janitor_pass(&self) -> JanitorReport {
         let mut report = JanitorReport::default();
         let agents: BTreeSet<AgentSlug> = match self.store().list_agents(None).await {
@@ -72,9 +104,9 @@ impl Broker {
                 continue;
             }
             let reason = if !agents.contains(&instance.handle.owner) {
-                "owner_gone"
+                ReapReason::OwnerGone
             } else if max_lifetime.is_some_and(|max| age > max) {
-                "max_lifetime"
+                ReapReason::MaxLifetime
             } else if idle_ttl.is_some_and(|ttl| {
                 let used = last_used
                     .get(instance.handle.name.as_str())
@@ -82,18 +114,16 @@ impl Broker {
                     .unwrap_or(instance.created_at_ms);
                 since(used, now) > ttl
             }) {
-                "idle"
+                ReapReason::Idle
             } else if !instance.live {
-                "dead"
+                ReapReason::Dead
             } else {
                 continue;
             };
             if !self.reap(&instance, reason).await {
                 continue;
             }
-            report
-                .reaped
-                .push((instance.handle.name.clone(), reason.to_owned()));
+            report.reaped.push((instance.handle.name.clone(), reason));
         }
         // Rows of instances their backend no longer lists (removed out of band, host rebooted).
         // A backend that could not list says nothing about its instances: keep their rows.
@@ -125,13 +155,14 @@ impl Broker {
     }
 
     /// Reaps one instance; false when it turned out to be in use after all.
-    async fn reap(&self, instance: &ListedInstance, reason: &str) -> bool {
+    #[tracing::instrument(name = "reap", skip_all, fields(instance = %instance.handle.name, agent = %instance.handle.owner, %reason))]
+    async fn reap(&self, instance: &ListedInstance, reason: ReapReason) -> bool {
         let started = Instant::now();
         let owner = &instance.handle.owner;
         let _turn = self.inner.locks.lock(owner).await;
         // The owner may have asked for its sandbox since the listing: judge idleness again
         // under its lock, where no request can slip in.
-        if reason == "idle" && !self.still_idle(instance).await {
+        if reason == ReapReason::Idle && !self.still_idle(instance).await {
             return false;
         }
         let outcome = match self.inner.backends.for_kind(instance.handle.backend) {
@@ -141,7 +172,7 @@ impl Broker {
         // A dead member takes its whole sandbox with it: the agent's next request then gets a
         // fresh full set with new credentials, never a mix of old and new.
         let members = self.store().instances_of(owner).await.unwrap_or_default();
-        if reason == "dead" && members.iter().any(|m| m.name == instance.handle.name) {
+        if reason == ReapReason::Dead && members.iter().any(|m| m.name == instance.handle.name) {
             let others: Vec<_> = members
                 .into_iter()
                 .filter(|m| m.name != instance.handle.name)
@@ -154,22 +185,22 @@ impl Broker {
         let result = match &outcome {
             Ok(()) => {
                 self.inner.metrics.reaped(reason);
-                "ok"
+                Outcome::Ok
             }
             Err(err) => {
                 tracing::warn!(instance = %instance.handle.name, error = %err, "janitor: reap failed");
-                "internal"
+                Outcome::Failed(ErrorCode::Internal)
             }
         };
-        self.audit(
-            Actor::Daemon,
-            "reap",
-            owner.as_str(),
-            None,
-            result,
+        self.audit(AuditRecord {
+            actor: Actor::Daemon,
+            action: AuditAction::Reap,
+            subject: owner.as_str(),
+            project: None,
+            outcome: result,
             started,
-            format!("{} ({reason})", instance.handle.name),
-        )
+            detail: format!("{} ({reason})", instance.handle.name),
+        })
         .await;
         true
     }

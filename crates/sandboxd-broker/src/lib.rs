@@ -17,11 +17,8 @@
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::Instant;
 
-use sandboxd_domain::ProjectSlug;
-use sandboxd_store::NewAuditEntry;
-
+mod audit;
 mod backends;
 mod config;
 mod envelopes;
@@ -35,10 +32,11 @@ mod sandbox;
 mod sessions;
 mod verbs;
 
+pub use audit::{AuditAction, Outcome};
 pub use backends::Backends;
 pub use config::{BrokerConfig, SANDBOX_DB_ENABLED, parse_switch};
 pub use error::BrokerError;
-pub use janitor::JanitorReport;
+pub use janitor::{JanitorReport, ReapReason};
 pub use operator::{
     InstanceView, SERVICES_AVAILABLE_ENV, SandboxView, SettingsView, Spawned, parse_task_state,
 };
@@ -106,32 +104,5 @@ impl Broker {
 
     fn store(&self) -> &Store {
         &self.inner.store
-    }
-
-    /// Appends an audit row; a failure to audit is logged, never returned to the caller.
-    /// (Each argument is one column of the row; a builder would only rename them.)
-    #[allow(clippy::too_many_arguments)]
-    async fn audit(
-        &self,
-        actor: Actor,
-        action: &str,
-        subject: &str,
-        project: Option<&ProjectSlug>,
-        outcome: &str,
-        started: Instant,
-        detail: String,
-    ) {
-        let entry = NewAuditEntry {
-            actor,
-            action: action.to_owned(),
-            subject: subject.to_owned(),
-            project: project.cloned(),
-            outcome: outcome.to_owned(),
-            duration_ms: u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX),
-            detail,
-        };
-        if let Err(err) = self.store().append_audit(&entry).await {
-            tracing::error!(action, error = %err, "writing an audit row failed");
-        }
     }
 }

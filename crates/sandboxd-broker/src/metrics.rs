@@ -1,6 +1,9 @@
 //! Prometheus metrics, recorded where things happen and rendered as text by the operator
-//! surface (`/metrics`). Labels never carry a credential or free text: engines, backends, verbs
-//! and error codes only.
+//! surface (`/metrics`). Labels never carry a credential or free text: the recording methods
+//! take engines, backends, verbs, outcomes, reap reasons and error codes as their types, and the
+//! labels are those types' fixed names.
+
+use std::time::Duration;
 
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
@@ -8,27 +11,34 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
+use sandboxd_domain::EngineRef;
+use sandboxd_domain::envelope::ErrorCode;
+use sandboxd_domain::instance::BackendKind;
+use sandboxd_domain::roles::Verb;
+
+use crate::audit::Outcome;
+use crate::janitor::ReapReason;
 
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ProvisionLabels {
-    pub engine: String,
-    pub backend: String,
+    pub engine: &'static str,
+    pub backend: &'static str,
 }
 
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ResultLabels {
-    pub result: String,
+    pub result: &'static str,
 }
 
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ReasonLabels {
-    pub reason: String,
+    pub reason: &'static str,
 }
 
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct VerbLabels {
-    pub verb: String,
-    pub outcome: String,
+    pub verb: &'static str,
+    pub outcome: &'static str,
 }
 
 fn provision_histogram() -> Histogram {
@@ -111,44 +121,45 @@ impl Metrics {
         out
     }
 
-    pub fn provisioned(&self, engine: &str, backend: &str, seconds: f64) {
+    pub fn provisioned(&self, engine: EngineRef, backend: BackendKind, took: Duration) {
         self.provision_seconds
             .get_or_create(&ProvisionLabels {
-                engine: engine.to_owned(),
-                backend: backend.to_owned(),
+                engine: engine.name,
+                backend: backend.as_str(),
             })
-            .observe(seconds);
+            .observe(took.as_secs_f64());
     }
 
     pub fn cache(&self, hit: bool) {
         self.cache_requests
             .get_or_create(&ResultLabels {
-                result: if hit { "hit" } else { "miss" }.to_owned(),
+                result: if hit { "hit" } else { "miss" },
             })
             .inc();
     }
 
-    pub fn reaped(&self, reason: &str) {
+    pub fn reaped(&self, reason: ReapReason) {
         self.janitor_reaps
             .get_or_create(&ReasonLabels {
-                reason: reason.to_owned(),
+                reason: reason.as_str(),
             })
             .inc();
     }
 
-    pub fn failed(&self, reason: &str) {
+    /// A refused sandbox request or a failed provision, by the error code the agent got.
+    pub fn failed(&self, reason: ErrorCode) {
         self.failures
             .get_or_create(&ReasonLabels {
-                reason: reason.to_owned(),
+                reason: reason.as_str(),
             })
             .inc();
     }
 
-    pub fn verb(&self, verb: &str, outcome: &str) {
+    pub fn verb(&self, verb: Verb, outcome: Outcome) {
         self.verb_calls
             .get_or_create(&VerbLabels {
-                verb: verb.to_owned(),
-                outcome: outcome.to_owned(),
+                verb: verb.name(),
+                outcome: outcome.as_str(),
             })
             .inc();
     }
@@ -161,16 +172,28 @@ mod tests {
     #[test]
     fn renders_what_was_recorded() {
         let metrics = Metrics::default();
-        metrics.provisioned("postgres", "process", 0.25);
+        let engine = sandboxd_domain::engines::all().next().expect("an engine");
+        metrics.provisioned(engine, BackendKind::Process, Duration::from_millis(250));
+        metrics.reaped(ReapReason::OwnerGone);
+        metrics.failed(ErrorCode::NoActiveTask);
         metrics.cache(true);
         metrics.cache(false);
         metrics.cache(false);
         metrics.live_sandboxes.set(3);
         let text = metrics.render();
         assert!(
-            text.contains(
-                "sandboxd_provision_seconds_count{engine=\"postgres\",backend=\"process\"} 1"
-            ),
+            text.contains(&format!(
+                "sandboxd_provision_seconds_count{{engine=\"{}\",backend=\"process\"}} 1",
+                engine.name
+            )),
+            "{text}"
+        );
+        assert!(
+            text.contains("sandboxd_janitor_reaps_total{reason=\"owner_gone\"} 1"),
+            "{text}"
+        );
+        assert!(
+            text.contains("sandboxd_failures_total{reason=\"no_active_task\"} 1"),
             "{text}"
         );
         assert!(

@@ -10,10 +10,10 @@ use sandboxd_domain::lifecycle::TaskState;
 use sandboxd_domain::roles::Verb;
 use sandboxd_domain::{AgentSlug, BackendKind, EngineRef, FeatureRequest, InputError, ProjectSlug};
 use sandboxd_store::{Actor, Agent, AuditFilter, AuditPage, NewAgent, Project, Task, token_hash};
-use secrecy::{ExposeSecret, SecretString};
-use serde::{Serialize, Serializer};
+use secrecy::SecretString;
 
 use crate::Broker;
+use crate::audit::{AuditAction, AuditRecord, Outcome};
 use crate::config::SANDBOX_DB_ENABLED;
 use crate::error::BrokerError;
 use crate::janitor::JanitorReport;
@@ -22,18 +22,13 @@ use crate::sandbox::SandboxFailure;
 /// The marker a spawned agent's environment carries when its project offers sandboxes.
 pub const SERVICES_AVAILABLE_ENV: &str = "ROBOCO_SANDBOX_SERVICES_AVAILABLE";
 
-fn expose<S: Serializer>(secret: &SecretString, s: S) -> Result<S::Ok, S::Error> {
-    s.serialize_str(secret.expose_secret())
-}
-
 /// What spawning an agent returns (§3.1): the token (shown once; only its hash is stored), the
 /// manifest, the spawn environment and the briefing lines.
-#[derive(Debug, Serialize)]
+#[derive(Debug)]
 pub struct Spawned {
     pub agent: AgentSlug,
     pub role: String,
     pub project: ProjectSlug,
-    #[serde(serialize_with = "expose")]
     pub token: SecretString,
     pub manifest: Vec<Verb>,
     pub env: BTreeMap<String, String>,
@@ -42,7 +37,7 @@ pub struct Spawned {
 
 /// The master switch: what is stored, what this running daemon uses, and whether the environment
 /// overrides the store.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone)]
 pub struct SettingsView {
     pub sandbox_db_enabled_stored: bool,
     pub sandbox_db_enabled_running: bool,
@@ -51,7 +46,7 @@ pub struct SettingsView {
 }
 
 /// One instance of a sandbox as the operator sees it.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone)]
 pub struct InstanceView {
     pub name: String,
     pub engine: EngineRef,
@@ -69,7 +64,7 @@ pub struct InstanceView {
 }
 
 /// A sandbox: every instance of one owner.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone)]
 pub struct SandboxView {
     pub owner: AgentSlug,
     pub engines: Vec<EngineRef>,
@@ -154,15 +149,15 @@ impl Broker {
                  dict to export. Never use any other database credentials."
             ));
         }
-        self.audit(
-            Actor::Operator,
-            "spawn_agent",
-            slug.as_str(),
-            Some(project),
-            "ok",
+        self.audit(AuditRecord {
+            actor: Actor::Operator,
+            action: AuditAction::SpawnAgent,
+            subject: slug.as_str(),
+            project: Some(project),
+            outcome: Outcome::Ok,
             started,
-            format!("role {role}"),
-        )
+            detail: format!("role {role}"),
+        })
         .await;
         Ok(Spawned {
             agent: slug.clone(),
@@ -202,15 +197,15 @@ impl Broker {
         }
         self.store().delete_agent(slug).await?;
         self.inner.locks.forget(slug);
-        self.audit(
-            Actor::Operator,
-            "remove_agent",
-            slug.as_str(),
-            Some(&agent.project),
-            "ok",
+        self.audit(AuditRecord {
+            actor: Actor::Operator,
+            action: AuditAction::RemoveAgent,
+            subject: slug.as_str(),
+            project: Some(&agent.project),
+            outcome: Outcome::Ok,
             started,
-            String::new(),
-        )
+            detail: String::new(),
+        })
         .await;
         Ok(())
     }
@@ -257,14 +252,14 @@ impl Broker {
             .store()
             .put_project(slug, services.as_deref(), extensions.as_ref())
             .await?;
-        self.audit(
-            Actor::Operator,
-            "set_project",
-            slug.as_str(),
-            Some(slug),
-            "ok",
+        self.audit(AuditRecord {
+            actor: Actor::Operator,
+            action: AuditAction::SetProject,
+            subject: slug.as_str(),
+            project: Some(slug),
+            outcome: Outcome::Ok,
             started,
-            format!(
+            detail: format!(
                 "services {}; extensions {}",
                 project
                     .sandbox_services
@@ -277,7 +272,7 @@ impl Broker {
                     .map(|e| serde_json::to_string(e).unwrap_or_default())
                     .unwrap_or_else(|| "none".into())
             ),
-        )
+        })
         .await;
         Ok(project)
     }
@@ -325,15 +320,15 @@ impl Broker {
                     e.into()
                 }
             })?;
-        self.audit(
-            Actor::Operator,
-            "add_task",
-            &task.id,
-            Some(project),
-            "ok",
+        self.audit(AuditRecord {
+            actor: Actor::Operator,
+            action: AuditAction::AddTask,
+            subject: &task.id,
+            project: Some(project),
+            outcome: Outcome::Ok,
             started,
-            String::new(),
-        )
+            detail: String::new(),
+        })
         .await;
         Ok(task)
     }
@@ -409,15 +404,15 @@ impl Broker {
             SandboxFailure::Backend(err) => BrokerError::Backend(err),
             SandboxFailure::Store(err) => BrokerError::Store(err),
         })?;
-        self.audit(
-            Actor::Operator,
-            "teardown_sandbox",
-            owner.as_str(),
-            None,
-            "ok",
+        self.audit(AuditRecord {
+            actor: Actor::Operator,
+            action: AuditAction::TeardownSandbox,
+            subject: owner.as_str(),
+            project: None,
+            outcome: Outcome::Ok,
             started,
-            format!("{removed} instance(s)"),
-        )
+            detail: format!("{removed} instance(s)"),
+        })
         .await;
         Ok(removed)
     }
@@ -438,15 +433,15 @@ impl Broker {
         self.store()
             .set_setting(SANDBOX_DB_ENABLED, if enabled { "true" } else { "false" })
             .await?;
-        self.audit(
-            Actor::Operator,
-            "set_setting",
-            SANDBOX_DB_ENABLED,
-            None,
-            "ok",
+        self.audit(AuditRecord {
+            actor: Actor::Operator,
+            action: AuditAction::SetSetting,
+            subject: SANDBOX_DB_ENABLED,
+            project: None,
+            outcome: Outcome::Ok,
             started,
-            format!("stored {enabled}; takes effect on the next restart"),
-        )
+            detail: format!("stored {enabled}; takes effect on the next restart"),
+        })
         .await;
         self.settings().await
     }
@@ -458,15 +453,19 @@ impl Broker {
     /// Records an attempt to log in to the operator surface (`panel`). Nothing of what was
     /// typed is kept: only whether it was the admin token.
     pub async fn audit_login(&self, surface: &str, accepted: bool) {
-        self.audit(
-            Actor::Operator,
-            "login",
-            surface,
-            None,
-            if accepted { "ok" } else { "unauthorized" },
-            Instant::now(),
-            String::new(),
-        )
+        self.audit(AuditRecord {
+            actor: Actor::Operator,
+            action: AuditAction::Login,
+            subject: surface,
+            project: None,
+            outcome: if accepted {
+                Outcome::Ok
+            } else {
+                Outcome::Unauthorized
+            },
+            started: Instant::now(),
+            detail: String::new(),
+        })
         .await;
     }
 
@@ -474,20 +473,20 @@ impl Broker {
     pub async fn run_janitor(&self) -> JanitorReport {
         let started = Instant::now();
         let report = self.janitor_pass().await;
-        self.audit(
-            Actor::Operator,
-            "janitor_run",
-            "sandboxes",
-            None,
-            "ok",
+        self.audit(AuditRecord {
+            actor: Actor::Operator,
+            action: AuditAction::JanitorRun,
+            subject: "sandboxes",
+            project: None,
+            outcome: Outcome::Ok,
             started,
-            format!(
+            detail: format!(
                 "{} examined, {} reaped, {} kept (grace)",
                 report.examined,
                 report.reaped.len(),
                 report.kept_young
             ),
-        )
+        })
         .await;
         report
     }

@@ -14,6 +14,7 @@ use sandboxd_domain::{AgentSlug, EngineRef, FeatureRequest, Instance};
 use sandboxd_store::{Actor, Agent};
 
 use crate::Broker;
+use crate::audit::{AuditAction, AuditRecord, Outcome};
 
 /// How `ensure_sandbox` answered.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -50,7 +51,7 @@ impl Broker {
             .check_guards(agent, &args)
             .await
             .inspect_err(|refusal| {
-                self.inner.metrics.failed(refusal.error.as_str());
+                self.inner.metrics.failed(refusal.error);
             })?;
         let (instances, cache) = self
             .ensure_sandbox(&agent.slug, &granted.services, &granted.features)
@@ -60,7 +61,7 @@ impl Broker {
                     failure,
                     SandboxFailure::Backend(BackendError::FeatureUnavailable { .. })
                 );
-                self.inner.metrics.failed(ErrorCode::InvalidState.as_str());
+                self.inner.metrics.failed(ErrorCode::InvalidState);
                 tracing::warn!(agent = %agent.slug, error = %failure, "provisioning failed");
                 ErrorEnvelope::new(
                     ErrorCode::InvalidState,
@@ -158,6 +159,7 @@ impl Broker {
     }
 
     /// Provisions engines for `agent` on the primary backend, all or nothing.
+    #[tracing::instrument(name = "provision", skip_all, fields(agent = %agent, engines = ?engines))]
     async fn provision(
         &self,
         agent: &AgentSlug,
@@ -175,17 +177,14 @@ impl Broker {
             .collect();
         let started = Instant::now();
         let outcome = provision_set_timed(backend.as_ref(), &requests).await;
-        self.audit(
-            Actor::Daemon,
-            "provision",
-            agent.as_str(),
-            None,
-            match &outcome {
-                Ok(_) => "ok",
-                Err(_) => "invalid_state",
-            },
+        self.audit(AuditRecord {
+            actor: Actor::Daemon,
+            action: AuditAction::Provision,
+            subject: agent.as_str(),
+            project: None,
+            outcome: Outcome::of(&outcome, ErrorCode::InvalidState),
             started,
-            format!(
+            detail: format!(
                 "{} on {}{}",
                 engines.iter().map(|e| e.name).collect::<Vec<_>>().join(","),
                 backend.kind(),
@@ -194,15 +193,13 @@ impl Broker {
                     Err(err) => format!(": {err}"),
                 }
             ),
-        )
+        })
         .await;
         let timed = outcome.map_err(SandboxFailure::Backend)?;
         for (instance, elapsed) in &timed {
-            self.inner.metrics.provisioned(
-                instance.engine.name,
-                instance.backend.as_str(),
-                elapsed.as_secs_f64(),
-            );
+            self.inner
+                .metrics
+                .provisioned(instance.engine, instance.backend, *elapsed);
         }
         Ok(timed.into_iter().map(|(instance, _)| instance).collect())
     }
@@ -287,6 +284,7 @@ impl Broker {
 
     /// Releases an agent's sandbox: its cached members and any stray instance a backend lists
     /// under its name. Returns how many instances went.
+    #[tracing::instrument(name = "release", skip_all, fields(agent = %agent))]
     pub(crate) async fn release(&self, agent: &AgentSlug) -> Result<usize, SandboxFailure> {
         let _turn = self.inner.locks.lock(agent).await;
         let cached = self
@@ -317,23 +315,26 @@ impl Broker {
         let started = Instant::now();
         let outcome = self.release(&agent.slug).await;
         let (result, detail) = match &outcome {
-            Ok(0) => ("ok", format!("nothing to release ({because})")),
-            Ok(n) => ("ok", format!("{n} instance(s) released ({because})")),
+            Ok(0) => (Outcome::Ok, format!("nothing to release ({because})")),
+            Ok(n) => (Outcome::Ok, format!("{n} instance(s) released ({because})")),
             Err(err) => {
                 tracing::warn!(agent = %agent.slug, error = %err, "release failed");
-                ("internal", format!("release failed ({because})"))
+                (
+                    Outcome::Failed(ErrorCode::Internal),
+                    format!("release failed ({because})"),
+                )
             }
         };
         if !matches!(outcome, Ok(0)) {
-            self.audit(
-                Actor::Agent(agent.slug.clone()),
-                "release",
-                agent.slug.as_str(),
-                Some(&agent.project),
-                result,
+            self.audit(AuditRecord {
+                actor: Actor::Agent(agent.slug.clone()),
+                action: AuditAction::Release,
+                subject: agent.slug.as_str(),
+                project: Some(&agent.project),
+                outcome: result,
                 started,
                 detail,
-            )
+            })
             .await;
         }
     }
@@ -369,15 +370,15 @@ impl Broker {
         }
         self.refresh_live_gauge().await;
         tracing::info!(adopted, dropped, "reconciled stored sandboxes");
-        self.audit(
-            Actor::Daemon,
-            "reconcile",
-            "sandboxes",
-            None,
-            "ok",
+        self.audit(AuditRecord {
+            actor: Actor::Daemon,
+            action: AuditAction::Reconcile,
+            subject: "sandboxes",
+            project: None,
+            outcome: Outcome::Ok,
             started,
-            format!("{adopted} instance(s) adopted, {dropped} dropped"),
-        )
+            detail: format!("{adopted} instance(s) adopted, {dropped} dropped"),
+        })
         .await;
     }
 

@@ -16,6 +16,7 @@ use sandboxd_store::{Actor, Agent, NoteKind, Task};
 use serde::de::DeserializeOwned;
 
 use crate::Broker;
+use crate::audit::{AuditAction, AuditRecord, Outcome};
 use crate::envelopes::{bad_arguments, internal, out_of_order};
 
 /// Text an agent may record is capped, so a note cannot flood the store or the panel.
@@ -53,31 +54,32 @@ fn briefing(task: &Task) -> String {
 impl Broker {
     /// Runs one verb for an authenticated agent and answers its envelope. Every call is
     /// audited; none can fail with anything but an envelope.
+    #[tracing::instrument(name = "verb", skip_all, fields(agent = %agent.slug, verb = verb.name()))]
     pub async fn call(&self, agent: &Agent, verb: Verb, args: serde_json::Value) -> Envelope {
         let started = Instant::now();
         let outcome = self.dispatch(agent, verb, args).await;
-        let (code, subject, detail) = match &outcome {
+        let (result, subject, detail) = match &outcome {
             Ok((ok, detail)) => (
-                "ok",
+                Outcome::Ok,
                 ok.task_id.clone().unwrap_or_else(|| agent.slug.to_string()),
                 detail.clone(),
             ),
             Err(err) => (
-                err.error.as_str(),
+                Outcome::Failed(err.error),
                 agent.slug.to_string(),
                 err.message.clone(),
             ),
         };
-        self.inner.metrics.verb(verb.name(), code);
-        self.audit(
-            Actor::Agent(agent.slug.clone()),
-            verb.name(),
-            &subject,
-            Some(&agent.project),
-            code,
+        self.inner.metrics.verb(verb, result);
+        self.audit(AuditRecord {
+            actor: Actor::Agent(agent.slug.clone()),
+            action: AuditAction::Verb(verb),
+            subject: &subject,
+            project: Some(&agent.project),
+            outcome: result,
             started,
             detail,
-        )
+        })
         .await;
         match outcome {
             Ok((ok, _)) => Envelope::Ok(ok),

@@ -102,7 +102,8 @@ async fn run(command: Command, settings: Settings) -> ExitCode {
 
 /// Logs go to stderr. The daemon logs its own crates at `info` by default; one-shot commands
 /// only warnings (their progress has its own display). Dependencies stay at `warn` unless asked:
-/// a driver at `debug` may print statements.
+/// a driver at `debug` may print statements. From `-v` on, every verb, provision, teardown and
+/// janitor pass also logs one line when its span closes, with how long it took.
 fn init_tracing(verbose: u8, daemon: bool) {
     const OURS: &str = "sandboxd=info,sandboxd_broker=info,sandboxd_backend=info,sandboxd_mcp=info,sandboxd_admin=info";
     let default = match (verbose, daemon) {
@@ -112,8 +113,14 @@ fn init_tracing(verbose: u8, daemon: bool) {
     };
     let filter = tracing_subscriber::EnvFilter::try_from_env("SANDBOXD_LOG")
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
+    let span_events = if verbose > 0 {
+        tracing_subscriber::fmt::format::FmtSpan::CLOSE
+    } else {
+        tracing_subscriber::fmt::format::FmtSpan::NONE
+    };
     tracing_subscriber::fmt()
         .with_env_filter(filter)
+        .with_span_events(span_events)
         .with_writer(std::io::stderr)
         .init();
 }

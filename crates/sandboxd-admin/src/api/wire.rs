@@ -358,7 +358,10 @@ impl From<JanitorReport> for JanitorOut {
             reaped: r
                 .reaped
                 .into_iter()
-                .map(|(instance, reason)| ReapedOut { instance, reason })
+                .map(|(instance, reason)| ReapedOut {
+                    instance,
+                    reason: reason.as_str().to_owned(),
+                })
                 .collect(),
             kept_young: r.kept_young,
             forgotten: r.forgotten,

@@ -27,6 +27,15 @@ use tokio::task::JoinHandle;
 
 pub const ADMIN_TOKEN: &str = "test-admin-token-0123456789abcdef";
 
+/// `SANDBOXD_LOG=<filter>` shows a test's logs (the same switch the daemon reads); tests are
+/// quiet without it.
+pub fn show_logs() {
+    if let Ok(filter) = std::env::var("SANDBOXD_LOG") {
+        let subscriber = tracing_subscriber::fmt().with_env_filter(filter);
+        let _ = subscriber.with_test_writer().try_init();
+    }
+}
+
 pub fn unique(tag: &str) -> String {
     static COUNTER: AtomicU32 = AtomicU32::new(0);
     format!(
@@ -177,6 +186,7 @@ pub async fn app_with_switch(enabled: bool) -> App {
 
 /// Builds an app, or None when its backend is not available here (Docker skipped).
 pub async fn spawn_app(spec: AppSpec) -> Option<App> {
+    show_logs();
     let dir = tempfile::Builder::new()
         .prefix("sandboxd-admin-test-")
         .tempdir_in(if std::path::Path::new("/dev/shm").is_dir() {

@@ -163,6 +163,11 @@ impl Backend for DockerBackend {
         })
     }
 
+    #[tracing::instrument(
+        name = "teardown",
+        skip_all,
+        fields(instance = %handle.name, engine = handle.engine.name, agent = %handle.owner, backend = "docker")
+    )]
     async fn teardown(&self, handle: &InstanceHandle) -> Result<(), BackendError> {
         let docker = self.client.get().await?;
         let (name, id) = Self::target(handle);

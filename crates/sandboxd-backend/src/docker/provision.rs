@@ -34,6 +34,11 @@ struct Created {
 }
 
 impl DockerBackend {
+    #[tracing::instrument(
+        name = "provision_instance",
+        skip_all,
+        fields(engine = request.engine.name, agent = %request.owner, backend = "docker")
+    )]
     pub(super) async fn provision_one(
         &self,
         request: &InstanceRequest,

@@ -109,6 +109,11 @@ impl ProcessBackend {
         }
     }
 
+    #[tracing::instrument(
+        name = "provision_instance",
+        skip_all,
+        fields(engine = request.engine.name, agent = %request.owner, backend = "process")
+    )]
     async fn provision_one(
         &self,
         request: &InstanceRequest,

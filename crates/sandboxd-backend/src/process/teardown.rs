@@ -18,6 +18,11 @@ fn nix_signal(signal: Signal) -> NixSignal {
 }
 
 impl ProcessBackend {
+    #[tracing::instrument(
+        name = "teardown",
+        skip_all,
+        fields(instance = %handle.name, engine = handle.engine.name, agent = %handle.owner, backend = "process")
+    )]
     pub(super) async fn remove(&self, handle: &InstanceHandle) -> Result<(), BackendError> {
         let dir = self.dir_of(handle);
         if !dir.exists() {

@@ -110,6 +110,7 @@ impl Harness {
                 return None;
             }
         }
+        support::show_logs();
         let mut config = local_config();
         tweak(&mut config);
         let backend = DockerBackend::new(config).expect("valid config");

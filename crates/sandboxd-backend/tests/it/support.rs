@@ -16,6 +16,15 @@ use secrecy::ExposeSecret;
 /// A password no instance hands out, for the "a wrong password is refused" checks.
 pub const WRONG_PASSWORD: &str = "0123456789abcdef0123456789abcdef";
 
+/// `SANDBOXD_LOG=<filter>` shows a test's logs (the same switch the daemon reads); tests are
+/// quiet without it.
+pub fn show_logs() {
+    if let Ok(filter) = std::env::var("SANDBOXD_LOG") {
+        let subscriber = tracing_subscriber::fmt().with_env_filter(filter);
+        let _ = subscriber.with_test_writer().try_init();
+    }
+}
+
 /// A slug no other test (or test process) uses.
 pub fn owner(tag: &str) -> AgentSlug {
     static COUNTER: AtomicU32 = AtomicU32::new(0);
@@ -53,6 +62,7 @@ pub struct ProcessHarness {
 
 impl ProcessHarness {
     pub fn new(tweak: impl FnOnce(&mut ProcessConfig)) -> Self {
+        show_logs();
         let base = if std::path::Path::new("/dev/shm").is_dir() {
             tempfile::Builder::new()
                 .prefix("sandboxd-test-")

@@ -107,6 +107,8 @@ async fn the_password_appears_nowhere_in_the_store_file_logs_or_audit() {
     let writer = logs.clone();
     tracing_subscriber::fmt()
         .with_max_level(tracing::Level::TRACE)
+        .with_span_events(tracing_subscriber::fmt::format::FmtSpan::CLOSE)
+        .with_ansi(false)
         .with_writer(move || writer.clone())
         .init();
     World::new(WorldSpec {
@@ -170,6 +172,15 @@ async fn the_password_appears_nowhere_in_the_store_file_logs_or_audit() {
                 "logs were captured: {}",
                 log_text.len()
             );
+            // Every verb, provision and teardown runs in a span naming who and what, and the
+            // spans' fields were in the text searched above.
+            for span in [
+                format!("verb{{agent={} verb=\"request_sandbox\"", dev.slug),
+                format!("provision{{agent={}", dev.slug),
+                format!("provision_instance{{engine=\"postgres\" agent={}", dev.slug),
+            ] {
+                assert!(log_text.contains(&span), "no {span} span in the log");
+            }
         }
     })
     .await;

@@ -22,6 +22,15 @@ use sandboxd_domain::envelope::{Envelope, ErrorEnvelope, OkEnvelope};
 use sandboxd_domain::roles::Verb;
 use sandboxd_domain::{AgentSlug, BackendKind, EngineRef, FeatureRequest, Instance, ProjectSlug};
 
+/// `SANDBOXD_LOG=<filter>` shows a test's logs (the same switch the daemon reads); tests are
+/// quiet without it.
+pub fn show_logs() {
+    if let Ok(filter) = std::env::var("SANDBOXD_LOG") {
+        let subscriber = tracing_subscriber::fmt().with_env_filter(filter);
+        let _ = subscriber.with_test_writer().try_init();
+    }
+}
+
 /// A real backend that counts what it was asked to create.
 #[derive(Debug)]
 pub struct Counting {
@@ -189,6 +198,7 @@ impl Default for WorldSpec {
 impl World {
     /// Builds a world, or None when its backend is not available here (Docker skipped).
     pub async fn new(spec: WorldSpec) -> Option<Self> {
+        show_logs();
         let dir = tempfile::Builder::new()
             .prefix("sandboxd-test-")
             .tempdir_in(if std::path::Path::new("/dev/shm").is_dir() {

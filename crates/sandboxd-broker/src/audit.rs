@@ -1,0 +1,122 @@
+//! The audit trail the broker writes: one [`AuditRecord`] per verb call and per provision,
+//! release, reap and operator change. Actions and outcomes are enums, so a row can only say what
+//! the broker knows how to say; the store keeps their names.
+
+use std::fmt;
+use std::time::Instant;
+
+use sandboxd_domain::ProjectSlug;
+use sandboxd_domain::envelope::ErrorCode;
+use sandboxd_domain::roles::Verb;
+use sandboxd_store::{Actor, NewAuditEntry};
+
+use crate::Broker;
+
+/// What was done.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AuditAction {
+    /// An agent's verb call.
+    Verb(Verb),
+    Provision,
+    Release,
+    Reconcile,
+    Reap,
+    SpawnAgent,
+    RemoveAgent,
+    SetProject,
+    AddTask,
+    TeardownSandbox,
+    SetSetting,
+    Login,
+    JanitorRun,
+}
+
+impl AuditAction {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Verb(verb) => verb.name(),
+            Self::Provision => "provision",
+            Self::Release => "release",
+            Self::Reconcile => "reconcile",
+            Self::Reap => "reap",
+            Self::SpawnAgent => "spawn_agent",
+            Self::RemoveAgent => "remove_agent",
+            Self::SetProject => "set_project",
+            Self::AddTask => "add_task",
+            Self::TeardownSandbox => "teardown_sandbox",
+            Self::SetSetting => "set_setting",
+            Self::Login => "login",
+            Self::JanitorRun => "janitor_run",
+        }
+    }
+}
+
+impl fmt::Display for AuditAction {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// How it ended: `ok`, an error code an agent would see, or a refused login.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Outcome {
+    Ok,
+    Failed(ErrorCode),
+    Unauthorized,
+}
+
+impl Outcome {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Ok => "ok",
+            Self::Failed(code) => code.as_str(),
+            Self::Unauthorized => "unauthorized",
+        }
+    }
+
+    pub fn of<T, E>(result: &Result<T, E>, failure: ErrorCode) -> Self {
+        match result {
+            Ok(_) => Self::Ok,
+            Err(_) => Self::Failed(failure),
+        }
+    }
+}
+
+impl fmt::Display for Outcome {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// One audit row as the broker builds it. `subject` and `detail` carry names, engines, codes
+/// and counts only: never a credential.
+#[derive(Debug)]
+pub(crate) struct AuditRecord<'a> {
+    pub actor: Actor,
+    pub action: AuditAction,
+    /// What it acted on: a sandbox owner, a task id, a project, …
+    pub subject: &'a str,
+    pub project: Option<&'a ProjectSlug>,
+    pub outcome: Outcome,
+    /// When the action began; the row records how long it took.
+    pub started: Instant,
+    pub detail: String,
+}
+
+impl Broker {
+    /// Appends an audit row; a failure to audit is logged, never returned to the caller.
+    pub(crate) async fn audit(&self, record: AuditRecord<'_>) {
+        let entry = NewAuditEntry {
+            actor: record.actor,
+            action: record.action.as_str().to_owned(),
+            subject: record.subject.to_owned(),
+            project: record.project.cloned(),
+            outcome: record.outcome.as_str().to_owned(),
+            duration_ms: u64::try_from(record.started.elapsed().as_millis()).unwrap_or(u64::MAX),
+            detail: record.detail,
+        };
+        if let Err(err) = self.store().append_audit(&entry).await {
+            tracing::error!(action = %record.action, error = %err, "writing an audit row failed");
+        }
+    }
+}
