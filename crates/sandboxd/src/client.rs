@@ -212,10 +212,10 @@ pub fn joined(items: &Value) -> String {
         .unwrap_or_default()
 }
 
-/// "3m" since a `*_ms` field.
+/// "3m", "1h 5m" since a `*_ms` field, in `sandboxd_domain::clock`'s one format.
 pub fn age_of(value: &Value, field: &str) -> String {
     value[field]
         .as_i64()
-        .map(|at| crate::output::age(crate::output::now_ms() - at))
+        .map(sandboxd_domain::clock::format_age_since)
         .unwrap_or_default()
 }

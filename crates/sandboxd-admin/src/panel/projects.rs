@@ -13,7 +13,9 @@ use sandboxd_broker::{BrokerError, Project};
 use sandboxd_domain::engine::FeatureKind;
 use sandboxd_domain::{EngineRef, ProjectSlug, engines};
 
-use super::layout::{self, Section, age, badge, csrf_field, now_ms};
+use sandboxd_domain::clock::format_age_since;
+
+use super::layout::{self, Section, badge, csrf_field};
 use super::session::PanelSession;
 use super::{FormFields, csrf_refusal, done, failure};
 use crate::AppState;
@@ -55,7 +57,6 @@ pub async fn list(
         Ok(projects) => projects,
         Err(err) => return failure(&session, Section::Projects, "Projects", err),
     };
-    let now = now_ms();
     let body = html! {
         section class="card" {
             @if projects.is_empty() {
@@ -69,7 +70,7 @@ pub async fn list(
                                 td { a href={ "/projects/" (project.slug) } { (project.slug) } }
                                 td { (services_cell(project)) }
                                 td { (extensions_cell(project)) }
-                                td class="num" { (age(now - project.updated_at_ms)) " ago" }
+                                td class="num" { (format_age_since(project.updated_at_ms)) " ago" }
                             }
                         }
                     }
@@ -245,7 +246,6 @@ pub async fn show(
             return failure(&session, Section::Projects, "Project", err);
         }
     };
-    let now = now_ms();
     let body = html! {
         (sandbox_card(&session, &project))
         div class="columns" {
@@ -261,7 +261,7 @@ pub async fn show(
                                 tr {
                                     td { code { (agent.slug) } }
                                     td { (agent.role) }
-                                    td class="num" { (age(now - agent.created_at_ms)) }
+                                    td class="num" { (format_age_since(agent.created_at_ms)) }
                                 }
                             }
                         }

@@ -9,7 +9,9 @@ use axum::response::{IntoResponse, Response};
 use maud::html;
 use sandboxd_domain::AgentSlug;
 
-use super::layout::{self, Section, age, badge, csrf_field, now_ms, status};
+use sandboxd_domain::clock::format_age_since;
+
+use super::layout::{self, Section, badge, csrf_field, status};
 use super::session::PanelSession;
 use super::{FormFields, csrf_refusal, done, failure};
 use crate::AppState;
@@ -24,7 +26,6 @@ pub async fn list(
         Ok(sandboxes) => sandboxes,
         Err(err) => return failure(&session, Section::Sandboxes, "Sandboxes", err),
     };
-    let now = now_ms();
     let instances: usize = sandboxes.iter().map(|s| s.instances.len()).sum();
     let body = html! {
         section class="card" {
@@ -54,10 +55,10 @@ pub async fn list(
                                 td { code class="owner" { (sandbox.owner) } }
                                 td { @for engine in &sandbox.engines { (badge("info", engine.name())) " " } }
                                 td { (sandbox.backends.iter().map(|b| b.as_str()).collect::<Vec<_>>().join(", ")) }
-                                td class="num" { (age(now - sandbox.created_at_ms)) }
+                                td class="num" { (format_age_since(sandbox.created_at_ms)) }
                                 td class="num last-used" {
                                     @match sandbox.last_used_at_ms {
-                                        Some(at) => { (age(now - at)) " ago" }
+                                        Some(at) => { (format_age_since(at)) " ago" }
                                         None => span class="muted" { "—" }
                                     }
                                 }
