@@ -6,7 +6,9 @@
 //! - `api/`: the admin API under `/v1` (JSON, `Authorization: Bearer <admin token>`), one file
 //!   per resource; each handler carries its OpenAPI description, and the router and the
 //!   document at `/v1/openapi.json` are built from the same `routes!` lists, so they cannot
-//!   drift. `api/wire.rs` holds the wire types: the broker's types are not the wire format.
+//!   drift.
+//! - [`wire`]: the API's wire types, public so a client (the `sandboxd` CLI) decodes the very
+//!   types the daemon encodes; the broker's types are not the wire format.
 //! - `auth.rs`: the admin token, compared in constant time.
 //! - `error.rs`: caller mistakes (4xx, a clear message naming what is allowed) apart from
 //!   internal failures (500, a generic message; the cause is logged).
@@ -32,6 +34,7 @@ mod auth;
 mod error;
 mod metrics;
 mod panel;
+pub mod wire;
 
 pub use api::openapi;
 

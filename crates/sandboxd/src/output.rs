@@ -8,6 +8,8 @@ use comfy_table::{Table, presets::UTF8_BORDERS_ONLY};
 use indicatif::{ProgressBar, ProgressStyle};
 use sandboxd_backend::process::Progress;
 
+use crate::client::Reply;
+
 pub fn table(header: &[&str], rows: Vec<Vec<String>>) -> String {
     let mut table = Table::new();
     table
@@ -23,25 +25,22 @@ pub fn json<T: serde::Serialize>(value: &T) -> String {
     serde_json::to_string_pretty(value).expect("our output types always serialize")
 }
 
-/// Prints a list answer of the admin API: as JSON with `--json`, else `empty` when it holds
+/// Prints a list answer of the admin API: its JSON with `--json`, else `empty` when it holds
 /// nothing, else a table with one `row` per item.
-pub fn print_list(
-    answer: &serde_json::Value,
+pub fn print_list<T>(
+    reply: &Reply<Vec<T>>,
     as_json: bool,
     empty: &str,
     header: &[&str],
-    row: impl Fn(&serde_json::Value) -> Vec<String>,
+    row: impl Fn(&T) -> Vec<String>,
 ) {
-    if as_json {
-        println!("{}", json(answer));
-        return;
-    }
-    let items = answer.as_array().map(Vec::as_slice).unwrap_or_default();
-    if items.is_empty() {
-        println!("{empty}");
-    } else {
-        println!("{}", table(header, items.iter().map(row).collect()));
-    }
+    reply.print(as_json, |items| {
+        if items.is_empty() {
+            println!("{empty}");
+        } else {
+            println!("{}", table(header, items.iter().map(row).collect()));
+        }
+    });
 }
 
 /// A progress reporter: a spinner on a terminal, plain lines otherwise; both on stderr so
