@@ -38,7 +38,8 @@ pub mod wire;
 
 pub use api::openapi;
 
-/// How the operator surface is set up. Only the admin token has no default.
+/// How the operator surface is set up. Only the admin token has no default; the daemon sets the
+/// rest from its `[admin]` settings.
 #[derive(Debug, Clone)]
 pub struct AdminConfig {
     /// The admin token: the API's bearer token and the panel's login secret.
@@ -53,12 +54,15 @@ pub struct AdminConfig {
 }
 
 impl AdminConfig {
+    pub const DEFAULT_SESSION_TTL: Duration = Duration::from_secs(12 * 3600);
+    pub const DEFAULT_MAX_SESSIONS: usize = 256;
+
     pub fn new(admin_token: SecretString) -> Self {
         Self {
             admin_token,
-            session_ttl: Duration::from_secs(12 * 3600),
+            session_ttl: Self::DEFAULT_SESSION_TTL,
             secure_cookies: false,
-            max_sessions: 256,
+            max_sessions: Self::DEFAULT_MAX_SESSIONS,
         }
     }
 }
