@@ -13,8 +13,9 @@
 //! - `error.rs`: caller mistakes (4xx, a clear message naming what is allowed) apart from
 //!   internal failures (500, a generic message; the cause is logged).
 //! - `panel/`: the web panel, server-rendered with maud, no JavaScript: an admin login with
-//!   in-memory sessions (HttpOnly, SameSite=Strict cookie), a CSRF token in every form, and
-//!   the Settings, Projects, Sandboxes and Audit pages.
+//!   in-memory sessions (HttpOnly, SameSite=Strict cookie), a CSRF token in every form (checked
+//!   by the extractor every POST handler reads its form through), and the Settings, Projects,
+//!   Sandboxes and Audit pages.
 //! - `metrics.rs`: `/metrics`, the broker's Prometheus text.
 //!
 //! What this crate will not do: touch the store or a backend (it asks the

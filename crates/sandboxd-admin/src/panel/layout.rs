@@ -48,7 +48,7 @@ fn head(title: &str) -> Markup {
 
 /// A hidden CSRF field: every POST form carries one.
 pub fn csrf_field(session: &PanelSession) -> Markup {
-    html! { input type="hidden" name="csrf" value=(session.csrf); }
+    html! { input type="hidden" name=(super::form::CSRF_FIELD) value=(session.csrf); }
 }
 
 pub fn flash(flash: Option<&Flash>) -> Markup {

@@ -5,7 +5,6 @@
 use std::collections::BTreeMap;
 
 use axum::Extension;
-use axum::body::Bytes;
 use axum::extract::State;
 use axum::response::{IntoResponse, Response};
 use maud::{Markup, html};
@@ -17,7 +16,7 @@ use sandboxd_domain::clock::format_age_since;
 
 use super::layout::{self, Section, badge, csrf_field};
 use super::session::PanelSession;
-use super::{FormFields, csrf_refusal, done, failure};
+use super::{VerifiedForm, done, failure};
 use crate::AppState;
 use crate::api::ApiPath;
 use crate::api::projects::parse_opt_in;
@@ -100,14 +99,9 @@ pub async fn list(
 
 pub async fn create(
     State(state): State<AppState>,
-    Extension(session): Extension<PanelSession>,
-    body: Bytes,
+    VerifiedForm { session, fields }: VerifiedForm,
 ) -> Response {
-    let form = FormFields::parse(&body);
-    if let Some(refused) = csrf_refusal(&session, &form) {
-        return refused;
-    }
-    let slug = match ProjectSlug::parse(form.get("slug").unwrap_or_default().trim()) {
+    let slug = match ProjectSlug::parse(fields.get("slug").unwrap_or_default().trim()) {
         Ok(slug) => slug,
         Err(err) => return done(&state, &session, "/projects", false, err.to_string()),
     };
@@ -303,14 +297,9 @@ pub async fn show(
 
 pub async fn save(
     State(state): State<AppState>,
-    Extension(session): Extension<PanelSession>,
     ApiPath(slug): ApiPath<String>,
-    body: Bytes,
+    VerifiedForm { session, fields }: VerifiedForm,
 ) -> Response {
-    let form = FormFields::parse(&body);
-    if let Some(refused) = csrf_refusal(&session, &form) {
-        return refused;
-    }
     let slug = match ProjectSlug::parse(&slug) {
         Ok(slug) => slug,
         Err(err) => return failure(&session, Section::Projects, "Project", err),
@@ -331,9 +320,9 @@ pub async fn save(
         }
         Err(err) => return save_failed(&state, &session, &target, err),
     }
-    let services: Vec<String> = form.all("service").map(str::to_owned).collect();
+    let services: Vec<String> = fields.all("service").map(str::to_owned).collect();
     let mut features: BTreeMap<String, Vec<String>> = BTreeMap::new();
-    for value in form.all("feature") {
+    for value in fields.all("feature") {
         let (engine, feature) = value.split_once(':').unwrap_or((value, ""));
         features
             .entry(engine.to_owned())

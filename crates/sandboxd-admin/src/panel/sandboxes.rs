@@ -3,7 +3,6 @@
 //! sits inside a `<details>` the operator opens first.
 
 use axum::Extension;
-use axum::body::Bytes;
 use axum::extract::State;
 use axum::response::{IntoResponse, Response};
 use maud::html;
@@ -13,7 +12,7 @@ use sandboxd_domain::clock::format_age_since;
 
 use super::layout::{self, Section, badge, csrf_field, status};
 use super::session::PanelSession;
-use super::{FormFields, csrf_refusal, done, failure};
+use super::{VerifiedForm, done, failure};
 use crate::AppState;
 use crate::api::ApiPath;
 
@@ -103,13 +102,9 @@ pub async fn list(
 
 pub async fn teardown(
     State(state): State<AppState>,
-    Extension(session): Extension<PanelSession>,
     ApiPath(owner): ApiPath<String>,
-    body: Bytes,
+    VerifiedForm { session, .. }: VerifiedForm,
 ) -> Response {
-    if let Some(refused) = csrf_refusal(&session, &FormFields::parse(&body)) {
-        return refused;
-    }
     let owner = match AgentSlug::parse(&owner) {
         Ok(owner) => owner,
         Err(err) => return done(&state, &session, "/sandboxes", false, err.to_string()),
@@ -141,12 +136,8 @@ pub async fn teardown(
 
 pub async fn run_janitor(
     State(state): State<AppState>,
-    Extension(session): Extension<PanelSession>,
-    body: Bytes,
+    VerifiedForm { session, .. }: VerifiedForm,
 ) -> Response {
-    if let Some(refused) = csrf_refusal(&session, &FormFields::parse(&body)) {
-        return refused;
-    }
     let report = state.broker.run_janitor().await;
     done(
         &state,
