@@ -9,18 +9,8 @@ use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use sandboxd_broker::BrokerError;
 use sandboxd_domain::InputError;
-use serde::Serialize;
-use utoipa::ToSchema;
 
-/// What every error answer carries.
-#[derive(Debug, Serialize, ToSchema)]
-pub struct ErrorBody {
-    /// A stable code: `unauthorized`, `invalid_name`, `unknown_engine`, `feature_not_allowed`,
-    /// `invalid_input`, `malformed_json`, `not_found`, `conflict`, `internal`.
-    pub error: String,
-    /// What went wrong and how to fix it; never a credential, never internal detail.
-    pub message: String,
-}
+use crate::wire::ErrorBody;
 
 #[derive(Debug, thiserror::Error)]
 pub enum ApiError {

@@ -6,13 +6,16 @@
 //! - `api/`: the admin API under `/v1` (JSON, `Authorization: Bearer <admin token>`), one file
 //!   per resource; each handler carries its OpenAPI description, and the router and the
 //!   document at `/v1/openapi.json` are built from the same `routes!` lists, so they cannot
-//!   drift. `api/wire.rs` holds the wire types: the broker's types are not the wire format.
+//!   drift.
+//! - [`wire`]: the API's wire types, public so a client (the `sandboxd` CLI) decodes the very
+//!   types the daemon encodes; the broker's types are not the wire format.
 //! - `auth.rs`: the admin token, compared in constant time.
 //! - `error.rs`: caller mistakes (4xx, a clear message naming what is allowed) apart from
 //!   internal failures (500, a generic message; the cause is logged).
 //! - `panel/`: the web panel, server-rendered with maud, no JavaScript: an admin login with
-//!   in-memory sessions (HttpOnly, SameSite=Strict cookie), a CSRF token in every form, and
-//!   the Settings, Projects, Sandboxes and Audit pages.
+//!   in-memory sessions (HttpOnly, SameSite=Strict cookie), a CSRF token in every form (checked
+//!   by the extractor every POST handler reads its form through), and the Settings, Projects,
+//!   Sandboxes and Audit pages.
 //! - `metrics.rs`: `/metrics`, the broker's Prometheus text.
 //!
 //! What this crate will not do: touch the store or a backend (it asks the
@@ -32,10 +35,12 @@ mod auth;
 mod error;
 mod metrics;
 mod panel;
+pub mod wire;
 
 pub use api::openapi;
 
-/// How the operator surface is set up. Only the admin token has no default.
+/// How the operator surface is set up. Only the admin token has no default; the daemon sets the
+/// rest from its `[admin]` settings.
 #[derive(Debug, Clone)]
 pub struct AdminConfig {
     /// The admin token: the API's bearer token and the panel's login secret.
@@ -50,12 +55,15 @@ pub struct AdminConfig {
 }
 
 impl AdminConfig {
+    pub const DEFAULT_SESSION_TTL: Duration = Duration::from_secs(12 * 3600);
+    pub const DEFAULT_MAX_SESSIONS: usize = 256;
+
     pub fn new(admin_token: SecretString) -> Self {
         Self {
             admin_token,
-            session_ttl: Duration::from_secs(12 * 3600),
+            session_ttl: Self::DEFAULT_SESSION_TTL,
             secure_cookies: false,
-            max_sessions: 256,
+            max_sessions: Self::DEFAULT_MAX_SESSIONS,
         }
     }
 }

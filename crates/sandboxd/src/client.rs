@@ -1,5 +1,6 @@
 //! A small client for the admin API of a running daemon, used by the operator commands
-//! (`projects`, `agents`, `tasks`, `sandboxes`, `settings`, `janitor`).
+//! (`projects`, `agents`, `tasks`, `sandboxes`, `settings`, `janitor`). Bodies are sent and
+//! answers decoded as `sandboxd_admin::wire` types, the ones the daemon itself encodes.
 //!
 //! Where: `--url`, else `SANDBOXD_URL`, else `http://<server.listen>`. The admin token:
 //! `SANDBOXD_ADMIN_TOKEN`, else the daemon's token file (`server.admin_token_file`, default
@@ -9,8 +10,10 @@
 use std::process::ExitCode;
 
 use reqwest::{Method, StatusCode};
+use sandboxd_admin::wire::ErrorBody;
 use secrecy::{ExposeSecret, SecretString};
-use serde::Serialize;
+use serde::de::DeserializeOwned;
+use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::cli::EXIT_INPUT;
@@ -111,14 +114,14 @@ impl AdminClient {
         })
     }
 
-    /// One request; the JSON answer (`Value::Null` for an empty one), or the API's error.
-    pub async fn call(
+    /// One request: the answer's JSON (`Value::Null` for an empty one), or the API's error.
+    async fn request(
         &self,
         method: Method,
         path: &str,
-        query: &[(&str, String)],
+        query: &(impl Serialize + ?Sized),
         body: Option<&(impl Serialize + ?Sized)>,
-    ) -> Result<Value, ClientError> {
+    ) -> Result<(String, Value), ClientError> {
         let url = format!("{}{path}", self.base);
         let mut request = self
             .http
@@ -146,12 +149,14 @@ impl AdminClient {
             })?
         };
         if status.is_success() {
-            return Ok(value);
+            return Ok((url, value));
         }
-        let message = value["message"]
-            .as_str()
-            .unwrap_or(status.canonical_reason().unwrap_or("error"))
-            .to_owned();
+        // An answer that is not the API's error shape (a proxy's page) still gets a message.
+        let body = ErrorBody::deserialize(&value).ok();
+        let message = body.as_ref().map_or_else(
+            || status.canonical_reason().unwrap_or("error").to_owned(),
+            |b| b.message.clone(),
+        );
         if status == StatusCode::UNAUTHORIZED {
             return Err(ClientError::Refused {
                 status: status.as_u16(),
@@ -165,7 +170,7 @@ impl AdminClient {
         if status.is_client_error() {
             return Err(ClientError::Refused {
                 status: status.as_u16(),
-                code: value["error"].as_str().unwrap_or("refused").to_owned(),
+                code: body.map_or_else(|| "refused".to_owned(), |b| b.error),
                 message,
             });
         }
@@ -175,47 +180,81 @@ impl AdminClient {
         })
     }
 
-    pub async fn get(&self, path: &str, query: &[(&str, String)]) -> Result<Value, ClientError> {
-        self.call(Method::GET, path, query, None::<&Value>).await
+    /// A `GET` with a query (`&()` for none), decoded into its wire type.
+    pub async fn get<T: DeserializeOwned>(
+        &self,
+        path: &str,
+        query: &(impl Serialize + ?Sized),
+    ) -> Result<Reply<T>, ClientError> {
+        let (url, json) = self.request(Method::GET, path, query, None::<&()>).await?;
+        Reply::decode(&url, json)
+    }
+
+    /// Any other request, with an optional JSON body, decoded into its wire type (`()` for an
+    /// empty answer).
+    pub async fn send<T: DeserializeOwned>(
+        &self,
+        method: Method,
+        path: &str,
+        body: Option<&(impl Serialize + ?Sized)>,
+    ) -> Result<Reply<T>, ClientError> {
+        let (url, json) = self.request(method, path, &(), body).await?;
+        Reply::decode(&url, json)
     }
 }
 
-/// A string field of an answer ("" when absent).
-pub fn text(value: &Value, field: &str) -> String {
-    match &value[field] {
-        Value::String(s) => s.clone(),
-        Value::Null => String::new(),
-        other => other.to_string(),
+/// An answer of the admin API twice: the JSON exactly as the daemon sent it, which `--json`
+/// prints untouched, and the same answer decoded into its `sandboxd_admin::wire` type, which
+/// tables are drawn from.
+#[derive(Debug)]
+pub struct Reply<T> {
+    pub json: Value,
+    pub value: T,
+}
+
+impl<T: DeserializeOwned> Reply<T> {
+    fn decode(url: &str, json: Value) -> Result<Self, ClientError> {
+        let value = T::deserialize(&json).map_err(|e| ClientError::Unexpected {
+            url: url.to_owned(),
+            reason: format!("the answer is not the admin API's ({e}); is the daemon this version?"),
+        })?;
+        Ok(Self { json, value })
     }
 }
 
-/// A list of strings, comma-joined ("" when absent).
-pub fn list(value: &Value, field: &str) -> String {
-    joined(&value[field])
+impl<T> Reply<T> {
+    /// Prints the API's JSON with `--json`, else what `show` prints from the decoded answer.
+    pub fn print(&self, as_json: bool, show: impl FnOnce(&T)) {
+        if as_json {
+            println!("{}", crate::output::json(&self.json));
+        } else {
+            show(&self.value);
+        }
+    }
 }
 
-/// An array's items, comma-joined ("" when not an array).
-pub fn joined(items: &Value) -> String {
-    items
-        .as_array()
-        .map(|items| {
-            items
-                .iter()
-                .map(|i| {
-                    i.as_str()
-                        .map(str::to_owned)
-                        .unwrap_or_else(|| i.to_string())
-                })
-                .collect::<Vec<_>>()
-                .join(", ")
-        })
-        .unwrap_or_default()
-}
+#[cfg(test)]
+mod tests {
+    use sandboxd_admin::wire::ProjectOut;
+    use serde_json::json;
 
-/// "3m" since a `*_ms` field.
-pub fn age_of(value: &Value, field: &str) -> String {
-    value[field]
-        .as_i64()
-        .map(|at| crate::output::age(crate::output::now_ms() - at))
-        .unwrap_or_default()
+    use super::*;
+
+    #[test]
+    fn a_reply_keeps_the_json_as_sent_and_decodes_it() {
+        let sent = json!([{
+            "slug": "p",
+            "sandbox_services": null,
+            "sandbox_extensions": null,
+            "created_at_ms": 1,
+            "updated_at_ms": 2,
+            "added_later": "kept for --json"
+        }]);
+        let reply = Reply::<Vec<ProjectOut>>::decode("u", sent.clone()).expect("decodes");
+        assert_eq!(reply.json, sent);
+        assert_eq!(reply.value[0].slug, "p");
+        assert_eq!(reply.value[0].sandbox_services, None);
+        let err = Reply::<Vec<ProjectOut>>::decode("u", json!({"slug": 1})).expect_err("not it");
+        assert!(matches!(err, ClientError::Unexpected { .. }), "{err}");
+    }
 }

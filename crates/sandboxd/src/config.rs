@@ -8,10 +8,12 @@ use std::time::Duration;
 
 use figment::Figment;
 use figment::providers::{Env, Format, Serialized, Toml};
+use sandboxd_admin::AdminConfig;
 use sandboxd_backend::docker::DockerConfig;
 use sandboxd_backend::process::ProcessConfig;
 use sandboxd_broker::BrokerConfig;
 use sandboxd_domain::{EngineRef, EnvPrefix, engines};
+use secrecy::SecretString;
 use serde::{Deserialize, Serialize};
 
 /// Which backend runs instances.
@@ -35,6 +37,7 @@ pub struct Settings {
     pub server: ServerSettings,
     pub store: StoreSettings,
     pub broker: BrokerSettings,
+    pub admin: AdminSettings,
     pub process: ProcessSettings,
     pub docker: DockerSettings,
     /// Per-engine overrides, keyed by engine name.
@@ -50,6 +53,7 @@ impl Default for Settings {
             server: ServerSettings::default(),
             store: StoreSettings::default(),
             broker: BrokerSettings::default(),
+            admin: AdminSettings::default(),
             process: ProcessSettings::default(),
             docker: DockerSettings::default(),
             engines: BTreeMap::new(),
@@ -130,6 +134,30 @@ impl Default for BrokerSettings {
             idle_ttl_secs: base.idle_ttl.map(|d| d.as_secs()),
             janitor_interval_secs: base.janitor_interval.as_secs(),
             roles_file: None,
+        }
+    }
+}
+
+/// The operator surface: the panel's logins. The admin token itself is
+/// `server.admin_token_file` or `SANDBOXD_ADMIN_TOKEN`.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct AdminSettings {
+    /// How long a panel login lasts.
+    pub session_ttl_secs: u64,
+    /// Mark the panel's cookies `Secure`: only behind a TLS proxy (a browser drops them over
+    /// plain HTTP).
+    pub secure_cookies: bool,
+    /// Panel logins held at once; the one closest to expiring is dropped past this.
+    pub max_sessions: usize,
+}
+
+impl Default for AdminSettings {
+    fn default() -> Self {
+        Self {
+            session_ttl_secs: AdminConfig::DEFAULT_SESSION_TTL.as_secs(),
+            secure_cookies: false,
+            max_sessions: AdminConfig::DEFAULT_MAX_SESSIONS,
         }
     }
 }
@@ -266,6 +294,17 @@ impl Settings {
     }
 
     fn validate(&self) -> Result<(), ConfigError> {
+        // Zero would make every panel login expire at once, or keep none.
+        if self.admin.session_ttl_secs == 0 {
+            return Err(ConfigError::Invalid(
+                "admin.session_ttl_secs must be at least 1".into(),
+            ));
+        }
+        if self.admin.max_sessions == 0 {
+            return Err(ConfigError::Invalid(
+                "admin.max_sessions must be at least 1".into(),
+            ));
+        }
         for name in self.engines.keys() {
             EngineRef::parse(name)
                 .map_err(|e| ConfigError::Invalid(format!("[engines.{name}]: {e}")))?;
@@ -287,6 +326,16 @@ impl Settings {
                 Some((engine.name.to_owned(), Duration::from_secs(secs)))
             })
             .collect()
+    }
+
+    /// The operator surface's configuration, with the daemon's admin token.
+    pub fn admin_config(&self, admin_token: SecretString) -> AdminConfig {
+        AdminConfig {
+            admin_token,
+            session_ttl: Duration::from_secs(self.admin.session_ttl_secs),
+            secure_cookies: self.admin.secure_cookies,
+            max_sessions: self.admin.max_sessions,
+        }
     }
 
     pub fn process_config(&self) -> ProcessConfig {
@@ -369,6 +418,47 @@ mod tests {
                 Settings::load(Some(std::path::Path::new("s.toml"))).map_err(|e| e.to_string())?;
             assert_eq!(settings.process.run_as, "from-env");
             assert_eq!(settings.docker.network.as_deref(), Some("agents"));
+            Ok(())
+        });
+    }
+
+    #[test]
+    #[allow(clippy::result_large_err)] // figment's Jail decides the closure's error type
+    fn admin_settings_reach_the_admin_config_from_the_file_and_the_env() {
+        let token = || SecretString::from("t".repeat(16));
+        let defaults = Settings::load(None)
+            .expect("defaults")
+            .admin_config(token());
+        let built_in = AdminConfig::new(token());
+        assert_eq!(defaults.session_ttl, built_in.session_ttl);
+        assert_eq!(defaults.secure_cookies, built_in.secure_cookies);
+        assert_eq!(defaults.max_sessions, built_in.max_sessions);
+        figment::Jail::expect_with(|jail| {
+            // Shares the `SANDBOXD_ADMIN` prefix but is not a setting of `[admin]`.
+            jail.set_env("SANDBOXD_ADMIN_TOKEN", "t".repeat(16));
+            jail.create_file(
+                "s.toml",
+                "[admin]\nsession_ttl_secs = 600\nsecure_cookies = true\nmax_sessions = 8\n",
+            )?;
+            let file = Some(std::path::Path::new("s.toml"));
+            let config = Settings::load(file)
+                .map_err(|e| e.to_string())?
+                .admin_config(token());
+            assert_eq!(config.session_ttl, Duration::from_secs(600));
+            assert!(config.secure_cookies);
+            assert_eq!(config.max_sessions, 8);
+            jail.set_env("SANDBOXD_ADMIN__SESSION_TTL_SECS", "60");
+            jail.set_env("SANDBOXD_ADMIN__SECURE_COOKIES", "false");
+            jail.set_env("SANDBOXD_ADMIN__MAX_SESSIONS", "3");
+            let config = Settings::load(file)
+                .map_err(|e| e.to_string())?
+                .admin_config(token());
+            assert_eq!(config.session_ttl, Duration::from_secs(60));
+            assert!(!config.secure_cookies);
+            assert_eq!(config.max_sessions, 3);
+            jail.set_env("SANDBOXD_ADMIN__MAX_SESSIONS", "0");
+            let err = Settings::load(file).expect_err("no sessions at all");
+            assert!(err.to_string().contains("admin.max_sessions"), "{err}");
             Ok(())
         });
     }

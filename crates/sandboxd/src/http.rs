@@ -9,7 +9,6 @@ use axum::extract::{Request, State};
 use axum::http::{StatusCode, header};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
-use sandboxd_admin::AdminConfig;
 use sandboxd_mcp::{LOOPBACK_HOSTS, McpConfig};
 use tokio_util::sync::CancellationToken;
 
@@ -63,7 +62,7 @@ pub fn app(daemon: &Daemon, settings: &Settings, shutdown: CancellationToken) ->
     );
     let admin = sandboxd_admin::router(
         daemon.broker.clone(),
-        AdminConfig::new(daemon.admin_token.clone()),
+        settings.admin_config(daemon.admin_token.clone()),
     );
     let mut hosts: Vec<String> = LOOPBACK_HOSTS
         .iter()

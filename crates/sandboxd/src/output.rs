@@ -8,6 +8,8 @@ use comfy_table::{Table, presets::UTF8_BORDERS_ONLY};
 use indicatif::{ProgressBar, ProgressStyle};
 use sandboxd_backend::process::Progress;
 
+use crate::client::Reply;
+
 pub fn table(header: &[&str], rows: Vec<Vec<String>>) -> String {
     let mut table = Table::new();
     table
@@ -23,25 +25,22 @@ pub fn json<T: serde::Serialize>(value: &T) -> String {
     serde_json::to_string_pretty(value).expect("our output types always serialize")
 }
 
-/// Prints a list answer of the admin API: as JSON with `--json`, else `empty` when it holds
+/// Prints a list answer of the admin API: its JSON with `--json`, else `empty` when it holds
 /// nothing, else a table with one `row` per item.
-pub fn print_list(
-    answer: &serde_json::Value,
+pub fn print_list<T>(
+    reply: &Reply<Vec<T>>,
     as_json: bool,
     empty: &str,
     header: &[&str],
-    row: impl Fn(&serde_json::Value) -> Vec<String>,
+    row: impl Fn(&T) -> Vec<String>,
 ) {
-    if as_json {
-        println!("{}", json(answer));
-        return;
-    }
-    let items = answer.as_array().map(Vec::as_slice).unwrap_or_default();
-    if items.is_empty() {
-        println!("{empty}");
-    } else {
-        println!("{}", table(header, items.iter().map(row).collect()));
-    }
+    reply.print(as_json, |items| {
+        if items.is_empty() {
+            println!("{empty}");
+        } else {
+            println!("{}", table(header, items.iter().map(row).collect()));
+        }
+    });
 }
 
 /// A progress reporter: a spinner on a terminal, plain lines otherwise; both on stderr so
@@ -61,24 +60,5 @@ pub fn progress() -> (Progress, Option<ProgressBar>) {
         )
     } else {
         (Arc::new(|message: &str| eprintln!("{message}")), None)
-    }
-}
-
-/// Milliseconds since the epoch, now.
-pub fn now_ms() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
-        .unwrap_or(0)
-}
-
-/// "3s", "5m", "2h": an age for tables.
-pub fn age(ms: i64) -> String {
-    let secs = ms.max(0) / 1000;
-    match secs {
-        0..60 => format!("{secs}s"),
-        60..3600 => format!("{}m", secs / 60),
-        3600..86_400 => format!("{}h", secs / 3600),
-        _ => format!("{}d", secs / 86_400),
     }
 }

@@ -5,10 +5,11 @@ use axum::extract::State;
 use axum::http::StatusCode;
 use sandboxd_domain::{AgentSlug, ProjectSlug};
 
-use super::wire::{AgentOut, AgentsQuery, SpawnAgent, SpawnedOut};
 use super::{ApiJson, ApiPath, ApiQuery, TAG};
 use crate::AppState;
-use crate::error::{ApiError, ErrorBody};
+use crate::error::ApiError;
+use crate::wire::ErrorBody;
+use crate::wire::{AgentOut, AgentsQuery, SpawnAgent, SpawnedOut};
 
 /// Agents, optionally of one project.
 #[utoipa::path(get, path = "/v1/agents", tag = TAG,

@@ -6,10 +6,11 @@ use axum::extract::State;
 use sandboxd_broker::{Actor, AuditFilter, OutcomeFilter};
 use sandboxd_domain::{AgentSlug, InputError, ProjectSlug};
 
-use super::wire::{AuditPageOut, AuditQuery};
 use super::{ApiQuery, TAG};
 use crate::AppState;
-use crate::error::{ApiError, ErrorBody};
+use crate::error::ApiError;
+use crate::wire::ErrorBody;
+use crate::wire::{AuditPageOut, AuditQuery};
 
 /// An outcome filter: `ok`, `failed`, or one error code (lowercase letters, digits, `_`).
 pub(crate) fn parse_outcome(value: &str) -> Result<OutcomeFilter, InputError> {

@@ -4,9 +4,9 @@ use axum::Json;
 use axum::extract::State;
 
 use super::TAG;
-use super::wire::JanitorOut;
 use crate::AppState;
-use crate::error::ErrorBody;
+use crate::wire::ErrorBody;
+use crate::wire::JanitorOut;
 
 /// Runs the orphan janitor once and reports what it examined and reaped.
 #[utoipa::path(post, path = "/v1/janitor/run", tag = TAG,

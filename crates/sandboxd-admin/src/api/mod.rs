@@ -14,7 +14,8 @@ use utoipa::{Modify, OpenApi};
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
-use crate::error::{ApiError, ErrorBody};
+use crate::error::ApiError;
+use crate::wire::ErrorBody;
 use crate::{AppState, auth};
 
 mod agents;
@@ -24,7 +25,6 @@ pub(crate) mod projects;
 mod sandboxes;
 mod settings;
 mod tasks;
-pub mod wire;
 
 /// A JSON body whose rejection is an [`ApiError`] (`{"error","message"}`), not axum's text.
 #[derive(Debug, FromRequest)]

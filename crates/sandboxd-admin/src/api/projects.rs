@@ -7,10 +7,11 @@ use axum::Json;
 use axum::extract::State;
 use sandboxd_domain::{EngineRef, FeatureRequest, ProjectSlug};
 
-use super::wire::{ProjectOut, PutProject};
 use super::{ApiJson, ApiPath, TAG};
 use crate::AppState;
-use crate::error::{ApiError, ErrorBody};
+use crate::error::ApiError;
+use crate::wire::ErrorBody;
+use crate::wire::{ProjectOut, PutProject};
 
 /// Parses an opt-in as the operator wrote it. Unknown engines and features outside an
 /// engine's allowlist are refused here, naming the allowed set; the broker then refuses

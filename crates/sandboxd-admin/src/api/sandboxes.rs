@@ -5,10 +5,11 @@ use axum::Json;
 use axum::extract::State;
 use sandboxd_domain::AgentSlug;
 
-use super::wire::{SandboxOut, TeardownOut};
 use super::{ApiPath, TAG};
 use crate::AppState;
-use crate::error::{ApiError, ErrorBody};
+use crate::error::ApiError;
+use crate::wire::ErrorBody;
+use crate::wire::{SandboxOut, TeardownOut};
 
 /// Every sandbox, by owner. No credentials.
 #[utoipa::path(get, path = "/v1/sandboxes", tag = TAG,

@@ -4,10 +4,11 @@
 use axum::Json;
 use axum::extract::State;
 
-use super::wire::{PutSettings, Settings};
 use super::{ApiJson, TAG};
 use crate::AppState;
-use crate::error::{ApiError, ErrorBody};
+use crate::error::ApiError;
+use crate::wire::ErrorBody;
+use crate::wire::{PutSettings, Settings};
 
 /// The stored and the running value of `sandbox_db_enabled`.
 #[utoipa::path(get, path = "/v1/settings", tag = TAG,

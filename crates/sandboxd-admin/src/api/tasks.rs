@@ -6,10 +6,11 @@ use axum::http::StatusCode;
 use sandboxd_broker::parse_task_state;
 use sandboxd_domain::ProjectSlug;
 
-use super::wire::{NewTask, TaskOut, TasksQuery};
 use super::{ApiJson, ApiQuery, TAG};
 use crate::AppState;
-use crate::error::{ApiError, ErrorBody};
+use crate::error::ApiError;
+use crate::wire::ErrorBody;
+use crate::wire::{NewTask, TaskOut, TasksQuery};
 
 /// Tasks, optionally of one project and in one state.
 #[utoipa::path(get, path = "/v1/tasks", tag = TAG,

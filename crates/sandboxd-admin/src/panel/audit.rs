@@ -13,8 +13,8 @@ use super::session::PanelSession;
 use crate::AppState;
 use crate::api::ApiQuery;
 use crate::api::audit::filter_of;
-use crate::api::wire::{AuditQuery, actor_text};
 use crate::error::ApiError;
+use crate::wire::{AuditQuery, actor_text};
 
 const PAGE: u32 = 50;
 

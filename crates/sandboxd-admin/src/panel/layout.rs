@@ -1,7 +1,6 @@
 //! The page shell every panel page shares (head, nav, flash, logout) and the small pieces pages
-//! are built from: badges, ages, times. maud escapes every interpolated value.
-
-use std::time::{SystemTime, UNIX_EPOCH};
+//! are built from: badges and times (ages are `sandboxd_domain::clock`'s one format). maud
+//! escapes every interpolated value.
 
 use maud::{DOCTYPE, Markup, html};
 
@@ -49,7 +48,7 @@ fn head(title: &str) -> Markup {
 
 /// A hidden CSRF field: every POST form carries one.
 pub fn csrf_field(session: &PanelSession) -> Markup {
-    html! { input type="hidden" name="csrf" value=(session.csrf); }
+    html! { input type="hidden" name=(super::form::CSRF_FIELD) value=(session.csrf); }
 }
 
 pub fn flash(flash: Option<&Flash>) -> Markup {
@@ -164,24 +163,6 @@ pub fn outcome(value: &str) -> Markup {
     }
 }
 
-pub fn now_ms() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
-        .unwrap_or(0)
-}
-
-/// "3s", "5m", "2h", "4d".
-pub fn age(ms: i64) -> String {
-    let secs = ms.max(0) / 1000;
-    match secs {
-        0..60 => format!("{secs}s"),
-        60..3600 => format!("{}m", secs / 60),
-        3600..86_400 => format!("{}h {}m", secs / 3600, secs % 3600 / 60),
-        _ => format!("{}d {}h", secs / 86_400, secs % 86_400 / 3600),
-    }
-}
-
 /// A time as `2026-11-30 14:05:09` UTC.
 pub fn time(at_ms: i64) -> String {
     let format = time::macros::format_description!("[year]-[month]-[day] [hour]:[minute]:[second]");
@@ -196,12 +177,9 @@ mod tests {
     use super::*;
 
     #[test]
-    fn ages_and_times_read_well() {
-        assert_eq!(age(4_000), "4s");
-        assert_eq!(age(-5), "0s");
-        assert_eq!(age(125_000), "2m");
-        assert_eq!(age(3_660_000), "1h 1m");
+    fn times_read_well() {
         assert_eq!(time(0), "1970-01-01 00:00:00");
+        assert_eq!(time(1_500), "1970-01-01 00:00:01");
     }
 
     #[test]

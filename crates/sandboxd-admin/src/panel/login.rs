@@ -1,22 +1,22 @@
 //! The admin login: a form taking the admin token. Before there is a session, the login form is
 //! protected from cross-site submission by a double-submit token (a SameSite=Strict cookie that
-//! the form must echo); after it, by the session's own CSRF token.
+//! the form must echo, checked by `LoginForm`); after it, by the session's own CSRF token
+//! (checked by `VerifiedForm`).
 
-use axum::Extension;
-use axum::body::Bytes;
 use axum::extract::{Request, State};
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Redirect, Response};
 use maud::{Markup, html};
 
+use super::form::{CSRF_FIELD, LoginForm, VerifiedForm};
 use super::layout;
-use super::session::{PanelSession, random_token, tokens_match};
-use super::{FormFields, SESSION_COOKIE, cookie, csrf_refusal, set_cookie};
+use super::session::{PanelSession, random_token};
+use super::{SESSION_COOKIE, cookie, set_cookie};
 use crate::AppState;
 
 /// The login form's double-submit cookie.
-const LOGIN_COOKIE: &str = "sandboxd_login";
+pub(super) const LOGIN_COOKIE: &str = "sandboxd_login";
 const LOGIN_COOKIE_SECS: u64 = 3600;
 
 fn session_of(state: &AppState, headers: &HeaderMap) -> Option<PanelSession> {
@@ -49,7 +49,7 @@ fn form(csrf: &str, error: Option<&str>) -> Markup {
                     div class="flash flash-error" role="alert" { (error) }
                 }
                 form method="post" action="/login" {
-                    input type="hidden" name="csrf" value=(csrf);
+                    input type="hidden" name=(CSRF_FIELD) value=(csrf);
                     label for="token" { "Admin token" }
                     input id="token" type="password" name="token" autocomplete="current-password"
                         required autofocus;
@@ -65,7 +65,8 @@ fn form(csrf: &str, error: Option<&str>) -> Markup {
     )
 }
 
-fn login_page(state: &AppState, status: StatusCode, error: Option<&str>) -> Response {
+/// The login form with a fresh double-submit cookie.
+pub(super) fn page(state: &AppState, status: StatusCode, error: Option<&str>) -> Response {
     let csrf = random_token();
     (
         status,
@@ -87,26 +88,16 @@ pub async fn show(State(state): State<AppState>, headers: HeaderMap) -> Response
     if session_of(&state, &headers).is_some() {
         return Redirect::to("/").into_response();
     }
-    login_page(&state, StatusCode::OK, None)
+    page(&state, StatusCode::OK, None)
 }
 
-pub async fn submit(State(state): State<AppState>, headers: HeaderMap, body: Bytes) -> Response {
-    let fields = FormFields::parse(&body);
-    let expected = cookie(&headers, LOGIN_COOKIE).unwrap_or_default();
-    let sent = fields.get("csrf").unwrap_or_default();
-    if !tokens_match(sent, &expected) {
-        return login_page(
-            &state,
-            StatusCode::FORBIDDEN,
-            Some("The login form expired (or cookies are off). Try again."),
-        );
-    }
+pub async fn submit(State(state): State<AppState>, LoginForm { fields }: LoginForm) -> Response {
     let token = fields.get("token").unwrap_or_default();
     let accepted = state.token.verify(token);
     state.broker.audit_login("panel", accepted).await;
     if !accepted {
         tracing::warn!("panel: a login with a wrong admin token");
-        return login_page(
+        return page(
             &state,
             StatusCode::UNAUTHORIZED,
             Some("That is not the admin token."),
@@ -134,12 +125,8 @@ pub async fn submit(State(state): State<AppState>, headers: HeaderMap, body: Byt
 
 pub async fn logout(
     State(state): State<AppState>,
-    Extension(session): Extension<PanelSession>,
-    body: Bytes,
+    VerifiedForm { session, .. }: VerifiedForm,
 ) -> Response {
-    if let Some(refused) = csrf_refusal(&session, &FormFields::parse(&body)) {
-        return refused;
-    }
     state.sessions.remove(&session.id);
     (
         [(

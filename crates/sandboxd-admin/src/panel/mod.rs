@@ -5,13 +5,16 @@
 //!   behind.
 //! - `settings.rs`, `projects.rs`, `sandboxes.rs`, `audit.rs`: one file per page.
 //! - `session.rs`: in-memory sessions with a CSRF token each; `layout.rs`: the page shell.
+//! - `form.rs`: the extractors every POST handler takes to read its form ([`VerifiedForm`]
+//!   behind the login, `LoginForm` for the login itself); they check the CSRF token before the
+//!   handler runs, and no other code can read a form.
 //!
 //! Every POST carries the session's CSRF token and answers with a redirect (POST → redirect →
 //! GET), with a one-shot flash message saying what happened.
 
 use axum::Router;
 use axum::extract::Request;
-use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::http::{HeaderMap, HeaderValue, header};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Redirect, Response};
 use axum::routing::{get, post};
@@ -19,6 +22,7 @@ use axum::routing::{get, post};
 use crate::AppState;
 
 mod audit;
+mod form;
 pub(crate) mod layout;
 mod login;
 mod projects;
@@ -26,6 +30,7 @@ mod sandboxes;
 pub(crate) mod session;
 mod settings;
 
+pub use form::VerifiedForm;
 use session::{Flash, PanelSession};
 
 pub const STYLESHEET_PATH: &str = "/assets/panel.css";
@@ -110,53 +115,6 @@ pub fn set_cookie(name: &str, value: &str, max_age_secs: u64, secure: bool) -> S
         "{name}={value}; Path=/; HttpOnly; SameSite=Strict; Max-Age={max_age_secs}{}",
         if secure { "; Secure" } else { "" }
     )
-}
-
-/// A submitted form as its fields in order (repeated names allowed: checkboxes).
-#[derive(Debug, Default)]
-pub struct FormFields(Vec<(String, String)>);
-
-impl FormFields {
-    pub fn parse(body: &[u8]) -> Self {
-        Self(
-            form_urlencoded::parse(body)
-                .map(|(k, v)| (k.into_owned(), v.into_owned()))
-                .collect(),
-        )
-    }
-
-    pub fn get(&self, name: &str) -> Option<&str> {
-        self.0
-            .iter()
-            .find(|(k, _)| k == name)
-            .map(|(_, v)| v.as_str())
-    }
-
-    pub fn all<'a>(&'a self, name: &'a str) -> impl Iterator<Item = &'a str> + 'a {
-        self.0
-            .iter()
-            .filter(move |(k, _)| k == name)
-            .map(|(_, v)| v.as_str())
-    }
-}
-
-/// The answer to send instead when the form's CSRF field is not the session's token.
-pub fn csrf_refusal(session: &PanelSession, form: &FormFields) -> Option<Response> {
-    match form.get("csrf") {
-        Some(given) if session::tokens_match(given, &session.csrf) => None,
-        _ => Some((
-            StatusCode::FORBIDDEN,
-            layout::bare(
-                "Form expired",
-                maud::html! {
-                    h1 { "This form has expired" }
-                    p { "The form was not sent from this session of the panel. Nothing changed." }
-                    p { a href="/" { "Back to the panel" } }
-                },
-            ),
-        )
-            .into_response()),
-    }
 }
 
 /// Sets a flash message and redirects (303) to `to`.

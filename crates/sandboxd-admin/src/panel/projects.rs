@@ -5,7 +5,6 @@
 use std::collections::BTreeMap;
 
 use axum::Extension;
-use axum::body::Bytes;
 use axum::extract::State;
 use axum::response::{IntoResponse, Response};
 use maud::{Markup, html};
@@ -13,9 +12,11 @@ use sandboxd_broker::{BrokerError, Project};
 use sandboxd_domain::engine::FeatureKind;
 use sandboxd_domain::{EngineRef, ProjectSlug, engines};
 
-use super::layout::{self, Section, age, badge, csrf_field, now_ms};
+use sandboxd_domain::clock::format_age_since;
+
+use super::layout::{self, Section, badge, csrf_field};
 use super::session::PanelSession;
-use super::{FormFields, csrf_refusal, done, failure};
+use super::{VerifiedForm, done, failure};
 use crate::AppState;
 use crate::api::ApiPath;
 use crate::api::projects::parse_opt_in;
@@ -55,7 +56,6 @@ pub async fn list(
         Ok(projects) => projects,
         Err(err) => return failure(&session, Section::Projects, "Projects", err),
     };
-    let now = now_ms();
     let body = html! {
         section class="card" {
             @if projects.is_empty() {
@@ -69,7 +69,7 @@ pub async fn list(
                                 td { a href={ "/projects/" (project.slug) } { (project.slug) } }
                                 td { (services_cell(project)) }
                                 td { (extensions_cell(project)) }
-                                td class="num" { (age(now - project.updated_at_ms)) " ago" }
+                                td class="num" { (format_age_since(project.updated_at_ms)) " ago" }
                             }
                         }
                     }
@@ -99,14 +99,9 @@ pub async fn list(
 
 pub async fn create(
     State(state): State<AppState>,
-    Extension(session): Extension<PanelSession>,
-    body: Bytes,
+    VerifiedForm { session, fields }: VerifiedForm,
 ) -> Response {
-    let form = FormFields::parse(&body);
-    if let Some(refused) = csrf_refusal(&session, &form) {
-        return refused;
-    }
-    let slug = match ProjectSlug::parse(form.get("slug").unwrap_or_default().trim()) {
+    let slug = match ProjectSlug::parse(fields.get("slug").unwrap_or_default().trim()) {
         Ok(slug) => slug,
         Err(err) => return done(&state, &session, "/projects", false, err.to_string()),
     };
@@ -245,7 +240,6 @@ pub async fn show(
             return failure(&session, Section::Projects, "Project", err);
         }
     };
-    let now = now_ms();
     let body = html! {
         (sandbox_card(&session, &project))
         div class="columns" {
@@ -261,7 +255,7 @@ pub async fn show(
                                 tr {
                                     td { code { (agent.slug) } }
                                     td { (agent.role) }
-                                    td class="num" { (age(now - agent.created_at_ms)) }
+                                    td class="num" { (format_age_since(agent.created_at_ms)) }
                                 }
                             }
                         }
@@ -303,14 +297,9 @@ pub async fn show(
 
 pub async fn save(
     State(state): State<AppState>,
-    Extension(session): Extension<PanelSession>,
     ApiPath(slug): ApiPath<String>,
-    body: Bytes,
+    VerifiedForm { session, fields }: VerifiedForm,
 ) -> Response {
-    let form = FormFields::parse(&body);
-    if let Some(refused) = csrf_refusal(&session, &form) {
-        return refused;
-    }
     let slug = match ProjectSlug::parse(&slug) {
         Ok(slug) => slug,
         Err(err) => return failure(&session, Section::Projects, "Project", err),
@@ -331,9 +320,9 @@ pub async fn save(
         }
         Err(err) => return save_failed(&state, &session, &target, err),
     }
-    let services: Vec<String> = form.all("service").map(str::to_owned).collect();
+    let services: Vec<String> = fields.all("service").map(str::to_owned).collect();
     let mut features: BTreeMap<String, Vec<String>> = BTreeMap::new();
-    for value in form.all("feature") {
+    for value in fields.all("feature") {
         let (engine, feature) = value.split_once(':').unwrap_or((value, ""));
         features
             .entry(engine.to_owned())

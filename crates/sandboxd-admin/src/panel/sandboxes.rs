@@ -3,15 +3,16 @@
 //! sits inside a `<details>` the operator opens first.
 
 use axum::Extension;
-use axum::body::Bytes;
 use axum::extract::State;
 use axum::response::{IntoResponse, Response};
 use maud::html;
 use sandboxd_domain::AgentSlug;
 
-use super::layout::{self, Section, age, badge, csrf_field, now_ms, status};
+use sandboxd_domain::clock::format_age_since;
+
+use super::layout::{self, Section, badge, csrf_field, status};
 use super::session::PanelSession;
-use super::{FormFields, csrf_refusal, done, failure};
+use super::{VerifiedForm, done, failure};
 use crate::AppState;
 use crate::api::ApiPath;
 
@@ -24,7 +25,6 @@ pub async fn list(
         Ok(sandboxes) => sandboxes,
         Err(err) => return failure(&session, Section::Sandboxes, "Sandboxes", err),
     };
-    let now = now_ms();
     let instances: usize = sandboxes.iter().map(|s| s.instances.len()).sum();
     let body = html! {
         section class="card" {
@@ -54,10 +54,10 @@ pub async fn list(
                                 td { code class="owner" { (sandbox.owner) } }
                                 td { @for engine in &sandbox.engines { (badge("info", engine.name)) " " } }
                                 td { (sandbox.backends.iter().map(|b| b.as_str()).collect::<Vec<_>>().join(", ")) }
-                                td class="num" { (age(now - sandbox.created_at_ms)) }
+                                td class="num" { (format_age_since(sandbox.created_at_ms)) }
                                 td class="num last-used" {
                                     @match sandbox.last_used_at_ms {
-                                        Some(at) => { (age(now - at)) " ago" }
+                                        Some(at) => { (format_age_since(at)) " ago" }
                                         None => span class="muted" { "—" }
                                     }
                                 }
@@ -102,13 +102,9 @@ pub async fn list(
 
 pub async fn teardown(
     State(state): State<AppState>,
-    Extension(session): Extension<PanelSession>,
     ApiPath(owner): ApiPath<String>,
-    body: Bytes,
+    VerifiedForm { session, .. }: VerifiedForm,
 ) -> Response {
-    if let Some(refused) = csrf_refusal(&session, &FormFields::parse(&body)) {
-        return refused;
-    }
     let owner = match AgentSlug::parse(&owner) {
         Ok(owner) => owner,
         Err(err) => return done(&state, &session, "/sandboxes", false, err.to_string()),
@@ -140,12 +136,8 @@ pub async fn teardown(
 
 pub async fn run_janitor(
     State(state): State<AppState>,
-    Extension(session): Extension<PanelSession>,
-    body: Bytes,
+    VerifiedForm { session, .. }: VerifiedForm,
 ) -> Response {
-    if let Some(refused) = csrf_refusal(&session, &FormFields::parse(&body)) {
-        return refused;
-    }
     let report = state.broker.run_janitor().await;
     done(
         &state,

@@ -2,14 +2,13 @@
 //! effect on next restart".
 
 use axum::Extension;
-use axum::body::Bytes;
 use axum::extract::State;
 use axum::response::{IntoResponse, Response};
 use maud::html;
 
 use super::layout::{self, Section, badge, csrf_field, on_off};
 use super::session::PanelSession;
-use super::{FormFields, csrf_refusal, done};
+use super::{VerifiedForm, done};
 use crate::AppState;
 
 pub async fn show(
@@ -86,14 +85,9 @@ pub async fn show(
 
 pub async fn set_switch(
     State(state): State<AppState>,
-    Extension(session): Extension<PanelSession>,
-    body: Bytes,
+    VerifiedForm { session, fields }: VerifiedForm,
 ) -> Response {
-    let form = FormFields::parse(&body);
-    if let Some(refused) = csrf_refusal(&session, &form) {
-        return refused;
-    }
-    let enabled = match form.get("value") {
+    let enabled = match fields.get("value") {
         Some("on") => true,
         Some("off") => false,
         _ => {

@@ -319,6 +319,78 @@ async fn a_post_without_the_session_csrf_token_changes_nothing() {
         .await;
 }
 
+/// The `action` of every POST form on a page.
+fn post_actions(html: &str) -> Vec<String> {
+    html.split("<form")
+        .skip(1)
+        .map(|form| form.split('>').next().expect("tag"))
+        .filter(|tag| tag.contains("method=\"post\""))
+        .filter_map(|tag| tag.split("action=\"").nth(1))
+        .filter_map(|rest| rest.split('"').next())
+        .map(str::to_owned)
+        .collect()
+}
+
+#[tokio::test]
+async fn every_panel_post_refuses_a_forged_token_before_its_handler_runs() {
+    app()
+        .await
+        .run(|app| async move {
+            let project = app.project(&["postgres"], &[]).await;
+            let browser = Browser::new(&app);
+            browser.login().await;
+            let posts = [
+                "/settings/sandbox-db".to_owned(),
+                "/projects".to_owned(),
+                format!("/projects/{project}"),
+                "/sandboxes/dev-x/teardown".to_owned(),
+                "/sandboxes/janitor".to_owned(),
+                "/logout".to_owned(),
+            ];
+            // The list covers every POST form the pages offer.
+            for page in [
+                "/settings",
+                "/projects",
+                &format!("/projects/{project}"),
+                "/sandboxes",
+            ] {
+                for action in post_actions(&browser.get(page).await.html) {
+                    assert!(
+                        posts.contains(&action),
+                        "{page}: {action} is not checked here"
+                    );
+                }
+            }
+            let audit_before = app.audit_total().await;
+            let stored_before = app.stored_project(&project).await;
+            for path in &posts {
+                let page = browser
+                    .post(
+                        path,
+                        &[
+                            ("csrf", &"b".repeat(64)),
+                            ("value", "on"),
+                            ("slug", "forged"),
+                            ("service", "redis"),
+                        ],
+                    )
+                    .await;
+                assert_eq!(page.status, StatusCode::FORBIDDEN, "{path}");
+                assert!(page.html.contains("This form has expired"), "{path}");
+            }
+            assert_eq!(app.audit_total().await, audit_before, "no handler ran");
+            assert!(!app.stored_switch().await);
+            assert_eq!(app.stored_project(&project).await, stored_before);
+            assert_eq!(app.broker().projects().await.expect("projects").len(), 1);
+            assert_eq!(
+                browser.get("/settings").await.status,
+                StatusCode::OK,
+                "a forged logout logs nobody out"
+            );
+        })
+        .await;
+}
+
 #[tokio::test]
 async fn the_sandbox_card_saves_through_the_broker_and_refuses_what_it_refuses() {
     app()

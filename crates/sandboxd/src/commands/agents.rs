@@ -4,9 +4,11 @@
 use std::process::ExitCode;
 
 use reqwest::Method;
+use sandboxd_admin::wire::{AgentOut, AgentsQuery, SpawnAgent, SpawnedOut};
+use sandboxd_domain::clock::format_age_since;
 use serde_json::json;
 
-use crate::client::{AdminClient, Remote, age_of, list, text};
+use crate::client::{AdminClient, Remote};
 use crate::commands::projects::encode;
 use crate::config::Settings;
 use crate::output;
@@ -41,6 +43,26 @@ pub enum Command {
     },
 }
 
+fn show_spawned(spawned: &SpawnedOut) {
+    println!(
+        "spawned {} ({} on {})",
+        spawned.agent, spawned.role, spawned.project
+    );
+    println!("token:    {}", spawned.token);
+    eprintln!("          (shown once: only its hash is stored)");
+    println!("manifest: {}", spawned.manifest.join(", "));
+    if !spawned.env.is_empty() {
+        println!("env:");
+        for (key, value) in &spawned.env {
+            println!("  {key}={value}");
+        }
+    }
+    println!("briefing:");
+    for line in &spawned.briefing {
+        println!("  {line}");
+    }
+}
+
 pub async fn run(args: Args, settings: &Settings) -> ExitCode {
     let client = match AdminClient::new(&args.remote, settings) {
         Ok(client) => client,
@@ -52,43 +74,22 @@ pub async fn run(args: Args, settings: &Settings) -> ExitCode {
             role,
             project,
         } => {
-            let body = json!({"slug": slug, "role": role, "project": project});
-            let spawned = match client
-                .call(Method::POST, "/v1/agents", &[], Some(&body))
+            let body = SpawnAgent {
+                slug,
+                role,
+                project,
+            };
+            match client
+                .send::<SpawnedOut>(Method::POST, "/v1/agents", Some(&body))
                 .await
             {
-                Ok(spawned) => spawned,
+                Ok(reply) => reply.print(args.remote.json, show_spawned),
                 Err(err) => return err.fail(),
-            };
-            if args.remote.json {
-                println!("{}", output::json(&spawned));
-                return ExitCode::SUCCESS;
-            }
-            println!(
-                "spawned {} ({} on {})",
-                text(&spawned, "agent"),
-                text(&spawned, "role"),
-                text(&spawned, "project")
-            );
-            println!("token:    {}", text(&spawned, "token"));
-            eprintln!("          (shown once: only its hash is stored)");
-            println!("manifest: {}", list(&spawned, "manifest"));
-            if let Some(env) = spawned["env"].as_object().filter(|e| !e.is_empty()) {
-                println!("env:");
-                for (key, value) in env {
-                    println!("  {key}={}", value.as_str().unwrap_or_default());
-                }
-            }
-            if let Some(lines) = spawned["briefing"].as_array() {
-                println!("briefing:");
-                for line in lines {
-                    println!("  {}", line.as_str().unwrap_or_default());
-                }
             }
         }
         Command::Rm { slug } => {
             let path = format!("/v1/agents/{}", encode(&slug));
-            match client.call(Method::DELETE, &path, &[], None::<&()>).await {
+            match client.send::<()>(Method::DELETE, &path, None::<&()>).await {
                 Ok(_) if args.remote.json => {
                     println!("{}", output::json(&json!({"removed": slug})))
                 }
@@ -97,8 +98,10 @@ pub async fn run(args: Args, settings: &Settings) -> ExitCode {
             }
         }
         Command::Ls { project } => {
-            let query: Vec<(&str, String)> = project.into_iter().map(|p| ("project", p)).collect();
-            match client.get("/v1/agents", &query).await {
+            match client
+                .get::<Vec<AgentOut>>("/v1/agents", &AgentsQuery { project })
+                .await
+            {
                 Ok(agents) => output::print_list(
                     &agents,
                     args.remote.json,
@@ -106,10 +109,10 @@ pub async fn run(args: Args, settings: &Settings) -> ExitCode {
                     &["agent", "role", "project", "age"],
                     |a| {
                         vec![
-                            text(a, "slug"),
-                            text(a, "role"),
-                            text(a, "project"),
-                            age_of(a, "created_at_ms"),
+                            a.slug.clone(),
+                            a.role.clone(),
+                            a.project.clone(),
+                            format_age_since(a.created_at_ms),
                         ]
                     },
                 ),

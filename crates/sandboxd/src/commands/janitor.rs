@@ -3,10 +3,10 @@
 use std::process::ExitCode;
 
 use reqwest::Method;
+use sandboxd_admin::wire::JanitorOut;
 
-use crate::client::{AdminClient, Remote, text};
+use crate::client::{AdminClient, Remote};
 use crate::config::Settings;
-use crate::output;
 
 #[derive(Debug, clap::Args)]
 pub struct Args {
@@ -22,36 +22,30 @@ pub enum Command {
     Run,
 }
 
+fn show(report: &JanitorOut) {
+    println!(
+        "examined {}, reaped {}, kept {} (younger than the grace window)",
+        report.examined,
+        report.reaped.len(),
+        report.kept_young
+    );
+    for entry in &report.reaped {
+        println!("  reaped {} ({})", entry.instance, entry.reason);
+    }
+}
+
 pub async fn run(args: Args, settings: &Settings) -> ExitCode {
     let client = match AdminClient::new(&args.remote, settings) {
         Ok(client) => client,
         Err(err) => return err.fail(),
     };
     let Command::Run = args.command;
-    let report = match client
-        .call(Method::POST, "/v1/janitor/run", &[], None::<&()>)
+    match client
+        .send::<JanitorOut>(Method::POST, "/v1/janitor/run", None::<&()>)
         .await
     {
-        Ok(report) => report,
+        Ok(reply) => reply.print(args.remote.json, show),
         Err(err) => return err.fail(),
-    };
-    if args.remote.json {
-        println!("{}", output::json(&report));
-        return ExitCode::SUCCESS;
-    }
-    let reaped = report["reaped"].as_array().cloned().unwrap_or_default();
-    println!(
-        "examined {}, reaped {}, kept {} (younger than the grace window)",
-        text(&report, "examined"),
-        reaped.len(),
-        text(&report, "kept_young")
-    );
-    for entry in &reaped {
-        println!(
-            "  reaped {} ({})",
-            text(entry, "instance"),
-            text(entry, "reason")
-        );
     }
     ExitCode::SUCCESS
 }

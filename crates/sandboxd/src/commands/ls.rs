@@ -3,6 +3,7 @@
 use std::process::ExitCode;
 
 use sandboxd_backend::ListedInstance;
+use sandboxd_domain::clock::format_age_since;
 
 use crate::backends;
 use crate::config::Settings;
@@ -36,7 +37,6 @@ pub async fn run(args: Args, settings: &Settings) -> ExitCode {
         println!("no instances");
         return ExitCode::SUCCESS;
     }
-    let now = output::now_ms();
     let rows = listed
         .iter()
         .map(|i| {
@@ -46,7 +46,7 @@ pub async fn run(args: Args, settings: &Settings) -> ExitCode {
                 i.handle.owner.to_string(),
                 i.handle.backend.to_string(),
                 format!("{}:{}", i.host, i.port),
-                output::age(now - i.created_at_ms),
+                format_age_since(i.created_at_ms),
                 i.status.clone(),
             ]
         })

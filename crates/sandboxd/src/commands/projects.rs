@@ -5,10 +5,11 @@ use std::collections::BTreeMap;
 use std::process::ExitCode;
 
 use reqwest::Method;
-use serde_json::{Value, json};
+use sandboxd_admin::wire::{ProjectOut, PutProject};
+use sandboxd_domain::clock::format_age_since;
 
 use crate::cli::EXIT_INPUT;
-use crate::client::{AdminClient, Remote, age_of, joined, list, text};
+use crate::client::{AdminClient, Remote};
 use crate::config::Settings;
 use crate::output;
 
@@ -58,29 +59,31 @@ fn feature_map(items: &[String]) -> Result<BTreeMap<String, Vec<String>>, String
     Ok(map)
 }
 
-fn extensions(project: &Value) -> String {
-    project["sandbox_extensions"]
-        .as_object()
-        .map(|map| {
-            map.iter()
-                .map(|(engine, features)| format!("{engine}: {}", joined(features)))
-                .collect::<Vec<_>>()
-                .join("; ")
-        })
-        .unwrap_or_default()
+fn extensions(project: &ProjectOut) -> String {
+    project
+        .sandbox_extensions
+        .iter()
+        .flatten()
+        .map(|(engine, features)| format!("{engine}: {}", features.join(", ")))
+        .collect::<Vec<_>>()
+        .join("; ")
 }
 
-fn row(project: &Value) -> Vec<String> {
-    let services = list(project, "sandbox_services");
+fn row(project: &ProjectOut) -> Vec<String> {
+    let services = project
+        .sandbox_services
+        .as_deref()
+        .unwrap_or_default()
+        .join(", ");
     vec![
-        text(project, "slug"),
+        project.slug.clone(),
         if services.is_empty() {
             "not opted in".into()
         } else {
             services
         },
         extensions(project),
-        age_of(project, "updated_at_ms"),
+        format_age_since(project.updated_at_ms),
     ]
 }
 
@@ -111,18 +114,22 @@ pub async fn run(args: Args, settings: &Settings) -> ExitCode {
                     .map(str::to_owned)
                     .collect()
             });
-            let body = json!({
-                "sandbox_services": services,
-                "sandbox_extensions": (!features.is_empty()).then_some(features),
-            });
+            let body = PutProject {
+                sandbox_services: services,
+                sandbox_extensions: (!features.is_empty()).then_some(features),
+            };
             let path = format!("/v1/projects/{}", encode(&slug));
-            match client.call(Method::PUT, &path, &[], Some(&body)).await {
-                Ok(project) if args.remote.json => println!("{}", output::json(&project)),
-                Ok(project) => println!("{}", output::table(&HEADER, vec![row(&project)])),
+            match client
+                .send::<ProjectOut>(Method::PUT, &path, Some(&body))
+                .await
+            {
+                Ok(reply) => reply.print(args.remote.json, |project| {
+                    println!("{}", output::table(&HEADER, vec![row(project)]))
+                }),
                 Err(err) => return err.fail(),
             }
         }
-        Command::Ls => match client.get("/v1/projects", &[]).await {
+        Command::Ls => match client.get::<Vec<ProjectOut>>("/v1/projects", &()).await {
             Ok(projects) => {
                 output::print_list(&projects, args.remote.json, "no projects", &HEADER, row)
             }

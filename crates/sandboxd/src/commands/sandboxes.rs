@@ -6,9 +6,10 @@
 use std::process::ExitCode;
 
 use reqwest::Method;
-use serde_json::Value;
+use sandboxd_admin::wire::{SandboxOut, TeardownOut};
+use sandboxd_domain::clock::format_age_since;
 
-use crate::client::{AdminClient, Remote, age_of, list, text};
+use crate::client::{AdminClient, Remote};
 use crate::commands::projects::encode;
 use crate::config::Settings;
 use crate::output;
@@ -29,24 +30,13 @@ pub enum Command {
     Rm { owner: String },
 }
 
-fn instances(sandbox: &Value) -> String {
-    sandbox["instances"]
-        .as_array()
-        .map(|items| {
-            items
-                .iter()
-                .map(|i| {
-                    format!(
-                        "{} {}:{}",
-                        text(i, "name"),
-                        text(i, "host"),
-                        text(i, "port")
-                    )
-                })
-                .collect::<Vec<_>>()
-                .join("\n")
-        })
-        .unwrap_or_default()
+fn instances(sandbox: &SandboxOut) -> String {
+    sandbox
+        .instances
+        .iter()
+        .map(|i| format!("{} {}:{}", i.name, i.host, i.port))
+        .collect::<Vec<_>>()
+        .join("\n")
 }
 
 pub async fn run(args: Args, settings: &Settings) -> ExitCode {
@@ -55,7 +45,7 @@ pub async fn run(args: Args, settings: &Settings) -> ExitCode {
         Err(err) => return err.fail(),
     };
     match args.command {
-        Command::Ls => match client.get("/v1/sandboxes", &[]).await {
+        Command::Ls => match client.get::<Vec<SandboxOut>>("/v1/sandboxes", &()).await {
             Ok(sandboxes) => output::print_list(
                 &sandboxes,
                 args.remote.json,
@@ -71,15 +61,15 @@ pub async fn run(args: Args, settings: &Settings) -> ExitCode {
                 ],
                 |s| {
                     vec![
-                        text(s, "owner"),
-                        list(s, "engines"),
-                        list(s, "backends"),
-                        age_of(s, "created_at_ms"),
-                        match age_of(s, "last_used_at_ms") {
-                            never if never.is_empty() => "-".to_owned(),
-                            ago => format!("{ago} ago"),
+                        s.owner.clone(),
+                        s.engines.join(", "),
+                        s.backends.join(", "),
+                        format_age_since(s.created_at_ms),
+                        match s.last_used_at_ms {
+                            Some(at) => format!("{} ago", format_age_since(at)),
+                            None => "-".to_owned(),
                         },
-                        text(s, "status"),
+                        s.status.clone(),
                         instances(s),
                     ]
                 },
@@ -88,13 +78,14 @@ pub async fn run(args: Args, settings: &Settings) -> ExitCode {
         },
         Command::Rm { owner } => {
             let path = format!("/v1/sandboxes/{}", encode(&owner));
-            match client.call(Method::DELETE, &path, &[], None::<&()>).await {
-                Ok(out) if args.remote.json => println!("{}", output::json(&out)),
-                Ok(out) => match out["removed"].as_u64() {
-                    Some(0) => println!("nothing to tear down for {owner}"),
-                    Some(n) => println!("tore down {n} instance(s) of {owner}"),
-                    None => println!("tore down {owner}'s sandbox"),
-                },
+            match client
+                .send::<TeardownOut>(Method::DELETE, &path, None::<&()>)
+                .await
+            {
+                Ok(reply) => reply.print(args.remote.json, |out| match out.removed {
+                    0 => println!("nothing to tear down for {owner}"),
+                    n => println!("tore down {n} instance(s) of {owner}"),
+                }),
                 Err(err) => return err.fail(),
             }
         }

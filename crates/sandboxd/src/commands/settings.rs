@@ -4,11 +4,11 @@
 use std::process::ExitCode;
 
 use reqwest::Method;
+use sandboxd_admin::wire::{PutSettings, Settings as SettingsOut};
 use sandboxd_broker::{SANDBOX_DB_ENABLED, parse_switch};
-use serde_json::{Value, json};
 
 use crate::cli::EXIT_INPUT;
-use crate::client::{AdminClient, Remote, text};
+use crate::client::{AdminClient, Remote};
 use crate::config::Settings;
 use crate::daemon::ENABLED_ENV;
 use crate::output;
@@ -30,19 +30,15 @@ pub enum Command {
     },
 }
 
-fn on_off(value: &Value) -> &'static str {
-    match value.as_bool() {
-        Some(true) => "on",
-        Some(false) => "off",
-        None => "-",
-    }
+fn on_off(value: bool) -> &'static str {
+    if value { "on" } else { "off" }
 }
 
-fn show(settings: &Value) {
-    let stored = &settings["sandbox_db_enabled_stored"];
-    let running = &settings["sandbox_db_enabled_running"];
-    let overridden = match settings["env_override"].as_bool() {
-        Some(value) => format!("{ENABLED_ENV}={}", if value { "on" } else { "off" }),
+fn show(settings: &SettingsOut) {
+    let stored = settings.sandbox_db_enabled_stored;
+    let running = settings.sandbox_db_enabled_running;
+    let overridden = match settings.env_override {
+        Some(value) => format!("{ENABLED_ENV}={}", on_off(value)),
         None => "-".into(),
     };
     println!(
@@ -57,11 +53,8 @@ fn show(settings: &Value) {
             ]]
         )
     );
-    if stored != running && settings["env_override"].is_null() {
-        println!(
-            "the stored value takes effect {}",
-            text(settings, "takes_effect")
-        );
+    if stored != running && settings.env_override.is_none() {
+        println!("the stored value takes effect {}", settings.takes_effect);
     }
 }
 
@@ -71,7 +64,7 @@ pub async fn run(args: Args, settings: &Settings) -> ExitCode {
         Err(err) => return err.fail(),
     };
     let answer = match args.command {
-        None => client.get("/v1/settings", &[]).await,
+        None => client.get::<SettingsOut>("/v1/settings", &()).await,
         Some(Command::Set { assignment }) => {
             let (key, value) = assignment.split_once('=').unwrap_or((&assignment, ""));
             if key.trim() != SANDBOX_DB_ENABLED {
@@ -84,15 +77,16 @@ pub async fn run(args: Args, settings: &Settings) -> ExitCode {
                 );
                 return ExitCode::from(EXIT_INPUT);
             };
-            let body = json!({ SANDBOX_DB_ENABLED: enabled });
+            let body = PutSettings {
+                sandbox_db_enabled: enabled,
+            };
             client
-                .call(Method::PUT, "/v1/settings", &[], Some(&body))
+                .send::<SettingsOut>(Method::PUT, "/v1/settings", Some(&body))
                 .await
         }
     };
     match answer {
-        Ok(answer) if args.remote.json => println!("{}", output::json(&answer)),
-        Ok(answer) => show(&answer),
+        Ok(reply) => reply.print(args.remote.json, show),
         Err(err) => return err.fail(),
     }
     ExitCode::SUCCESS

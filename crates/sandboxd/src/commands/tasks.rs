@@ -3,9 +3,10 @@
 use std::process::ExitCode;
 
 use reqwest::Method;
-use serde_json::json;
+use sandboxd_admin::wire::{NewTask, TaskOut, TasksQuery};
+use sandboxd_domain::clock::format_age_since;
 
-use crate::client::{AdminClient, Remote, age_of, text};
+use crate::client::{AdminClient, Remote};
 use crate::config::Settings;
 use crate::output;
 
@@ -49,28 +50,26 @@ pub async fn run(args: Args, settings: &Settings) -> ExitCode {
             title,
             description,
         } => {
-            let body = json!({"project": project, "title": title, "description": description});
+            let body = NewTask {
+                project,
+                title,
+                description,
+            };
             match client
-                .call(Method::POST, "/v1/tasks", &[], Some(&body))
+                .send::<TaskOut>(Method::POST, "/v1/tasks", Some(&body))
                 .await
             {
-                Ok(task) if args.remote.json => println!("{}", output::json(&task)),
-                Ok(task) => println!(
-                    "added {} to {} ({})",
-                    text(&task, "id"),
-                    text(&task, "project"),
-                    text(&task, "state")
-                ),
+                Ok(reply) => reply.print(args.remote.json, |task| {
+                    println!("added {} to {} ({})", task.id, task.project, task.state)
+                }),
                 Err(err) => return err.fail(),
             }
         }
         Command::Ls { project, state } => {
-            let query: Vec<(&str, String)> = project
-                .map(|p| ("project", p))
-                .into_iter()
-                .chain(state.map(|s| ("state", s)))
-                .collect();
-            match client.get("/v1/tasks", &query).await {
+            match client
+                .get::<Vec<TaskOut>>("/v1/tasks", &TasksQuery { project, state })
+                .await
+            {
                 Ok(tasks) => output::print_list(
                     &tasks,
                     args.remote.json,
@@ -78,12 +77,12 @@ pub async fn run(args: Args, settings: &Settings) -> ExitCode {
                     &["task", "project", "state", "held by", "age", "title"],
                     |t| {
                         vec![
-                            text(t, "id"),
-                            text(t, "project"),
-                            text(t, "state"),
-                            text(t, "claimed_by"),
-                            age_of(t, "created_at_ms"),
-                            text(t, "title"),
+                            t.id.clone(),
+                            t.project.clone(),
+                            t.state.clone(),
+                            t.claimed_by.clone().unwrap_or_default(),
+                            format_age_since(t.created_at_ms),
+                            t.title.clone(),
                         ]
                     },
                 ),

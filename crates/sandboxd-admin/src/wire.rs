@@ -1,6 +1,11 @@
 //! The admin API's wire types. The broker's and the store's types are not the wire format: each
 //! is mapped here, field by field, so a change inside cannot silently change the API (and a
 //! token hash or a credential cannot leak through a derived `Serialize`).
+//!
+//! The module is public and every type goes both ways (`Serialize` and `Deserialize`): the
+//! daemon encodes answers with them and the `sandboxd` CLI decodes them, so the two cannot
+//! disagree about a field's name or type. Answers do not deny unknown fields (an older client
+//! still reads a newer daemon's answer); request bodies do (a typo is refused, not ignored).
 
 use std::collections::BTreeMap;
 
@@ -12,9 +17,19 @@ use secrecy::ExposeSecret;
 use serde::{Deserialize, Serialize};
 use utoipa::{IntoParams, ToSchema};
 
+/// What every error answer carries.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct ErrorBody {
+    /// A stable code: `unauthorized`, `invalid_name`, `unknown_engine`, `feature_not_allowed`,
+    /// `invalid_input`, `malformed_json`, `not_found`, `conflict`, `internal`.
+    pub error: String,
+    /// What went wrong and how to fix it; never a credential, never internal detail.
+    pub message: String,
+}
+
 /// The master switch (§2): the stored value, the value this running daemon uses, and the
 /// environment override if one is set.
-#[derive(Debug, Serialize, ToSchema)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 pub struct Settings {
     pub sandbox_db_enabled_stored: bool,
     pub sandbox_db_enabled_running: bool,
@@ -35,14 +50,14 @@ impl From<SettingsView> for Settings {
     }
 }
 
-#[derive(Debug, Deserialize, ToSchema)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct PutSettings {
     /// Persisted at once; takes effect at the next restart.
     pub sandbox_db_enabled: bool,
 }
 
-#[derive(Debug, Serialize, ToSchema)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 pub struct ProjectOut {
     pub slug: String,
     /// Engines the project opted into; `null` when not opted in.
@@ -70,7 +85,7 @@ impl From<Project> for ProjectOut {
 /// A project's sandbox opt-in. Both fields replace what is stored; `null` or an empty list
 /// means "not opted in". Engines and features are validated against the registry and each
 /// engine's allowlist; features may only name opted-in engines.
-#[derive(Debug, Deserialize, ToSchema)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct PutProject {
     #[serde(default)]
@@ -79,7 +94,7 @@ pub struct PutProject {
     pub sandbox_extensions: Option<BTreeMap<String, Vec<String>>>,
 }
 
-#[derive(Debug, Serialize, ToSchema)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 pub struct AgentOut {
     pub slug: String,
     pub role: String,
@@ -98,7 +113,7 @@ impl From<Agent> for AgentOut {
     }
 }
 
-#[derive(Debug, Deserialize, ToSchema)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct SpawnAgent {
     pub slug: String,
@@ -110,7 +125,7 @@ pub struct SpawnAgent {
 
 /// The spawn answer (§3.1). The token is shown here once and never again: only its hash is
 /// stored.
-#[derive(Debug, Serialize, ToSchema)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 pub struct SpawnedOut {
     pub agent: String,
     pub role: String,
@@ -139,14 +154,14 @@ impl From<Spawned> for SpawnedOut {
     }
 }
 
-#[derive(Debug, Deserialize, IntoParams)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, IntoParams)]
 #[into_params(parameter_in = Query)]
 pub struct AgentsQuery {
     /// Only this project's agents.
     pub project: Option<String>,
 }
 
-#[derive(Debug, Serialize, ToSchema)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 pub struct TaskOut {
     pub id: String,
     pub project: String,
@@ -174,7 +189,7 @@ impl From<Task> for TaskOut {
     }
 }
 
-#[derive(Debug, Deserialize, ToSchema)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct NewTask {
     pub project: String,
@@ -185,7 +200,7 @@ pub struct NewTask {
     pub description: String,
 }
 
-#[derive(Debug, Deserialize, IntoParams)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, IntoParams)]
 #[into_params(parameter_in = Query)]
 pub struct TasksQuery {
     pub project: Option<String>,
@@ -193,7 +208,7 @@ pub struct TasksQuery {
     pub state: Option<String>,
 }
 
-#[derive(Debug, Serialize, ToSchema)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 pub struct InstanceOut {
     pub name: String,
     pub engine: String,
@@ -225,7 +240,7 @@ impl From<InstanceView> for InstanceOut {
 }
 
 /// Every instance of one owner (an agent slug). No credentials.
-#[derive(Debug, Serialize, ToSchema)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 pub struct SandboxOut {
     pub owner: String,
     pub engines: Vec<String>,
@@ -253,14 +268,14 @@ impl From<SandboxView> for SandboxOut {
     }
 }
 
-#[derive(Debug, Serialize, ToSchema)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 pub struct TeardownOut {
     pub owner: String,
     /// How many instances were removed.
     pub removed: usize,
 }
 
-#[derive(Debug, Deserialize, IntoParams)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, IntoParams)]
 #[into_params(parameter_in = Query)]
 pub struct AuditQuery {
     /// Only entries of this agent (its slug).
@@ -275,7 +290,7 @@ pub struct AuditQuery {
     pub limit: Option<u32>,
 }
 
-#[derive(Debug, Serialize, ToSchema)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 pub struct AuditEntryOut {
     pub id: String,
     pub at_ms: i64,
@@ -314,7 +329,7 @@ impl From<AuditEntry> for AuditEntryOut {
 }
 
 /// One page of the audit log, newest first.
-#[derive(Debug, Serialize, ToSchema)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 pub struct AuditPageOut {
     pub entries: Vec<AuditEntryOut>,
     /// Pass as `before` for the next (older) page; `null` on the last page.
@@ -333,14 +348,14 @@ impl From<AuditPage> for AuditPageOut {
     }
 }
 
-#[derive(Debug, Serialize, ToSchema)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 pub struct ReapedOut {
     pub instance: String,
     /// `owner_gone`, `max_lifetime`, `idle` or `dead`.
     pub reason: String,
 }
 
-#[derive(Debug, Serialize, ToSchema)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 pub struct JanitorOut {
     /// Instances the backends listed.
     pub examined: usize,
@@ -366,5 +381,76 @@ impl From<JanitorReport> for JanitorOut {
             kept_young: r.kept_young,
             forgotten: r.forgotten,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde::de::DeserializeOwned;
+
+    use super::*;
+
+    /// What the daemon encodes, a client decodes to the same value.
+    fn round_trip<T: Serialize + DeserializeOwned + PartialEq + std::fmt::Debug>(value: T) {
+        let json = serde_json::to_value(&value).expect("serializes");
+        let back: T = serde_json::from_value(json.clone()).expect("deserializes");
+        assert_eq!(back, value, "{json}");
+    }
+
+    #[test]
+    fn answers_decode_to_what_was_encoded() {
+        round_trip(Settings {
+            sandbox_db_enabled_stored: true,
+            sandbox_db_enabled_running: false,
+            env_override: None,
+            takes_effect: "at the next restart".into(),
+        });
+        round_trip(ProjectOut {
+            slug: "p".into(),
+            sandbox_services: Some(vec!["postgres".into()]),
+            sandbox_extensions: Some(BTreeMap::from([("postgres".into(), vec!["vector".into()])])),
+            created_at_ms: 1,
+            updated_at_ms: 2,
+        });
+        round_trip(SandboxOut {
+            owner: "dev-1".into(),
+            engines: vec!["redis".into()],
+            backends: vec!["process".into()],
+            created_at_ms: 3,
+            last_used_at_ms: None,
+            status: "live".into(),
+            instances: vec![InstanceOut {
+                name: "sbx-dev-1-redis".into(),
+                engine: "redis".into(),
+                backend: "process".into(),
+                host: "127.0.0.1".into(),
+                port: 6400,
+                created_at_ms: 3,
+                live: true,
+                status: "running".into(),
+                tracked: true,
+            }],
+        });
+        round_trip(JanitorOut {
+            examined: 2,
+            reaped: vec![ReapedOut {
+                instance: "sbx-x".into(),
+                reason: "owner_gone".into(),
+            }],
+            kept_young: 1,
+            forgotten: 0,
+        });
+        round_trip(ErrorBody {
+            error: "not_found".into(),
+            message: "no such project".into(),
+        });
+    }
+
+    #[test]
+    fn answers_tolerate_new_fields_and_requests_refuse_unknown_ones() {
+        let answer = serde_json::json!({"owner": "a", "removed": 1, "added_later": true});
+        assert!(serde_json::from_value::<TeardownOut>(answer).is_ok());
+        let request = serde_json::json!({"sandbox_db_enabled": true, "typo": 1});
+        assert!(serde_json::from_value::<PutSettings>(request).is_err());
     }
 }
