@@ -14,12 +14,14 @@ use crate::names::EnvPrefix;
 
 mod quote;
 mod recipe;
+mod render;
 
 pub use quote::{mysql_identifier, pg_identifier, sql_literal};
 pub use recipe::{
-    AdminAccess, AdminStep, CommandPlan, ContainerRecipe, Endpoint, MYSQL_SOCKET_FILE, PlannedFile,
+    AdminAccess, AdminStep, CommandPlan, ContainerRecipe, MYSQL_SOCKET_FILE, PlannedFile,
     ProcessContext, ProcessRecipe, ServerFacts, Signal, TemplatePlan, Tmpfs,
 };
+pub use render::{Endpoint, EnvRendering, UrlPath};
 
 /// One kind of database server, as data. Each engine file defines one `static` of it and the
 /// registry lists it; nothing else in the workspace names an engine.
@@ -45,6 +47,8 @@ pub struct Engine {
     pub agent_user: &'static str,
     /// The handed-out account's database.
     pub agent_database: &'static str,
+    /// The URL and env vars an agent's evidence carries.
+    pub env: EnvRendering,
     /// What the engine does, as pure functions.
     pub recipes: &'static dyn EngineRecipes,
 }
@@ -58,12 +62,6 @@ pub trait EngineRecipes: Send + Sync + 'static {
     fn process(&self) -> Option<ProcessRecipe>;
     /// Statements run as superuser once the server answers, creating the handed-out account.
     fn setup(&self, agent: &Credentials, facts: ServerFacts) -> Vec<AdminStep>;
-    /// `(url, env)` for the evidence.
-    fn render(
-        &self,
-        endpoint: &Endpoint<'_>,
-        prefix: &EnvPrefix,
-    ) -> (String, BTreeMap<String, String>);
 }
 
 impl Engine {
@@ -93,7 +91,7 @@ impl Engine {
         endpoint: &Endpoint<'_>,
         prefix: &EnvPrefix,
     ) -> (String, BTreeMap<String, String>) {
-        self.recipes.render(endpoint, prefix)
+        self.env.render(endpoint, prefix)
     }
 }
 

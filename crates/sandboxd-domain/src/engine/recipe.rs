@@ -140,13 +140,3 @@ pub enum Signal {
     Term,
     Int,
 }
-
-/// The host, port and credentials an agent uses, from which URLs and env are rendered.
-#[derive(Debug)]
-pub struct Endpoint<'a> {
-    pub host: &'a str,
-    pub port: u16,
-    pub user: &'a str,
-    pub password: &'a SecretString,
-    pub database: &'a str,
-}

@@ -2,18 +2,16 @@
 //! handed-out user with every privilege on its own database and on the databases test runners
 //! create (`test_*`, `<db>_*`), but no global privilege.
 
-use std::collections::BTreeMap;
 use std::time::Duration;
 
-use secrecy::{ExposeSecret, SecretString};
+use secrecy::SecretString;
 
 use crate::credentials::{Credentials, mysql_native_hash};
 use crate::engine::{
-    AdminAccess, AdminStep, CommandPlan, ContainerRecipe, Endpoint, Engine, EngineRecipes,
+    AdminAccess, AdminStep, CommandPlan, ContainerRecipe, Engine, EngineRecipes, EnvRendering,
     FeatureKind, MYSQL_SOCKET_FILE, PlannedFile, ProcessContext, ProcessRecipe, Protocol,
-    ServerFacts, Signal, TemplatePlan, Tmpfs, mysql_identifier, sql_literal,
+    ServerFacts, Signal, TemplatePlan, Tmpfs, UrlPath, mysql_identifier, sql_literal,
 };
-use crate::names::EnvPrefix;
 
 #[derive(Debug, Default)]
 pub struct MariaDb;
@@ -40,6 +38,17 @@ pub static MARIADB: Engine = Engine {
     admin_database: "",
     agent_user: "sandbox",
     agent_database: "sandbox",
+    env: EnvRendering {
+        scheme: "mysql",
+        path: UrlPath::Database,
+        query: "",
+        url_var: "MYSQL_URL",
+        host_var: "MYSQL_HOST",
+        port_var: "MYSQL_PORT",
+        user_var: "MYSQL_USER",
+        password_var: "MYSQL_PASSWORD",
+        database_var: Some("MYSQL_DB"),
+    },
     recipes: &MariaDb,
 };
 
@@ -117,27 +126,6 @@ impl EngineRecipes for MariaDb {
             statement: SecretString::from(statement),
         })
         .collect()
-    }
-
-    fn render(&self, e: &Endpoint<'_>, prefix: &EnvPrefix) -> (String, BTreeMap<String, String>) {
-        let password = e.password.expose_secret();
-        let url = format!(
-            "mysql://{}:{}@{}:{}/{}",
-            urlencoding::encode(e.user),
-            urlencoding::encode(password),
-            e.host,
-            e.port,
-            urlencoding::encode(e.database)
-        );
-        let env = BTreeMap::from([
-            (prefix.var("MYSQL_HOST"), e.host.to_owned()),
-            (prefix.var("MYSQL_PORT"), e.port.to_string()),
-            (prefix.var("MYSQL_USER"), e.user.to_owned()),
-            (prefix.var("MYSQL_PASSWORD"), password.to_owned()),
-            (prefix.var("MYSQL_DB"), e.database.to_owned()),
-            ("MYSQL_URL".to_owned(), url.clone()),
-        ]);
-        (url, env)
     }
 }
 

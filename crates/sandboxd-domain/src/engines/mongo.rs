@@ -3,17 +3,16 @@
 //! but holds no cluster-admin or root role. Debian ships no mongod; the process form is used only
 //! when an operator installed one.
 
-use std::collections::BTreeMap;
 use std::time::Duration;
 
 use secrecy::{ExposeSecret, SecretString};
 
 use crate::credentials::Credentials;
 use crate::engine::{
-    AdminAccess, AdminStep, CommandPlan, ContainerRecipe, Endpoint, Engine, EngineRecipes,
+    AdminAccess, AdminStep, CommandPlan, ContainerRecipe, Engine, EngineRecipes, EnvRendering,
     FeatureKind, PlannedFile, ProcessContext, ProcessRecipe, Protocol, ServerFacts, Signal, Tmpfs,
+    UrlPath,
 };
-use crate::names::EnvPrefix;
 
 #[derive(Debug, Default)]
 pub struct Mongo;
@@ -33,6 +32,17 @@ pub static MONGO: Engine = Engine {
     admin_database: "",
     agent_user: "sandbox",
     agent_database: "sandbox",
+    env: EnvRendering {
+        scheme: "mongodb",
+        path: UrlPath::Database,
+        query: "?authSource=admin",
+        url_var: "MONGODB_URI",
+        host_var: "MONGO_HOST",
+        port_var: "MONGO_PORT",
+        user_var: "MONGO_USER",
+        password_var: "MONGO_PASSWORD",
+        database_var: Some("MONGO_DB"),
+    },
     recipes: &Mongo,
 };
 
@@ -100,27 +110,6 @@ impl EngineRecipes for Mongo {
             database: "admin".to_owned(),
             command: SecretString::from(command.to_string()),
         }]
-    }
-
-    fn render(&self, e: &Endpoint<'_>, prefix: &EnvPrefix) -> (String, BTreeMap<String, String>) {
-        let password = e.password.expose_secret();
-        let url = format!(
-            "mongodb://{}:{}@{}:{}/{}?authSource=admin",
-            urlencoding::encode(e.user),
-            urlencoding::encode(password),
-            e.host,
-            e.port,
-            urlencoding::encode(e.database)
-        );
-        let env = BTreeMap::from([
-            (prefix.var("MONGO_HOST"), e.host.to_owned()),
-            (prefix.var("MONGO_PORT"), e.port.to_string()),
-            (prefix.var("MONGO_USER"), e.user.to_owned()),
-            (prefix.var("MONGO_PASSWORD"), password.to_owned()),
-            (prefix.var("MONGO_DB"), e.database.to_owned()),
-            ("MONGODB_URI".to_owned(), url.clone()),
-        ]);
-        (url, env)
     }
 }
 

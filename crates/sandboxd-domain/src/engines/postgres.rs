@@ -1,18 +1,17 @@
 //! PostgreSQL: the official image's contract (`POSTGRES_*`), Debian's packages for processes, and
 //! a handed-out role that owns its database and can create databases but holds no superuser power.
 
-use std::collections::BTreeMap;
 use std::time::Duration;
 
-use secrecy::{ExposeSecret, SecretString};
+use secrecy::SecretString;
 
 use crate::credentials::{Credentials, pg_scram_verifier};
 use crate::engine::{
-    Activation, AdminAccess, AdminStep, CommandPlan, ContainerRecipe, Endpoint, Engine,
-    EngineRecipes, FeatureKind, FeatureSpec, PlannedFile, ProcessContext, ProcessRecipe, Protocol,
-    ServerFacts, Signal, TemplatePlan, Tmpfs, pg_identifier, sql_literal,
+    Activation, AdminAccess, AdminStep, CommandPlan, ContainerRecipe, Engine, EngineRecipes,
+    FeatureKind, FeatureSpec, PlannedFile, ProcessContext, ProcessRecipe, Protocol, ServerFacts,
+    Signal, TemplatePlan, Tmpfs, pg_identifier, sql_literal,
 };
-use crate::names::EnvPrefix;
+use crate::engine::{EnvRendering, UrlPath};
 
 #[derive(Debug, Default)]
 pub struct Postgres;
@@ -85,6 +84,17 @@ pub static POSTGRES: Engine = Engine {
     admin_database: "postgres",
     agent_user: "sandbox",
     agent_database: "sandbox",
+    env: EnvRendering {
+        scheme: "postgresql",
+        path: UrlPath::Database,
+        query: "",
+        url_var: "DATABASE_URL",
+        host_var: "DB_HOST",
+        port_var: "DB_PORT",
+        user_var: "DB_USER",
+        password_var: "DB_PASSWORD",
+        database_var: Some("DB_NAME"),
+    },
     recipes: &Postgres,
 };
 
@@ -173,27 +183,6 @@ impl EngineRecipes for Postgres {
                 statement: SecretString::from(format!("ALTER SCHEMA public OWNER TO {role}")),
             },
         ]
-    }
-
-    fn render(&self, e: &Endpoint<'_>, prefix: &EnvPrefix) -> (String, BTreeMap<String, String>) {
-        let password = e.password.expose_secret();
-        let url = format!(
-            "postgresql://{}:{}@{}:{}/{}",
-            urlencoding::encode(e.user),
-            urlencoding::encode(password),
-            e.host,
-            e.port,
-            urlencoding::encode(e.database)
-        );
-        let env = BTreeMap::from([
-            (prefix.var("DB_HOST"), e.host.to_owned()),
-            (prefix.var("DB_PORT"), e.port.to_string()),
-            (prefix.var("DB_USER"), e.user.to_owned()),
-            (prefix.var("DB_PASSWORD"), password.to_owned()),
-            (prefix.var("DB_NAME"), e.database.to_owned()),
-            ("DATABASE_URL".to_owned(), url.clone()),
-        ]);
-        (url, env)
     }
 }
 

@@ -2,18 +2,17 @@
 //! off, and a handed-out ACL user that can do what test suites do but none of the escape hatches.
 //! Passwords only ever appear as SHA-256 hashes in arguments and config files.
 
-use std::collections::BTreeMap;
 use std::time::Duration;
 
-use secrecy::{ExposeSecret, SecretString};
+use secrecy::SecretString;
 
 use crate::credentials::{Credentials, sha256_hex};
 use crate::engine::{
-    Activation, AdminAccess, AdminStep, CommandPlan, ContainerRecipe, Endpoint, Engine,
-    EngineRecipes, FeatureKind, FeatureSpec, PlannedFile, ProcessContext, ProcessRecipe, Protocol,
-    ServerFacts, Signal, Tmpfs,
+    Activation, AdminAccess, AdminStep, CommandPlan, ContainerRecipe, Engine, EngineRecipes,
+    FeatureKind, FeatureSpec, PlannedFile, ProcessContext, ProcessRecipe, Protocol, ServerFacts,
+    Signal, Tmpfs,
 };
-use crate::names::EnvPrefix;
+use crate::engine::{EnvRendering, UrlPath};
 
 #[derive(Debug, Default)]
 pub struct Redis;
@@ -127,6 +126,17 @@ pub static REDIS: Engine = Engine {
     admin_database: "",
     agent_user: "sandbox",
     agent_database: "sandbox",
+    env: EnvRendering {
+        scheme: "redis",
+        path: UrlPath::Fixed("0"),
+        query: "",
+        url_var: "REDIS_URL",
+        host_var: "REDIS_HOST",
+        port_var: "REDIS_PORT",
+        user_var: "REDIS_USER",
+        password_var: "REDIS_PASSWORD",
+        database_var: None,
+    },
     recipes: &Redis,
 };
 
@@ -171,25 +181,6 @@ impl EngineRecipes for Redis {
     fn setup(&self, _agent: &Credentials, _facts: ServerFacts) -> Vec<AdminStep> {
         // The ACL users are part of the server's configuration from the first instant.
         vec![]
-    }
-
-    fn render(&self, e: &Endpoint<'_>, prefix: &EnvPrefix) -> (String, BTreeMap<String, String>) {
-        let password = e.password.expose_secret();
-        let url = format!(
-            "redis://{}:{}@{}:{}/0",
-            urlencoding::encode(e.user),
-            urlencoding::encode(password),
-            e.host,
-            e.port
-        );
-        let env = BTreeMap::from([
-            (prefix.var("REDIS_HOST"), e.host.to_owned()),
-            (prefix.var("REDIS_PORT"), e.port.to_string()),
-            (prefix.var("REDIS_USER"), e.user.to_owned()),
-            (prefix.var("REDIS_PASSWORD"), password.to_owned()),
-            ("REDIS_URL".to_owned(), url.clone()),
-        ]);
-        (url, env)
     }
 }
 
