@@ -3,18 +3,15 @@
 //! 127.0.0.1:0. Everything an app created is torn down and checked gone when the test ends,
 //! even when it panics.
 
-use std::collections::BTreeMap;
 use std::future::Future;
 use std::net::SocketAddr;
 use std::panic::AssertUnwindSafe;
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use futures::FutureExt;
 use sandboxd_admin::AdminConfig;
-use sandboxd_backend::docker::{DockerBackend, DockerConfig};
 use sandboxd_backend::process::{ProcessBackend, ProcessConfig};
 use sandboxd_backend::{Backend, ListedInstance};
 use sandboxd_broker::{Agent, Backends, Broker, BrokerConfig, Project, SecretCipher, Store};
@@ -25,60 +22,14 @@ use secrecy::SecretString;
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 
+pub use sandboxd_testkit::{docker_or_skip, show_logs, test_dir, unique};
+
 pub const ADMIN_TOKEN: &str = "test-admin-token-0123456789abcdef";
-
-/// `SANDBOXD_LOG=<filter>` shows a test's logs (the same switch the daemon reads); tests are
-/// quiet without it.
-pub fn show_logs() {
-    if let Ok(filter) = std::env::var("SANDBOXD_LOG") {
-        let subscriber = tracing_subscriber::fmt().with_env_filter(filter);
-        let _ = subscriber.with_test_writer().try_init();
-    }
-}
-
-pub fn unique(tag: &str) -> String {
-    static COUNTER: AtomicU32 = AtomicU32::new(0);
-    format!(
-        "{tag}-{}-{}",
-        std::process::id(),
-        COUNTER.fetch_add(1, Ordering::Relaxed)
-    )
-}
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Kind {
     Process,
     Docker,
-}
-
-/// Docker tests skip when no engine answers, unless CI requires Docker.
-pub async fn docker_or_skip() -> Option<DockerBackend> {
-    let images = BTreeMap::from([
-        (
-            "postgres".to_owned(),
-            "sandboxd-local/postgres:17".to_owned(),
-        ),
-        ("redis".to_owned(), "sandboxd-local/redis:8".to_owned()),
-        ("mariadb".to_owned(), "sandboxd-local/mariadb:11".to_owned()),
-    ]);
-    let config = DockerConfig {
-        images,
-        grace: Duration::ZERO,
-        ..DockerConfig::default()
-    };
-    let backend = DockerBackend::new(config).ok();
-    let reachable = match &backend {
-        Some(b) => b.ping().await.is_ok(),
-        None => false,
-    };
-    if reachable {
-        return backend;
-    }
-    if std::env::var("SANDBOXD_REQUIRE_DOCKER").as_deref() == Ok("1") {
-        panic!("SANDBOXD_REQUIRE_DOCKER=1 but no Docker engine answers");
-    }
-    eprintln!("skipping: no Docker engine answers");
-    None
 }
 
 /// What an app is built with.
@@ -187,19 +138,7 @@ pub async fn app_with_switch(enabled: bool) -> App {
 /// Builds an app, or None when its backend is not available here (Docker skipped).
 pub async fn spawn_app(spec: AppSpec) -> Option<App> {
     show_logs();
-    let dir = tempfile::Builder::new()
-        .prefix("sandboxd-admin-test-")
-        .tempdir_in(if std::path::Path::new("/dev/shm").is_dir() {
-            "/dev/shm"
-        } else {
-            "/tmp"
-        })
-        .expect("temp dir");
-    {
-        use std::os::unix::fs::PermissionsExt;
-        std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755))
-            .expect("chmod");
-    }
+    let dir = test_dir("sandboxd-admin-test-");
     let backend: Arc<dyn Backend> = match spec.kind {
         Kind::Process => Arc::new(
             ProcessBackend::new(ProcessConfig {

@@ -4,7 +4,7 @@
 //! `SANDBOXD_REQUIRE_DOCKER=1` is set (CI sets it): then it fails. Every test removes what it
 //! created, even when it fails, and checks that nothing of its owners is left.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeSet, HashMap};
 use std::future::Future;
 use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
@@ -40,25 +40,13 @@ const NS: &str = "sandboxd";
 
 fn local_config() -> DockerConfig {
     DockerConfig {
-        images: BTreeMap::from([
-            ("postgres".to_owned(), POSTGRES.to_owned()),
-            ("redis".to_owned(), REDIS.to_owned()),
-            ("mariadb".to_owned(), MARIADB.to_owned()),
-        ]),
+        images: sandboxd_testkit::local_images(),
         socket: socket(),
         ..DockerConfig::default()
     }
 }
 
-fn required() -> bool {
-    std::env::var("SANDBOXD_REQUIRE_DOCKER").is_ok_and(|v| v == "1")
-}
-
-/// Skips the test (or fails it when Docker is required) with `why`.
-fn skip(test: &str, why: &str) {
-    assert!(!required(), "{test}: {why} (SANDBOXD_REQUIRE_DOCKER=1)");
-    eprintln!("SKIPPED {test}: {why}");
-}
+use sandboxd_testkit::skip;
 
 /// The engine, when it answers.
 async fn engine_client() -> Result<Docker, String> {

@@ -16,14 +16,7 @@ use secrecy::ExposeSecret;
 /// A password no instance hands out, for the "a wrong password is refused" checks.
 pub const WRONG_PASSWORD: &str = "0123456789abcdef0123456789abcdef";
 
-/// `SANDBOXD_LOG=<filter>` shows a test's logs (the same switch the daemon reads); tests are
-/// quiet without it.
-pub fn show_logs() {
-    if let Ok(filter) = std::env::var("SANDBOXD_LOG") {
-        let subscriber = tracing_subscriber::fmt().with_env_filter(filter);
-        let _ = subscriber.with_test_writer().try_init();
-    }
-}
+pub use sandboxd_testkit::show_logs;
 
 /// A slug no other test (or test process) uses.
 pub fn owner(tag: &str) -> AgentSlug {
@@ -63,18 +56,7 @@ pub struct ProcessHarness {
 impl ProcessHarness {
     pub fn new(tweak: impl FnOnce(&mut ProcessConfig)) -> Self {
         show_logs();
-        let base = if std::path::Path::new("/dev/shm").is_dir() {
-            tempfile::Builder::new()
-                .prefix("sandboxd-test-")
-                .tempdir_in("/dev/shm")
-        } else {
-            tempfile::tempdir()
-        }
-        .expect("temp root");
-        // The instance user must be able to traverse into its own directory.
-        use std::os::unix::fs::PermissionsExt;
-        std::fs::set_permissions(base.path(), std::fs::Permissions::from_mode(0o755))
-            .expect("chmod root");
+        let base = sandboxd_testkit::test_dir("sandboxd-test-");
         let mut config = ProcessConfig {
             root: base.path().join("instances"),
             ..ProcessConfig::default()

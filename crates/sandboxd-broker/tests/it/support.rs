@@ -6,13 +6,12 @@ use std::collections::BTreeMap;
 use std::future::Future;
 use std::panic::AssertUnwindSafe;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use async_trait::async_trait;
 use futures::FutureExt;
-use sandboxd_backend::docker::{DockerBackend, DockerConfig};
 use sandboxd_backend::process::{ProcessBackend, ProcessConfig};
 use sandboxd_backend::{
     Backend, BackendError, DoctorCheck, InstanceHandle, InstanceRequest, ListedInstance,
@@ -22,14 +21,7 @@ use sandboxd_domain::envelope::{Envelope, ErrorEnvelope, OkEnvelope};
 use sandboxd_domain::roles::Verb;
 use sandboxd_domain::{AgentSlug, BackendKind, EngineRef, FeatureRequest, Instance, ProjectSlug};
 
-/// `SANDBOXD_LOG=<filter>` shows a test's logs (the same switch the daemon reads); tests are
-/// quiet without it.
-pub fn show_logs() {
-    if let Ok(filter) = std::env::var("SANDBOXD_LOG") {
-        let subscriber = tracing_subscriber::fmt().with_env_filter(filter);
-        let _ = subscriber.with_test_writer().try_init();
-    }
-}
+pub use sandboxd_testkit::{docker_or_skip, show_logs, test_dir, unique};
 
 /// A real backend that counts what it was asked to create.
 #[derive(Debug)]
@@ -113,50 +105,11 @@ impl Backend for Counting {
     }
 }
 
-pub fn unique(tag: &str) -> String {
-    static COUNTER: AtomicU32 = AtomicU32::new(0);
-    format!(
-        "{tag}-{}-{}",
-        std::process::id(),
-        COUNTER.fetch_add(1, Ordering::Relaxed)
-    )
-}
-
 /// Which backend a world runs on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Kind {
     Process,
     Docker,
-}
-
-/// Docker tests skip when no engine answers, unless CI requires Docker.
-pub async fn docker_or_skip() -> Option<DockerBackend> {
-    let images = BTreeMap::from([
-        (
-            "postgres".to_owned(),
-            "sandboxd-local/postgres:17".to_owned(),
-        ),
-        ("redis".to_owned(), "sandboxd-local/redis:8".to_owned()),
-        ("mariadb".to_owned(), "sandboxd-local/mariadb:11".to_owned()),
-    ]);
-    let config = DockerConfig {
-        images,
-        grace: Duration::ZERO,
-        ..DockerConfig::default()
-    };
-    let backend = DockerBackend::new(config).ok();
-    let reachable = match &backend {
-        Some(b) => b.ping().await.is_ok(),
-        None => false,
-    };
-    if reachable {
-        return backend;
-    }
-    if std::env::var("SANDBOXD_REQUIRE_DOCKER").as_deref() == Ok("1") {
-        panic!("SANDBOXD_REQUIRE_DOCKER=1 but no Docker engine answers");
-    }
-    eprintln!("skipping: no Docker engine answers");
-    None
 }
 
 /// Everything one test runs against.
@@ -199,19 +152,7 @@ impl World {
     /// Builds a world, or None when its backend is not available here (Docker skipped).
     pub async fn new(spec: WorldSpec) -> Option<Self> {
         show_logs();
-        let dir = tempfile::Builder::new()
-            .prefix("sandboxd-test-")
-            .tempdir_in(if std::path::Path::new("/dev/shm").is_dir() {
-                "/dev/shm"
-            } else {
-                "/tmp"
-            })
-            .expect("temp dir");
-        {
-            use std::os::unix::fs::PermissionsExt;
-            std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755))
-                .expect("chmod");
-        }
+        let dir = test_dir("sandboxd-test-");
         let inner: Arc<dyn Backend> = match spec.kind {
             Kind::Process => {
                 let mut config = ProcessConfig {

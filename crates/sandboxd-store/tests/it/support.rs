@@ -4,7 +4,6 @@
 use std::future::Future;
 use std::panic::AssertUnwindSafe;
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicU32, Ordering};
 
 use futures::FutureExt;
 use sandboxd_backend::process::{ProcessBackend, ProcessConfig};
@@ -73,18 +72,7 @@ struct PgServer {
 
 impl PgServer {
     async fn start(tag: &str) -> PgServer {
-        let base = tempfile::Builder::new()
-            .prefix("sst-")
-            .tempdir_in(if std::path::Path::new("/dev/shm").is_dir() {
-                "/dev/shm"
-            } else {
-                "/tmp"
-            })
-            .expect("temp root");
-        // The instance user must be able to traverse into its own directory.
-        use std::os::unix::fs::PermissionsExt;
-        std::fs::set_permissions(base.path(), std::fs::Permissions::from_mode(0o755))
-            .expect("chmod root");
+        let base = sandboxd_testkit::test_dir("sst-");
         let backend = ProcessBackend::new(ProcessConfig {
             root: base.path().join("instances"),
             ..ProcessConfig::default()
@@ -139,9 +127,7 @@ async fn clean(backend: &ProcessBackend) {
 
 /// A slug no other test (or test process) uses.
 pub fn unique_slug(tag: &str) -> AgentSlug {
-    static COUNTER: AtomicU32 = AtomicU32::new(0);
-    let n = COUNTER.fetch_add(1, Ordering::Relaxed);
-    AgentSlug::parse(&format!("{tag}-{}-{n}", std::process::id())).expect("valid slug")
+    AgentSlug::parse(&sandboxd_testkit::unique(tag)).expect("valid slug")
 }
 
 pub fn agent(slug: &str) -> AgentSlug {

@@ -6,7 +6,6 @@
 use std::io::{BufRead, BufReader};
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
-use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
 use rmcp::model::{CallToolRequestParams, CallToolResult};
@@ -18,14 +17,7 @@ use serde_json::{Value, json};
 
 pub const ADMIN_TOKEN: &str = "test-admin-token-0123456789abcdef";
 
-pub fn unique(tag: &str) -> String {
-    static COUNTER: AtomicU32 = AtomicU32::new(0);
-    format!(
-        "{tag}-{}-{}",
-        std::process::id(),
-        COUNTER.fetch_add(1, Ordering::Relaxed)
-    )
-}
+pub use sandboxd_testkit::unique;
 
 /// Where a daemon keeps its state, shared by successive daemons of one test (restarts).
 pub struct Home {
@@ -34,17 +26,7 @@ pub struct Home {
 
 impl Home {
     pub fn new() -> Self {
-        let dir = tempfile::Builder::new()
-            .prefix("sandboxd-test-")
-            .tempdir_in(if std::path::Path::new("/dev/shm").is_dir() {
-                "/dev/shm"
-            } else {
-                "/tmp"
-            })
-            .expect("temp dir");
-        use std::os::unix::fs::PermissionsExt;
-        std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755))
-            .expect("chmod");
+        let dir = sandboxd_testkit::test_dir("sandboxd-test-");
         Self { dir }
     }
 

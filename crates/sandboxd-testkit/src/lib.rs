@@ -1,0 +1,98 @@
+//! What the integration tests of every sandboxd crate share, so no test support copies another's:
+//! - [`unique`]: names no other test or test process uses;
+//! - [`test_dir`]: a private directory on tmpfs that an unprivileged instance user can traverse;
+//! - [`show_logs`]: the test-log switch (`SANDBOXD_LOG`, the same the daemon reads);
+//! - [`local_images`], [`docker_required`], [`skip`], [`docker_or_skip`]: Docker on the locally
+//!   built images, skipped where no engine answers unless CI requires it
+//!   (`SANDBOXD_REQUIRE_DOCKER=1`).
+//!
+//! A dev-dependency only: nothing here is linked into the daemon, and it holds no logic of the
+//! daemon's own.
+#![forbid(unsafe_code)]
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::Duration;
+
+use sandboxd_backend::Backend;
+use sandboxd_backend::docker::{DockerBackend, DockerConfig};
+
+/// `<tag>-<pid>-<n>`: unique within this test process and across concurrent ones.
+pub fn unique(tag: &str) -> String {
+    static COUNTER: AtomicU32 = AtomicU32::new(0);
+    let n = COUNTER.fetch_add(1, Ordering::Relaxed);
+    format!("{tag}-{}-{n}", std::process::id())
+}
+
+/// A directory for one test under `/dev/shm` (else the temp dir), named `<prefix>…` so the leak
+/// check finds any that outlive their test, and mode 0755 so an instance user can traverse into
+/// its own directory below it. Removed when dropped.
+pub fn test_dir(prefix: &str) -> tempfile::TempDir {
+    let parent = if Path::new("/dev/shm").is_dir() {
+        Path::new("/dev/shm").to_path_buf()
+    } else {
+        std::env::temp_dir()
+    };
+    let dir = tempfile::Builder::new()
+        .prefix(prefix)
+        .tempdir_in(parent)
+        .expect("a test directory");
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755))
+        .expect("chmod the test directory");
+    dir
+}
+
+/// `SANDBOXD_LOG=<filter>` shows a test's logs (the same switch the daemon reads); tests are
+/// quiet without it. Safe to call from every test: only the first call installs a subscriber.
+pub fn show_logs() {
+    if let Ok(filter) = std::env::var("SANDBOXD_LOG") {
+        let subscriber = tracing_subscriber::fmt().with_env_filter(filter);
+        let _ = subscriber.with_test_writer().try_init();
+    }
+}
+
+/// The images `scripts/build-images.sh` builds, per engine name.
+pub fn local_images() -> BTreeMap<String, String> {
+    [
+        ("postgres", "sandboxd-local/postgres:17"),
+        ("redis", "sandboxd-local/redis:8"),
+        ("mariadb", "sandboxd-local/mariadb:11"),
+    ]
+    .into_iter()
+    .map(|(engine, image)| (engine.to_owned(), image.to_owned()))
+    .collect()
+}
+
+/// True where a skipped Docker test must fail instead (CI).
+pub fn docker_required() -> bool {
+    std::env::var("SANDBOXD_REQUIRE_DOCKER").is_ok_and(|v| v == "1")
+}
+
+/// Skips `test` saying `why`, or fails it when Docker is required.
+pub fn skip(test: &str, why: &str) {
+    assert!(
+        !docker_required(),
+        "{test}: {why} (SANDBOXD_REQUIRE_DOCKER=1)"
+    );
+    eprintln!("SKIPPED {test}: {why}");
+}
+
+/// A Docker backend on the local images with no grace window, or None (after [`skip`]) when no
+/// engine answers.
+pub async fn docker_or_skip() -> Option<DockerBackend> {
+    let config = DockerConfig {
+        images: local_images(),
+        grace: Duration::ZERO,
+        ..DockerConfig::default()
+    };
+    let backend = DockerBackend::new(config).expect("the default Docker settings are valid");
+    match backend.ping().await {
+        Ok(()) => Some(backend),
+        Err(err) => {
+            skip("docker", &format!("no Docker engine answers: {err}"));
+            None
+        }
+    }
+}
