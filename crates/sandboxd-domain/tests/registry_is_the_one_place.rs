@@ -1,7 +1,7 @@
 //! The engine registry is the one place that lists engines: no source file outside
 //! `sandboxd-domain/src/engines/` names an engine in a string literal (tests, the tests' kit and
-//! the benchmark harness excepted), so adding an engine is one file plus one registry line, and nothing else in
-//! the workspace special-cases an engine by name. A line that merely shares a word with an engine
+//! the benchmark harness excepted), so adding an engine is one file plus one registry line, and
+//! nothing else in the workspace special-cases an engine by name. A line that merely shares a word with an engine
 //! (the store's own PostgreSQL URL scheme) says so with a `not-an-engine` comment.
 
 use std::path::{Path, PathBuf};
