@@ -1,27 +1,47 @@
 #!/usr/bin/env bash
 # The whole test suite, on a fresh machine of this kind: installs what the tests need (database
 # servers, browser, local images), runs every test against real components, then checks that
-# nothing was left behind. CI runs this through .ci/run.
+# nothing was left behind. CI runs this through .ci/run. Prints how long each phase took.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 say() { printf '[test] %s\n' "$*"; }
 
-./scripts/install-deps.sh
+PHASES=()
+# Runs "$@" as a named phase and records its duration; returns its exit status.
+phase() {
+  local name=$1 start status=0
+  shift
+  start=$(date +%s)
+  "$@" || status=$?
+  PHASES+=("$(printf '%-14s %4ss%s' "$name" $(($(date +%s) - start)) "$([ $status -eq 0 ] || echo "  (exit $status)")")")
+  return $status
+}
+
+print_phases() {
+  [ ${#PHASES[@]} -gt 0 ] || return 0
+  say "phases:"
+  printf '[test]   %s\n' "${PHASES[@]}"
+}
+trap print_phases EXIT
+
+phase install-deps ./scripts/install-deps.sh
 if docker info >/dev/null 2>&1; then
-  ./scripts/build-images.sh
+  phase build-images ./scripts/build-images.sh
 else
   say "no Docker engine answers: Docker tests will skip (unless SANDBOXD_REQUIRE_DOCKER=1)"
 fi
 
 if ! cargo nextest --version >/dev/null 2>&1; then
   say "installing cargo-nextest"
-  cargo install --locked cargo-nextest
+  phase nextest cargo install --locked cargo-nextest
 fi
 
+say "building the tests"
+phase build cargo nextest run --workspace --profile ci --no-run
 say "running the test suite"
 status=0
-cargo nextest run --workspace --profile ci "$@" || status=$?
+phase tests cargo nextest run --workspace --profile ci "$@" || status=$?
 
-./scripts/check-leaks.sh || status=$?
+phase check-leaks ./scripts/check-leaks.sh || status=$?
 exit $status
