@@ -69,9 +69,10 @@ impl Cleanup {
         Ok(path)
     }
 
-    /// A process root the sweep will empty.
+    /// A process root the sweep will empty. Kept short: an instance's socket path must stay
+    /// within the 107 bytes a unix socket allows.
     pub fn process_root(&self, name: &str) -> Result<PathBuf> {
-        let root = self.path(name)?.join("instances");
+        let root = self.path(name)?.join("i");
         self.roots
             .lock()
             .map_err(|_| anyhow::anyhow!("cleanup lock poisoned"))?
