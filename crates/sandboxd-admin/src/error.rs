@@ -108,6 +108,7 @@ impl ApiError {
                     (StatusCode::NOT_FOUND, "not_found", err.to_string())
                 }
                 BrokerError::Conflict { .. } => (StatusCode::CONFLICT, "conflict", err.to_string()),
+                BrokerError::Foreign { .. } => (StatusCode::CONFLICT, "foreign", err.to_string()),
                 _ => (
                     StatusCode::INTERNAL_SERVER_ERROR,
                     "internal",

@@ -31,6 +31,8 @@ pub struct ErrorBody {
 /// environment override if one is set.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 pub struct Settings {
+    /// This daemon's identity (created with its store): the `maker` of every sandbox it makes.
+    pub daemon_id: String,
     pub sandbox_db_enabled_stored: bool,
     pub sandbox_db_enabled_running: bool,
     /// `ROBOCO_SANDBOX_DB_ENABLED` as read at start; it wins over the stored value.
@@ -42,6 +44,7 @@ pub struct Settings {
 impl From<SettingsView> for Settings {
     fn from(view: SettingsView) -> Self {
         Self {
+            daemon_id: view.daemon_id.to_string(),
             sandbox_db_enabled_stored: view.sandbox_db_enabled_stored,
             sandbox_db_enabled_running: view.sandbox_db_enabled_running,
             env_override: view.env_override,
@@ -218,8 +221,8 @@ pub struct InstanceOut {
     pub created_at_ms: i64,
     pub live: bool,
     pub status: String,
-    /// False for an instance no agent's sandbox record knows (the janitor reaps it once its
-    /// owner is gone).
+    /// False for an instance no agent's sandbox record knows: one a crash left (the janitor
+    /// reaps it), or a foreign one.
     pub tracked: bool,
 }
 
@@ -239,10 +242,14 @@ impl From<InstanceView> for InstanceOut {
     }
 }
 
-/// Every instance of one owner (an agent slug). No credentials.
+/// Every instance of one owner (an agent slug) made by one maker. No credentials.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 pub struct SandboxOut {
     pub owner: String,
+    /// What made it: a daemon's id (this daemon's is in `GET /v1/settings`) or `cli`.
+    pub maker: String,
+    /// Made by another daemon or the CLI: this daemon lists it and never touches it.
+    pub foreign: bool,
     pub engines: Vec<String>,
     pub backends: Vec<String>,
     pub created_at_ms: i64,
@@ -258,6 +265,8 @@ impl From<SandboxView> for SandboxOut {
     fn from(s: SandboxView) -> Self {
         Self {
             owner: s.owner.to_string(),
+            maker: s.maker.to_string(),
+            foreign: s.foreign,
             engines: s.engines.iter().map(|e| e.name.to_owned()).collect(),
             backends: s.backends.iter().map(|b| b.as_str().to_owned()).collect(),
             created_at_ms: s.created_at_ms,
@@ -266,6 +275,14 @@ impl From<SandboxView> for SandboxOut {
             instances: s.instances.into_iter().map(InstanceOut::from).collect(),
         }
     }
+}
+
+/// Which sandboxes to list.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
+pub struct SandboxesQuery {
+    /// Also list foreign sandboxes: made by another daemon or the CLI (default false).
+    pub all: Option<bool>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
@@ -362,6 +379,8 @@ pub struct JanitorOut {
     pub reaped: Vec<ReapedOut>,
     /// Skipped: younger than the grace window.
     pub kept_young: usize,
+    /// Made by another daemon or the CLI: listed, never touched.
+    pub foreign: usize,
     /// Stored sandbox records whose instances no backend lists any more.
     pub forgotten: usize,
 }
@@ -379,6 +398,7 @@ impl From<JanitorReport> for JanitorOut {
                 })
                 .collect(),
             kept_young: r.kept_young,
+            foreign: r.foreign,
             forgotten: r.forgotten,
         }
     }
@@ -400,6 +420,7 @@ mod tests {
     #[test]
     fn answers_decode_to_what_was_encoded() {
         round_trip(Settings {
+            daemon_id: "0a1b2c3d".into(),
             sandbox_db_enabled_stored: true,
             sandbox_db_enabled_running: false,
             env_override: None,
@@ -414,6 +435,8 @@ mod tests {
         });
         round_trip(SandboxOut {
             owner: "dev-1".into(),
+            maker: "cli".into(),
+            foreign: true,
             engines: vec!["redis".into()],
             backends: vec!["process".into()],
             created_at_ms: 3,
@@ -438,6 +461,7 @@ mod tests {
                 reason: "owner_gone".into(),
             }],
             kept_young: 1,
+            foreign: 3,
             forgotten: 0,
         });
         round_trip(ErrorBody {

@@ -6,7 +6,7 @@ use std::fmt;
 
 use async_trait::async_trait;
 use sandboxd_domain::instance::{BackendKind, Instance};
-use sandboxd_domain::{AgentSlug, EngineRef, Feature};
+use sandboxd_domain::{AgentSlug, DaemonId, EngineRef, Feature};
 use serde::{Deserialize, Serialize};
 
 use crate::error::BackendError;
@@ -17,6 +17,9 @@ use crate::wire::{self, ActivationError, Reach};
 pub struct InstanceRequest {
     pub engine: EngineRef,
     pub owner: AgentSlug,
+    /// Who makes it: recorded on the instance (label, metadata) so only its maker's janitor
+    /// ever acts on it.
+    pub maker: DaemonId,
     pub features: BTreeSet<Feature>,
 }
 
@@ -26,6 +29,8 @@ pub struct InstanceRequest {
 pub struct InstanceHandle {
     pub engine: EngineRef,
     pub owner: AgentSlug,
+    /// The daemon (or the CLI) that made it; `unknown` when it was never recorded.
+    pub maker: DaemonId,
     pub backend: BackendKind,
     /// Container id, or the instance directory of a process.
     pub backend_id: String,
@@ -37,6 +42,7 @@ impl InstanceHandle {
         Self {
             engine: instance.engine,
             owner: instance.owner.clone(),
+            maker: instance.maker.clone(),
             backend: instance.backend,
             backend_id: instance.backend_id.clone(),
             name: instance.name.clone(),

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant, SystemTime};
 use anyhow::{Context, Result, bail};
 use sandboxd_backend::docker::{DockerBackend, DockerConfig};
 use sandboxd_backend::{Backend, InstanceHandle, InstanceRequest, provision_set, teardown_all};
-use sandboxd_domain::{AgentSlug, EngineRef, engines};
+use sandboxd_domain::{AgentSlug, DaemonId, EngineRef, engines};
 
 use crate::cleanup::Cleanup;
 use crate::containers::{self, Timeline};
@@ -261,6 +261,7 @@ impl Scenario<'_> {
                     .map(|&engine| InstanceRequest {
                         engine,
                         owner: owner.clone(),
+                        maker: DaemonId::cli(),
                         features: Default::default(),
                     })
                     .collect();

@@ -5,7 +5,7 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result};
 use sandboxd_backend::process::ProcessBackend;
 use sandboxd_backend::{Backend, InstanceHandle, InstanceRequest};
-use sandboxd_domain::{AgentSlug, EngineRef};
+use sandboxd_domain::{AgentSlug, DaemonId, EngineRef};
 
 use crate::cleanup::Cleanup;
 use crate::stats::Series;
@@ -67,6 +67,7 @@ async fn run_once(
     let request = InstanceRequest {
         engine,
         owner,
+        maker: DaemonId::cli(),
         features: Default::default(),
     };
     let started = Instant::now();

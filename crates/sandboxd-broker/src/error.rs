@@ -2,7 +2,7 @@
 //! `envelopes.rs`): an agent never sees these.
 
 use sandboxd_backend::BackendError;
-use sandboxd_domain::InputError;
+use sandboxd_domain::{DaemonId, InputError};
 use sandboxd_store::StoreError;
 
 #[derive(Debug, thiserror::Error)]
@@ -14,6 +14,12 @@ pub enum BrokerError {
     NotFound { what: &'static str, id: String },
     #[error("{what} {id} already exists")]
     Conflict { what: &'static str, id: String },
+    /// The instance was made by another sandboxd (or the CLI); this one never touches it.
+    #[error(
+        "{name} was made by {maker}, not by this sandboxd; remove it through its maker \
+         (`sandboxd teardown --owner …` for the CLI's, that daemon's `sandboxd sandboxes rm`)"
+    )]
+    Foreign { name: String, maker: DaemonId },
     #[error("store: {0}")]
     Store(#[source] StoreError),
     #[error("backend: {0}")]
@@ -31,7 +37,7 @@ impl BrokerError {
     pub fn is_client_error(&self) -> bool {
         matches!(
             self,
-            Self::Input(_) | Self::NotFound { .. } | Self::Conflict { .. }
+            Self::Input(_) | Self::NotFound { .. } | Self::Conflict { .. } | Self::Foreign { .. }
         )
     }
 }

@@ -1,7 +1,10 @@
 //! The orphan janitor: at start and on every tick it lists every instance the backends know
-//! (labels, metadata — never memory), and reaps those whose owner is gone, that died, that
-//! outlived the maximum lifetime, or that their owner left idle past the idle TTL. Anything provisioned within the grace window is left alone: a
-//! sandbox can exist before its agent does.
+//! (labels, metadata — never memory) and acts only on those this daemon made (their maker is
+//! its store's id); every other instance is foreign, counted and never touched. Of its own, it
+//! reaps at once the orphans (instances its store does not know and no call of their owner is
+//! making: a provision a crash cut short), and, past the grace window, those whose owner is
+//! gone, that died, that outlived the maximum lifetime, or that their owner left idle past the
+//! idle TTL.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
@@ -20,6 +23,8 @@ use crate::audit::{AuditAction, AuditRecord, Outcome};
 /// Why the janitor removed an instance.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum ReapReason {
+    /// Made by this daemon but unknown to its store, and no call of its owner is making it.
+    Orphan,
     /// No agent of that name exists any more.
     OwnerGone,
     /// Older than the configured maximum lifetime.
@@ -33,6 +38,7 @@ pub enum ReapReason {
 impl ReapReason {
     pub fn as_str(self) -> &'static str {
         match self {
+            Self::Orphan => "orphan",
             Self::OwnerGone => "owner_gone",
             Self::MaxLifetime => "max_lifetime",
             Self::Idle => "idle",
@@ -55,6 +61,8 @@ pub struct JanitorReport {
     pub reaped: Vec<(String, ReapReason)>,
     /// Skipped because they are younger than the grace window.
     pub kept_young: usize,
+    /// Made by another daemon or the CLI: listed, never touched.
+    pub foreign: usize,
     /// Stored sandbox rows whose instances no backend lists any more.
     pub forgotten: usize,
 }
@@ -98,6 +106,18 @@ impl Broker {
         let now = now_ms();
         for instance in listed {
             report.examined += 1;
+            if instance.handle.maker != self.inner.daemon {
+                report.foreign += 1;
+                continue;
+            }
+            if !last_used.contains_key(instance.handle.name.as_str()) {
+                if self.reap_orphan(&instance).await {
+                    report
+                        .reaped
+                        .push((instance.handle.name.clone(), ReapReason::Orphan));
+                }
+                continue;
+            }
             let age = since(instance.created_at_ms, now);
             if age < grace {
                 report.kept_young += 1;
@@ -154,17 +174,46 @@ impl Broker {
         report
     }
 
+    /// Reaps an instance of this daemon that its store does not know, without waiting for the
+    /// grace window. Its owner's lock tells a leftover from a provision under way: a call that
+    /// provisions holds it until the store knows the result, so a free lock and a store that
+    /// still does not know the instance mean nothing will ever claim it. False when it was left.
+    async fn reap_orphan(&self, instance: &ListedInstance) -> bool {
+        let owner = &instance.handle.owner;
+        let Some(_turn) = self.inner.locks.try_lock(owner) else {
+            return false;
+        };
+        match self.store().instances_of(owner).await {
+            Ok(stored) if stored.iter().all(|i| i.name != instance.handle.name) => {}
+            Ok(_) => return false,
+            Err(err) => {
+                tracing::warn!(instance = %instance.handle.name, error = %err, "janitor: reading the store failed; keeping a possible orphan");
+                return false;
+            }
+        }
+        self.remove_listed(instance, ReapReason::Orphan, Instant::now())
+            .await;
+        true
+    }
+
     /// Reaps one instance; false when it turned out to be in use after all.
-    #[tracing::instrument(name = "reap", skip_all, fields(instance = %instance.handle.name, agent = %instance.handle.owner, %reason))]
     async fn reap(&self, instance: &ListedInstance, reason: ReapReason) -> bool {
         let started = Instant::now();
-        let owner = &instance.handle.owner;
-        let _turn = self.inner.locks.lock(owner).await;
+        let _turn = self.inner.locks.lock(&instance.handle.owner).await;
         // The owner may have asked for its sandbox since the listing: judge idleness again
         // under its lock, where no request can slip in.
         if reason == ReapReason::Idle && !self.still_idle(instance).await {
             return false;
         }
+        self.remove_listed(instance, reason, started).await;
+        true
+    }
+
+    /// Tears a listed instance down and forgets it, counted and audited. The caller holds its
+    /// owner's lock.
+    #[tracing::instrument(name = "reap", skip_all, fields(instance = %instance.handle.name, agent = %instance.handle.owner, %reason))]
+    async fn remove_listed(&self, instance: &ListedInstance, reason: ReapReason, started: Instant) {
+        let owner = &instance.handle.owner;
         let outcome = match self.inner.backends.for_kind(instance.handle.backend) {
             Some(backend) => backend.teardown(&instance.handle).await,
             None => Ok(()),
@@ -202,7 +251,6 @@ impl Broker {
             detail: format!("{} ({reason})", instance.handle.name),
         })
         .await;
-        true
     }
 
     async fn still_idle(&self, instance: &ListedInstance) -> bool {

@@ -18,6 +18,8 @@
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
+use sandboxd_domain::DaemonId;
+
 mod audit;
 mod backends;
 mod config;
@@ -55,6 +57,9 @@ pub struct Broker {
 #[derive(Debug)]
 struct Inner {
     store: Store,
+    /// This daemon's identity (its store's id): the maker of every instance it provisions,
+    /// and the only maker whose instances its janitor and reconciler touch.
+    daemon: DaemonId,
     backends: Backends,
     config: BrokerConfig,
     /// The master switch as it was when this broker started: a stored change takes effect at
@@ -79,6 +84,7 @@ impl Broker {
         let enabled = config.enabled_override.unwrap_or(stored);
         let broker = Self {
             inner: Arc::new(Inner {
+                daemon: store.daemon_id().clone(),
                 store,
                 backends,
                 config,
@@ -100,6 +106,11 @@ impl Broker {
 
     pub fn config(&self) -> &BrokerConfig {
         &self.inner.config
+    }
+
+    /// This daemon's identity: the maker label of every instance it provisions.
+    pub fn daemon_id(&self) -> &DaemonId {
+        &self.inner.daemon
     }
 
     fn store(&self) -> &Store {

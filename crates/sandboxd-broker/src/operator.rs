@@ -8,7 +8,9 @@ use rand::RngCore;
 use sandboxd_domain::error::{allowed_list, quote};
 use sandboxd_domain::lifecycle::TaskState;
 use sandboxd_domain::roles::Verb;
-use sandboxd_domain::{AgentSlug, BackendKind, EngineRef, FeatureRequest, InputError, ProjectSlug};
+use sandboxd_domain::{
+    AgentSlug, BackendKind, DaemonId, EngineRef, FeatureRequest, InputError, ProjectSlug,
+};
 use sandboxd_store::{Actor, Agent, AuditFilter, AuditPage, NewAgent, Project, Task, token_hash};
 use secrecy::SecretString;
 
@@ -17,7 +19,6 @@ use crate::audit::{AuditAction, AuditRecord, Outcome};
 use crate::config::SANDBOX_DB_ENABLED;
 use crate::error::BrokerError;
 use crate::janitor::JanitorReport;
-use crate::sandbox::SandboxFailure;
 
 /// The marker a spawned agent's environment carries when its project offers sandboxes.
 pub const SERVICES_AVAILABLE_ENV: &str = "ROBOCO_SANDBOX_SERVICES_AVAILABLE";
@@ -39,6 +40,8 @@ pub struct Spawned {
 /// overrides the store.
 #[derive(Debug, Clone)]
 pub struct SettingsView {
+    /// This daemon's identity: the maker of every instance it provisions.
+    pub daemon_id: DaemonId,
     pub sandbox_db_enabled_stored: bool,
     pub sandbox_db_enabled_running: bool,
     pub env_override: Option<bool>,
@@ -56,17 +59,21 @@ pub struct InstanceView {
     pub created_at_ms: i64,
     pub live: bool,
     pub status: String,
-    /// False for an instance no agent's sandbox record knows (left by a crash, or made by
-    /// `sandboxd provision`): the janitor reaps it once its owner is found gone.
+    /// False for an instance no agent's sandbox record knows: one this daemon made that a
+    /// crash left (the janitor reaps it), or a foreign one.
     pub tracked: bool,
     /// When its owner last got it; None when untracked.
     pub last_used_at_ms: Option<i64>,
 }
 
-/// A sandbox: every instance of one owner.
+/// A sandbox: every instance of one owner made by one maker.
 #[derive(Debug, Clone)]
 pub struct SandboxView {
     pub owner: AgentSlug,
+    /// The daemon (this one or another) or the CLI that made it.
+    pub maker: DaemonId,
+    /// Made by another daemon or the CLI: listed, never touched by this one.
+    pub foreign: bool,
     pub engines: Vec<EngineRef>,
     pub backends: Vec<BackendKind>,
     pub created_at_ms: i64,
@@ -350,11 +357,18 @@ impl Broker {
             .into_iter()
             .map(|s| (s.name, s.last_used_at_ms))
             .collect();
-        let mut by_owner: BTreeMap<AgentSlug, Vec<InstanceView>> = BTreeMap::new();
+        // This daemon's sandboxes first, then foreign ones, each by owner.
+        let mut by_owner: BTreeMap<(bool, AgentSlug, DaemonId), Vec<InstanceView>> =
+            BTreeMap::new();
         for instance in self.inner.backends.list_all().await {
             let last_used_at_ms = tracked.get(&instance.handle.name).copied();
+            let foreign = instance.handle.maker != self.inner.daemon;
             by_owner
-                .entry(instance.handle.owner.clone())
+                .entry((
+                    foreign,
+                    instance.handle.owner.clone(),
+                    instance.handle.maker.clone(),
+                ))
                 .or_default()
                 .push(InstanceView {
                     last_used_at_ms,
@@ -371,9 +385,11 @@ impl Broker {
         }
         Ok(by_owner
             .into_iter()
-            .map(|(owner, instances)| {
+            .map(|((foreign, owner, maker), instances)| {
                 let live = instances.iter().filter(|i| i.live).count();
                 SandboxView {
+                    maker,
+                    foreign,
                     engines: instances.iter().map(|i| i.engine).collect(),
                     backends: instances
                         .iter()
@@ -400,10 +416,22 @@ impl Broker {
     /// Tears down one owner's sandbox. Returns how many instances went.
     pub async fn teardown_sandbox(&self, owner: &AgentSlug) -> Result<usize, BrokerError> {
         let started = Instant::now();
-        let removed = self.release(owner).await.map_err(|failure| match failure {
-            SandboxFailure::Backend(err) => BrokerError::Backend(err),
-            SandboxFailure::Store(err) => BrokerError::Store(err),
-        })?;
+        let removed = self.release(owner).await.map_err(BrokerError::from)?;
+        if removed == 0 {
+            let foreign = self
+                .inner
+                .backends
+                .list_all()
+                .await
+                .into_iter()
+                .find(|i| &i.handle.owner == owner && i.handle.maker != self.inner.daemon);
+            if let Some(foreign) = foreign {
+                return Err(BrokerError::Foreign {
+                    name: foreign.handle.name,
+                    maker: foreign.handle.maker,
+                });
+            }
+        }
         self.audit(AuditRecord {
             actor: Actor::Operator,
             action: AuditAction::TeardownSandbox,
@@ -420,6 +448,7 @@ impl Broker {
     pub async fn settings(&self) -> Result<SettingsView, BrokerError> {
         let stored = crate::config::stored_switch(self.store()).await?;
         Ok(SettingsView {
+            daemon_id: self.inner.daemon.clone(),
             sandbox_db_enabled_stored: stored,
             sandbox_db_enabled_running: self.inner.enabled,
             env_override: self.inner.config.enabled_override,

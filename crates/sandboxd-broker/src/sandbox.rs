@@ -28,6 +28,10 @@ pub(crate) enum Cache {
 pub(crate) enum SandboxFailure {
     Backend(BackendError),
     Store(sandboxd_store::StoreError),
+    /// Completing a live sandbox in place (an engine the project added, a feature asked for
+    /// now) failed; what it had added was removed and the sandbox, its data and its
+    /// credentials were kept as they were.
+    Kept(Box<SandboxFailure>),
 }
 
 impl std::fmt::Display for SandboxFailure {
@@ -35,7 +39,52 @@ impl std::fmt::Display for SandboxFailure {
         match self {
             Self::Backend(err) => write!(f, "{err}"),
             Self::Store(err) => write!(f, "{err}"),
+            Self::Kept(err) => write!(f, "{err}"),
         }
+    }
+}
+
+impl From<SandboxFailure> for crate::BrokerError {
+    fn from(failure: SandboxFailure) -> Self {
+        match failure {
+            SandboxFailure::Backend(err) => Self::Backend(err),
+            SandboxFailure::Store(err) => Self::Store(err),
+            SandboxFailure::Kept(inner) => Self::from(*inner),
+        }
+    }
+}
+
+impl SandboxFailure {
+    fn feature_unavailable(&self) -> bool {
+        match self {
+            Self::Backend(err) => matches!(err, BackendError::FeatureUnavailable { .. }),
+            Self::Store(_) => false,
+            Self::Kept(inner) => inner.feature_unavailable(),
+        }
+    }
+
+    /// The agent's answer: what failed, what became of its sandbox, and how to go on.
+    fn envelope(&self) -> ErrorEnvelope {
+        let retryable = !self.feature_unavailable();
+        let (message, outcome) = match self {
+            Self::Kept(_) => (
+                format!("your sandbox could not be completed in place: {self}"),
+                "your sandbox, its data and its credentials were kept as they were",
+            ),
+            _ => (
+                format!("the sandbox could not be provisioned: {self}"),
+                "nothing was left behind",
+            ),
+        };
+        let remediate = if retryable {
+            format!("retry request_sandbox in a little while; {outcome}")
+        } else {
+            format!(
+                "call request_sandbox again without the unavailable feature, or ask an operator \
+                 to provide it; {outcome}"
+            )
+        };
+        ErrorEnvelope::new(ErrorCode::InvalidState, message, remediate).retryable(retryable)
     }
 }
 
@@ -57,23 +106,9 @@ impl Broker {
             .ensure_sandbox(&agent.slug, &granted.services, &granted.features)
             .await
             .map_err(|failure| {
-                let retryable = !matches!(
-                    failure,
-                    SandboxFailure::Backend(BackendError::FeatureUnavailable { .. })
-                );
                 self.inner.metrics.failed(ErrorCode::InvalidState);
                 tracing::warn!(agent = %agent.slug, error = %failure, "provisioning failed");
-                ErrorEnvelope::new(
-                    ErrorCode::InvalidState,
-                    format!("the sandbox could not be provisioned: {failure}"),
-                    if retryable {
-                        "retry request_sandbox in a little while; nothing was left behind"
-                    } else {
-                        "call request_sandbox again without the unavailable feature, or ask an \
-                         operator to provide it; nothing was left behind"
-                    },
-                )
-                .retryable(retryable)
+                failure.envelope()
             })?;
         self.inner.metrics.cache(cache == Cache::Hit);
         let prefix = &self.inner.config.env_prefix;
@@ -127,14 +162,18 @@ impl Broker {
             .map_err(SandboxFailure::Store)?;
         if !cached.is_empty() {
             if self.all_live(&cached).await {
-                let changed = self
+                let added = self
                     .complete_in_place(agent, &mut cached, services, features)
-                    .await?;
-                if changed {
-                    store
-                        .put_instances(agent, &cached)
-                        .await
-                        .map_err(SandboxFailure::Store)?;
+                    .await
+                    .map_err(|failure| SandboxFailure::Kept(Box::new(failure)))?;
+                if let Some(added) = added {
+                    if let Err(err) = store.put_instances(agent, &cached).await {
+                        // What is stored still describes the sandbox as it was: take away
+                        // what was added, so no instance is left that nothing tracks.
+                        self.teardown_instances(&added).await;
+                        tracing::warn!(%agent, error = %err, "recording a completed sandbox failed; kept it as it was");
+                        return Err(SandboxFailure::Kept(Box::new(SandboxFailure::Store(err))));
+                    }
                     self.refresh_live_gauge().await;
                 } else if let Err(err) = store.touch_instances_of(agent).await {
                     // Only the idle clock is stale: the sandbox itself is fine to hand out.
@@ -149,6 +188,7 @@ impl Broker {
                 .await
                 .map_err(SandboxFailure::Store)?;
         }
+        self.clear_orphans_of(agent).await;
         let instances = self.provision(agent, services, features).await?;
         if let Err(err) = store.put_instances(agent, &instances).await {
             self.teardown_instances(&instances).await;
@@ -172,6 +212,7 @@ impl Broker {
             .map(|engine| InstanceRequest {
                 engine: *engine,
                 owner: agent.clone(),
+                maker: self.inner.daemon.clone(),
                 features: features.for_engine(*engine),
             })
             .collect();
@@ -205,47 +246,84 @@ impl Broker {
     }
 
     /// Brings a live cached sandbox up to what is asked now: engines the project added since,
-    /// features not yet active. True when something changed.
+    /// features not yet active. None when nothing had to change; else the members it added,
+    /// which the caller removes again if it cannot record the result. All or nothing: when a
+    /// step fails, the members it added are torn down before the error is returned.
     async fn complete_in_place(
         &self,
         agent: &AgentSlug,
         cached: &mut Vec<Instance>,
         services: &[EngineRef],
         features: &FeatureRequest,
-    ) -> Result<bool, SandboxFailure> {
-        let mut changed = false;
+    ) -> Result<Option<Vec<Instance>>, SandboxFailure> {
         let present: BTreeSet<EngineRef> = cached.iter().map(|i| i.engine).collect();
         let missing: Vec<EngineRef> = services
             .iter()
             .copied()
             .filter(|e| !present.contains(e))
             .collect();
-        if !missing.is_empty() {
-            cached.extend(self.provision(agent, &missing, features).await?);
-            changed = true;
-        }
+        let added = if missing.is_empty() {
+            Vec::new()
+        } else {
+            self.provision(agent, &missing, features).await?
+        };
+        let mut activated = false;
         for instance in cached.iter_mut() {
             let wanted = features.for_engine(instance.engine);
             if wanted.is_subset(&instance.features) {
                 continue;
             }
-            let backend = self
-                .inner
-                .backends
-                .for_kind(instance.backend)
-                .ok_or_else(|| {
-                    SandboxFailure::Backend(BackendError::Unavailable {
-                        backend: instance.backend.as_str(),
-                        detail: "not configured on this sandboxd".into(),
-                    })
-                })?;
-            backend
-                .activate(instance, &wanted)
-                .await
-                .map_err(SandboxFailure::Backend)?;
-            changed = true;
+            if let Err(err) = self.activate_in_place(instance, &wanted).await {
+                self.teardown_instances(&added).await;
+                return Err(err);
+            }
+            activated = true;
         }
-        Ok(changed)
+        if added.is_empty() && !activated {
+            return Ok(None);
+        }
+        cached.extend(added.iter().cloned());
+        Ok(Some(added))
+    }
+
+    async fn activate_in_place(
+        &self,
+        instance: &mut Instance,
+        wanted: &BTreeSet<sandboxd_domain::Feature>,
+    ) -> Result<(), SandboxFailure> {
+        let backend = self
+            .inner
+            .backends
+            .for_kind(instance.backend)
+            .ok_or_else(|| {
+                SandboxFailure::Backend(BackendError::Unavailable {
+                    backend: instance.backend.as_str(),
+                    detail: "not configured on this sandboxd".into(),
+                })
+            })?;
+        backend
+            .activate(instance, wanted)
+            .await
+            .map_err(SandboxFailure::Backend)
+    }
+
+    /// Tears down `agent`'s instances that this daemon made but its store does not know: a
+    /// provision a crash cut short. Called with the agent's lock held and nothing stored for
+    /// it, so none of them can be in use or in the making.
+    async fn clear_orphans_of(&self, agent: &AgentSlug) {
+        let orphans: Vec<InstanceHandle> = self
+            .inner
+            .backends
+            .list_all()
+            .await
+            .into_iter()
+            .map(|listed| listed.handle)
+            .filter(|h| &h.owner == agent && h.maker == self.inner.daemon)
+            .collect();
+        if !orphans.is_empty() {
+            tracing::info!(%agent, count = orphans.len(), "clearing instances a crash left behind");
+            self.teardown_handles(&orphans).await;
+        }
     }
 
     /// Every member answers `is_live` on its own backend. A backend that is gone or errs
@@ -295,6 +373,7 @@ impl Broker {
         let mut handles: Vec<InstanceHandle> = cached.iter().map(InstanceHandle::of).collect();
         for instance in self.inner.backends.list_all().await {
             if &instance.handle.owner == agent
+                && instance.handle.maker == self.inner.daemon
                 && !handles.iter().any(|h| h.name == instance.handle.name)
             {
                 handles.push(instance.handle);

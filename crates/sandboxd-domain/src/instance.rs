@@ -11,7 +11,7 @@ use crate::credentials::Credentials;
 use crate::engine::{AdminAccess, Endpoint};
 use crate::engines::EngineRef;
 use crate::features::Feature;
-use crate::names::{AgentSlug, EnvPrefix};
+use crate::names::{AgentSlug, DaemonId, EnvPrefix};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -42,10 +42,23 @@ impl fmt::Display for BackendKind {
     }
 }
 
-/// `sandboxd-<engine>-<owner>`: the container name, instance directory name and label value
-/// that ties an instance to its owner.
-pub fn instance_name(engine: EngineRef, owner: &AgentSlug) -> String {
-    format!("sandboxd-{}-{}", engine.name, owner)
+/// `sandboxd-<engine>-<owner>-<maker>`: the container name and instance directory name. The
+/// maker's id ends it, so two daemons on one host (or a daemon and the CLI) whose agents share a
+/// slug never claim the same name; it holds no '-', so a name splits back unambiguously.
+pub fn instance_name(engine: EngineRef, owner: &AgentSlug, maker: &DaemonId) -> String {
+    format!("sandboxd-{}-{owner}-{maker}", engine.name)
+}
+
+/// Engine, owner and maker back from an [`instance_name`]; None for any other name.
+pub fn parse_instance_name(name: &str) -> Option<(EngineRef, AgentSlug, DaemonId)> {
+    let rest = name.strip_prefix("sandboxd-")?;
+    let (rest, maker) = rest.rsplit_once('-')?;
+    let maker = DaemonId::parse(maker).ok()?;
+    crate::engines::all().find_map(|engine| {
+        let owner = rest.strip_prefix(engine.name)?.strip_prefix('-')?;
+        let owner = AgentSlug::parse(owner).ok()?;
+        Some((engine, owner, maker.clone()))
+    })
 }
 
 /// One running service instance, ready, with its handed-out account.
@@ -53,6 +66,8 @@ pub fn instance_name(engine: EngineRef, owner: &AgentSlug) -> String {
 pub struct Instance {
     pub engine: EngineRef,
     pub owner: AgentSlug,
+    /// What made it: the daemon whose janitor may act on it, or the CLI.
+    pub maker: DaemonId,
     pub backend: BackendKind,
     /// Container id, or the instance directory of a process.
     pub backend_id: String,
@@ -156,9 +171,14 @@ mod tests {
         Instance {
             engine,
             owner: AgentSlug::parse("dev-1").expect("valid"),
+            maker: DaemonId::cli(),
             backend: BackendKind::Process,
             backend_id: "x".into(),
-            name: instance_name(engine, &AgentSlug::parse("dev-1").expect("valid")),
+            name: instance_name(
+                engine,
+                &AgentSlug::parse("dev-1").expect("valid"),
+                &DaemonId::cli(),
+            ),
             host: "127.0.0.1".into(),
             port: 5555,
             database: "sandbox".into(),
@@ -166,6 +186,29 @@ mod tests {
             admin: AdminAccess::Password(Credentials::generate("admin")),
             features: [Feature::parse(engine, "vector").expect("allowlisted")].into(),
             created_at_ms: 0,
+        }
+    }
+
+    #[test]
+    fn instance_names_split_back_into_engine_owner_and_maker() {
+        for engine in crate::engines::all() {
+            for owner in ["dev-1", "a", "dev-cli-2", "x-postgres-y"] {
+                let owner = AgentSlug::parse(owner).expect("valid");
+                let maker = DaemonId::generate();
+                let name = instance_name(engine, &owner, &maker);
+                assert_eq!(
+                    parse_instance_name(&name),
+                    Some((engine, owner, maker)),
+                    "{name}"
+                );
+            }
+        }
+        for other in [
+            "sandboxd-postgres",
+            "sandboxd-oracle-dev-1-ab12",
+            "x-postgres-dev-ab",
+        ] {
+            assert_eq!(parse_instance_name(other), None, "{other}");
         }
     }
 
@@ -192,7 +235,7 @@ mod tests {
             json["env"]["ROBOCO_TEST_DB_PASSWORD"],
             inst.agent.password.expose_secret()
         );
-        assert_eq!(inst.name, "sandboxd-postgres-dev-1");
+        assert_eq!(inst.name, "sandboxd-postgres-dev-1-cli");
     }
 
     #[test]

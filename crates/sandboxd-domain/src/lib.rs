@@ -39,4 +39,4 @@ pub use engines::EngineRef;
 pub use error::InputError;
 pub use features::{Feature, FeatureRequest};
 pub use instance::{BackendKind, Instance, ServiceEvidence};
-pub use names::{AgentSlug, EnvPrefix, ProjectSlug};
+pub use names::{AgentSlug, DaemonId, EnvPrefix, ProjectSlug};

@@ -75,6 +75,72 @@ slug_type!(
     "project slug"
 );
 
+/// What made an instance: one daemon (the id its store was created with), the CLI's own
+/// `sandboxd provision`, or, for an instance from before makers were recorded, `unknown`. A
+/// daemon's janitor and reconciler act only on instances of their own id; every other instance
+/// is foreign to it, listed and never touched.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+#[serde(transparent)]
+pub struct DaemonId(String);
+
+impl DaemonId {
+    const CLI: &'static str = "cli";
+    const UNKNOWN: &'static str = "unknown";
+
+    /// 1 to 16 lowercase letters and digits: it ends instance names (`…-<id>`), so it holds no
+    /// '-' and an instance name splits back unambiguously.
+    pub fn parse(value: &str) -> Result<Self, InputError> {
+        let valid = !value.is_empty()
+            && value.len() <= 16
+            && value
+                .bytes()
+                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit());
+        if valid {
+            Ok(Self(value.to_owned()))
+        } else {
+            Err(InputError::InvalidName {
+                kind: "daemon id",
+                value: quote(value),
+                rule: "use 1 to 16 characters: lowercase letters and digits",
+            })
+        }
+    }
+
+    /// A fresh daemon id: 8 hex digits from the CSPRNG (never `cli` or `unknown`).
+    pub fn generate() -> Self {
+        let mut bytes = [0u8; 4];
+        rand::RngCore::fill_bytes(&mut rand::rng(), &mut bytes);
+        Self(hex::encode(bytes))
+    }
+
+    /// The maker of `sandboxd provision`'s instances.
+    pub fn cli() -> Self {
+        Self(Self::CLI.to_owned())
+    }
+
+    /// The maker of an instance whose maker was never recorded.
+    pub fn unknown() -> Self {
+        Self(Self::UNKNOWN.to_owned())
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Display for DaemonId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl<'de> Deserialize<'de> for DaemonId {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let raw = String::deserialize(d)?;
+        Self::parse(&raw).map_err(serde::de::Error::custom)
+    }
+}
+
 /// The prefix of the rendered environment names (`ROBOCO_TEST` gives `ROBOCO_TEST_DB_HOST`).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(transparent)]
@@ -127,6 +193,18 @@ impl<'de> Deserialize<'de> for EnvPrefix {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn daemon_ids_are_short_and_dashless() {
+        let id = DaemonId::generate();
+        assert_eq!(id.as_str().len(), 8);
+        assert_eq!(DaemonId::parse(id.as_str()).expect("valid"), id);
+        assert_ne!(DaemonId::generate(), id);
+        for bad in ["", "a-b", "ABC", "x".repeat(17).as_str(), "a b"] {
+            assert!(DaemonId::parse(bad).is_err(), "{bad:?}");
+        }
+        assert!(DaemonId::parse(DaemonId::cli().as_str()).is_ok());
+    }
 
     #[test]
     fn slugs_accept_the_documented_alphabet() {

@@ -25,7 +25,7 @@ use crate::error::{Result, StoreError, Violation, violation};
 /// One stored instance without its credentials.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct InstanceSummary {
-    /// `sandboxd-<engine>-<owner>`.
+    /// `sandboxd-<engine>-<owner>-<maker>`.
     pub name: String,
     pub owner: AgentSlug,
     pub engine: EngineRef,
@@ -177,6 +177,8 @@ impl Store {
         Ok(Instance {
             engine: summary.engine,
             owner: summary.owner,
+            // Only this store's daemon writes rows (`put_instances` refuses any other maker).
+            maker: self.daemon.clone(),
             backend: summary.backend,
             backend_id: summary.backend_id,
             name: summary.name,
@@ -203,6 +205,15 @@ impl Store {
                 detail: format!(
                     "instance {} belongs to {}, not to {owner}",
                     stray.name, stray.owner
+                ),
+            });
+        }
+        if let Some(stray) = instances.iter().find(|i| i.maker != self.daemon) {
+            return Err(StoreError::Invalid {
+                op: OP,
+                detail: format!(
+                    "instance {} was made by {}, not by this store's daemon {}",
+                    stray.name, stray.maker, self.daemon
                 ),
             });
         }

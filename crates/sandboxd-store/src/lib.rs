@@ -36,6 +36,7 @@ pub mod sessions;
 pub mod settings;
 pub mod tasks;
 
+use sandboxd_domain::DaemonId;
 use sqlx::AnyPool;
 
 pub use agents::{Agent, NewAgent, token_hash};
@@ -55,6 +56,8 @@ pub struct Store {
     pool: AnyPool,
     kind: StoreKind,
     cipher: SecretCipher,
+    /// The id this store was created with: the maker every instance of its daemon carries.
+    daemon: DaemonId,
 }
 
 impl Store {
@@ -63,11 +66,19 @@ impl Store {
     /// migrations. `secrets` seals and opens the stored sandbox credentials.
     pub async fn open(url: &str, secrets: SecretCipher) -> Result<Store> {
         let (pool, kind) = db::connect(url).await?;
+        let daemon = settings::daemon_id(&pool).await?;
         Ok(Store {
             pool,
             kind,
             cipher: secrets,
+            daemon,
         })
+    }
+
+    /// The stable id created with this store (8 hex digits). Replicas sharing one store share
+    /// it: they are one daemon to the instances they make.
+    pub fn daemon_id(&self) -> &DaemonId {
+        &self.daemon
     }
 
     pub fn kind(&self) -> StoreKind {

@@ -3,11 +3,37 @@
 
 use std::collections::BTreeMap;
 
+use sandboxd_domain::DaemonId;
 use sandboxd_domain::clock::now_ms;
-use sqlx::Row;
+use sqlx::{AnyPool, Row};
 
 use crate::Store;
 use crate::error::{Result, StoreError};
+
+/// The settings key of the store's daemon id.
+const DAEMON_ID: &str = "daemon_id";
+
+/// The store's daemon id, created on first open. Insert-if-absent then read back, so replicas
+/// opening a new shared store at once agree on one id.
+pub(crate) async fn daemon_id(pool: &AnyPool) -> Result<DaemonId> {
+    const OP: &str = "daemon_id";
+    sqlx::query(
+        "INSERT INTO settings (key, value, updated_at_ms) VALUES ($1, $2, $3) \
+         ON CONFLICT (key) DO NOTHING",
+    )
+    .bind(DAEMON_ID)
+    .bind(DaemonId::generate().as_str())
+    .bind(now_ms())
+    .execute(pool)
+    .await
+    .map_err(StoreError::db(OP))?;
+    let stored: String = sqlx::query_scalar("SELECT value FROM settings WHERE key = $1")
+        .bind(DAEMON_ID)
+        .fetch_one(pool)
+        .await
+        .map_err(StoreError::db(OP))?;
+    DaemonId::parse(&stored).map_err(|e| StoreError::corrupt(OP, format!("setting {DAEMON_ID}"), e))
+}
 
 impl Store {
     /// The stored value of `key`, if one was ever set.

@@ -5,23 +5,34 @@ use axum::Json;
 use axum::extract::State;
 use sandboxd_domain::AgentSlug;
 
-use super::{ApiPath, TAG};
+use super::{ApiPath, ApiQuery, TAG};
 use crate::AppState;
 use crate::error::ApiError;
 use crate::wire::ErrorBody;
-use crate::wire::{SandboxOut, TeardownOut};
+use crate::wire::{SandboxOut, SandboxesQuery, TeardownOut};
 
-/// Every sandbox, by owner. No credentials.
+/// This daemon's sandboxes, by owner; with `all=true` also the foreign ones (made by another
+/// daemon or the CLI), which it lists and never touches. No credentials.
 #[utoipa::path(get, path = "/v1/sandboxes", tag = TAG,
+    params(SandboxesQuery),
     responses(
         (status = 200, body = Vec<SandboxOut>),
+        (status = 400, body = ErrorBody),
         (status = 401, body = ErrorBody),
     ))]
 pub async fn list_sandboxes(
     State(state): State<AppState>,
+    ApiQuery(query): ApiQuery<SandboxesQuery>,
 ) -> Result<Json<Vec<SandboxOut>>, ApiError> {
+    let all = query.all.unwrap_or(false);
     let sandboxes = state.broker.sandboxes().await?;
-    Ok(Json(sandboxes.into_iter().map(SandboxOut::from).collect()))
+    Ok(Json(
+        sandboxes
+            .into_iter()
+            .filter(|s| all || !s.foreign)
+            .map(SandboxOut::from)
+            .collect(),
+    ))
 }
 
 /// Tears down every instance of one owner.
@@ -32,6 +43,7 @@ pub async fn list_sandboxes(
         (status = 400, body = ErrorBody),
         (status = 401, body = ErrorBody),
         (status = 404, body = ErrorBody),
+        (status = 409, body = ErrorBody, description = "The sandbox is foreign: made by another daemon or the CLI"),
     ))]
 pub async fn teardown_sandbox(
     State(state): State<AppState>,

@@ -4,10 +4,12 @@
 
 use std::collections::HashMap;
 
-use sandboxd_domain::{AgentSlug, EngineRef};
+use sandboxd_domain::{AgentSlug, DaemonId, EngineRef};
 
 const SANDBOX: &str = "sandbox";
 const OWNER: &str = "owner";
+/// The maker: a daemon's store id, or `cli`.
+const DAEMON: &str = "daemon";
 const ENGINE: &str = "engine";
 const CREATED: &str = "created";
 /// The engine's port inside the container.
@@ -20,6 +22,8 @@ const NETWORK: &str = "network";
 pub(super) struct Parsed {
     pub engine: EngineRef,
     pub owner: AgentSlug,
+    /// `unknown` for a container from before makers were labeled.
+    pub maker: DaemonId,
     /// Unix milliseconds; 0 when the label is missing or malformed (treated as old).
     pub created_at_ms: i64,
     pub port: u16,
@@ -56,12 +60,14 @@ impl Labels {
         &self,
         engine: EngineRef,
         owner: &AgentSlug,
+        maker: &DaemonId,
         created_at_ms: i64,
         network: Option<&str>,
     ) -> HashMap<String, String> {
         let mut labels = HashMap::from([
             (self.key(SANDBOX), "1".to_owned()),
             (self.key(OWNER), owner.to_string()),
+            (self.key(DAEMON), maker.to_string()),
             (self.key(ENGINE), engine.name.to_owned()),
             (self.key(CREATED), created_at_ms.to_string()),
             (self.key(PORT), engine.port.to_string()),
@@ -89,9 +95,14 @@ impl Labels {
         let get = |name: &str| labels.get(&self.key(name));
         let engine = EngineRef::parse(get(ENGINE)?).ok()?;
         let owner = AgentSlug::parse(get(OWNER)?).ok()?;
+        let maker = match get(DAEMON) {
+            Some(value) => DaemonId::parse(value).ok()?,
+            None => DaemonId::unknown(),
+        };
         Some(Parsed {
             engine,
             owner,
+            maker,
             created_at_ms: get(CREATED).and_then(|v| v.parse().ok()).unwrap_or(0),
             port: get(PORT)
                 .and_then(|v| v.parse().ok())
@@ -110,14 +121,17 @@ mod tests {
         let labels = Labels::new("acme.sbx");
         let engine = EngineRef::parse("redis").expect("registered");
         let owner = AgentSlug::parse("dev-1").expect("valid");
-        let map = labels.for_instance(engine, &owner, 1234, Some("agents"));
+        let maker = DaemonId::generate();
+        let map = labels.for_instance(engine, &owner, &maker, 1234, Some("agents"));
         assert_eq!(map["acme.sbx.sandbox"], "1");
         assert_eq!(map["acme.sbx.owner"], "dev-1");
+        assert_eq!(map["acme.sbx.daemon"], maker.as_str());
         assert_eq!(map["acme.sbx.engine"], "redis");
         assert_eq!(map["acme.sbx.created"], "1234");
         let parsed = labels.parse(Some(&map)).expect("ours");
         assert_eq!(parsed.engine, engine);
         assert_eq!(parsed.owner, owner);
+        assert_eq!(parsed.maker, maker);
         assert_eq!(parsed.created_at_ms, 1234);
         assert_eq!(parsed.port, 6379);
         assert_eq!(parsed.network.as_deref(), Some("agents"));

@@ -26,7 +26,7 @@ impl DockerBackend {
                 tracing::warn!(id = ?summary.id, "a labeled container with unreadable labels");
                 continue;
             };
-            let name = instance_name(parsed.engine, &parsed.owner);
+            let name = instance_name(parsed.engine, &parsed.owner, &parsed.maker);
             let status = summary
                 .state
                 .map(|s| s.to_string())
@@ -47,6 +47,7 @@ impl DockerBackend {
                 handle: InstanceHandle {
                     engine: parsed.engine,
                     owner: parsed.owner,
+                    maker: parsed.maker,
                     backend: BackendKind::Docker,
                     backend_id: summary.id.unwrap_or_default(),
                     name,

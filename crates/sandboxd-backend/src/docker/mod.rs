@@ -99,7 +99,7 @@ impl DockerBackend {
         // The name is recomputed from the validated engine and owner: a handle read back from
         // a store can never point teardown at a container of another name.
         (
-            instance_name(handle.engine, &handle.owner),
+            instance_name(handle.engine, &handle.owner, &handle.maker),
             Some(handle.backend_id.as_str()).filter(|id| !id.is_empty()),
         )
     }

@@ -50,7 +50,7 @@ impl DockerBackend {
         if let Some(network) = &self.config.network {
             network::ensure_exists(docker, network).await?;
         }
-        let name = instance_name(engine, &request.owner);
+        let name = instance_name(engine, &request.owner, &request.maker);
         self.clear_stale(docker, &name).await?;
         let created = self.create(docker, request, name, &image, &facts).await?;
         let (name, id) = (created.name.clone(), created.id.clone());
@@ -87,6 +87,7 @@ impl DockerBackend {
         let mut instance = Instance {
             engine,
             owner: request.owner.clone(),
+            maker: request.maker.clone(),
             backend: BackendKind::Docker,
             backend_id: created.id,
             name: created.name,
@@ -122,9 +123,13 @@ impl DockerBackend {
             image,
             recipe: &recipe,
             port: engine.port,
-            labels: self
-                .labels
-                .for_instance(engine, &request.owner, created_at_ms, network),
+            labels: self.labels.for_instance(
+                engine,
+                &request.owner,
+                &request.maker,
+                created_at_ms,
+                network,
+            ),
             limits: Limits {
                 memory_mb: self.config.memory_mb,
                 cpus: self.config.cpus,

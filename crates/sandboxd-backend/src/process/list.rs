@@ -4,8 +4,7 @@
 use std::path::Path;
 
 use sandboxd_domain::clock::unix_ms;
-use sandboxd_domain::engines;
-use sandboxd_domain::instance::BackendKind;
+use sandboxd_domain::instance::{BackendKind, parse_instance_name};
 
 use super::metadata::Metadata;
 use super::{HOST, liveness};
@@ -58,6 +57,7 @@ fn from_metadata(dir: &Path, meta: Metadata) -> ListedInstance {
         handle: InstanceHandle {
             engine: meta.engine,
             owner: meta.owner,
+            maker: meta.maker,
             backend: BackendKind::Process,
             backend_id: dir.display().to_string(),
             name: meta.name,
@@ -70,18 +70,15 @@ fn from_metadata(dir: &Path, meta: Metadata) -> ListedInstance {
     }
 }
 
-/// Recovers engine and owner from `sandboxd-<engine>-<owner>`.
+/// Recovers engine, owner and maker from `sandboxd-<engine>-<owner>-<maker>`.
 fn handle_from_dir_name(file_name: &str, dir: &Path) -> Option<InstanceHandle> {
-    let rest = file_name.strip_prefix("sandboxd-")?;
-    engines::all().find_map(|engine| {
-        let owner = rest.strip_prefix(engine.name)?.strip_prefix('-')?;
-        let owner = sandboxd_domain::AgentSlug::parse(owner).ok()?;
-        Some(InstanceHandle {
-            engine,
-            owner,
-            backend: BackendKind::Process,
-            backend_id: dir.display().to_string(),
-            name: file_name.to_owned(),
-        })
+    let (engine, owner, maker) = parse_instance_name(file_name)?;
+    Some(InstanceHandle {
+        engine,
+        owner,
+        maker,
+        backend: BackendKind::Process,
+        backend_id: dir.display().to_string(),
+        name: file_name.to_owned(),
     })
 }

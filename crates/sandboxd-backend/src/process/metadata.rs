@@ -3,7 +3,7 @@
 
 use std::path::Path;
 
-use sandboxd_domain::{AgentSlug, EngineRef};
+use sandboxd_domain::{AgentSlug, DaemonId, EngineRef};
 use serde::{Deserialize, Serialize};
 
 pub const FILE_NAME: &str = "sandboxd.json";
@@ -14,6 +14,10 @@ pub struct Metadata {
     pub name: String,
     pub engine: EngineRef,
     pub owner: AgentSlug,
+    /// The maker (a daemon's store id, or `cli`); `unknown` in metadata written before it was
+    /// recorded.
+    #[serde(rename = "daemon", default = "DaemonId::unknown")]
+    pub maker: DaemonId,
     pub pid: i32,
     /// The process's start time in clock ticks since boot (`/proc/<pid>/stat` field 22), so a
     /// recycled pid is never mistaken for the instance.

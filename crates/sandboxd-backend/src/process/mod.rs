@@ -119,7 +119,7 @@ impl ProcessBackend {
     fn dir_of(&self, handle: &InstanceHandle) -> PathBuf {
         self.config
             .root
-            .join(instance_name(handle.engine, &handle.owner))
+            .join(instance_name(handle.engine, &handle.owner, &handle.maker))
     }
 
     fn ensure_root(&self) -> Result<(), BackendError> {

@@ -119,10 +119,11 @@ impl ProcessBackend {
         request: &InstanceRequest,
         plan: &Plan<'_>,
     ) -> Result<Instance, BackendError> {
-        let name = instance_name(request.engine, &request.owner);
+        let name = instance_name(request.engine, &request.owner, &request.maker);
         let handle = InstanceHandle {
             engine: request.engine,
             owner: request.owner.clone(),
+            maker: request.maker.clone(),
             backend: BackendKind::Process,
             backend_id: self.config.root.join(&name).display().to_string(),
             name,
@@ -160,6 +161,7 @@ impl ProcessBackend {
         let mut instance = Instance {
             engine,
             owner: request.owner.clone(),
+            maker: request.maker.clone(),
             backend: BackendKind::Process,
             backend_id: dir.display().to_string(),
             name,
@@ -305,6 +307,7 @@ impl ProcessBackend {
             name: created.name.clone(),
             engine,
             owner: request.owner.clone(),
+            maker: request.maker.clone(),
             pid,
             pid_start_ticks: start_ticks,
             host: HOST.to_owned(),

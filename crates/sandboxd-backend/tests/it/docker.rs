@@ -612,6 +612,7 @@ async fn leave_stale(docker: &Docker, owner: &AgentSlug, age: Duration) -> Strin
     let labels = HashMap::from([
         (format!("{NS}.sandbox"), "1".to_owned()),
         (format!("{NS}.owner"), owner.to_string()),
+        (format!("{NS}.daemon"), support::maker().to_string()),
         (format!("{NS}.engine"), "redis".to_owned()),
         (format!("{NS}.created"), created),
     ]);
@@ -621,7 +622,7 @@ async fn leave_stale(docker: &Docker, owner: &AgentSlug, age: Duration) -> Strin
         ..ContainerCreateBody::default()
     };
     let options = CreateContainerOptions {
-        name: Some(instance_name(engine, owner)),
+        name: Some(instance_name(engine, owner, &support::maker())),
         ..CreateContainerOptions::default()
     };
     let id = docker
@@ -731,7 +732,7 @@ async fn a_server_that_dies_while_starting_fails_fast_with_its_exit_code_and_log
     harness
         .run(|backend, docker| async move {
             let owner = harness_owner("ddies");
-            let name = instance_name(engine("postgres"), &owner);
+            let name = instance_name(engine("postgres"), &owner, &support::maker());
             // Kill the server once it runs, long before the 60 s deadline.
             let killer = tokio::spawn(async move {
                 for _ in 0..200 {

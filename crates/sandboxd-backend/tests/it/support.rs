@@ -10,7 +10,7 @@ use std::time::Duration;
 use futures::FutureExt;
 use sandboxd_backend::process::{ProcessBackend, ProcessConfig};
 use sandboxd_backend::{Backend, InstanceRequest};
-use sandboxd_domain::{AgentSlug, EngineRef, Feature, Instance};
+use sandboxd_domain::{AgentSlug, DaemonId, EngineRef, Feature, Instance};
 use secrecy::ExposeSecret;
 
 /// A password no instance hands out, for the "a wrong password is refused" checks.
@@ -34,12 +34,18 @@ pub fn engine(name: &str) -> EngineRef {
     EngineRef::parse(name).expect("registered")
 }
 
+/// The maker every instance of the backend tests carries.
+pub fn maker() -> DaemonId {
+    DaemonId::parse("btests").expect("valid")
+}
+
 /// A request for one `name` instance of `owner`, with allowlisted `features`.
 pub fn request(name: &str, owner: &AgentSlug, features: &[&str]) -> InstanceRequest {
     let engine = engine(name);
     InstanceRequest {
         engine,
         owner: owner.clone(),
+        maker: maker(),
         features: features
             .iter()
             .map(|f| Feature::parse(engine, f).expect("allowlisted"))

@@ -7,6 +7,7 @@ use std::time::Duration;
 use sandboxd_backend::Backend;
 
 use futures::future::join_all;
+use sandboxd_broker::ReapReason;
 use sandboxd_domain::envelope::ErrorCode;
 use sandboxd_domain::roles::Verb;
 use serde_json::json;
@@ -304,11 +305,13 @@ async fn lifecycle_exits_release_the_sandbox_and_never_fail() {
 }
 
 #[tokio::test]
-async fn orphans_past_the_grace_window_are_reaped_young_ones_kept() {
+async fn own_orphans_are_reaped_at_once_and_foreign_instances_never() {
     use sandboxd_backend::InstanceRequest;
-    use sandboxd_domain::{AgentSlug, EngineRef};
+    use sandboxd_domain::{AgentSlug, DaemonId, EngineRef};
 
-    for (grace, expect_reaped) in [(Duration::from_secs(600), false), (Duration::ZERO, true)] {
+    // Whatever the grace window, an instance this daemon made that its store does not know is
+    // an orphan, and one another daemon or the CLI made is not this daemon's to touch.
+    for grace in [Duration::from_secs(600), Duration::ZERO] {
         let world = World::new(WorldSpec {
             tweak_config: if grace.is_zero() {
                 |c| c.grace = Duration::ZERO
@@ -321,42 +324,66 @@ async fn orphans_past_the_grace_window_are_reaped_young_ones_kept() {
         .expect("process world");
         world
             .run(|w| async move {
-                // An instance whose owner is no agent (a crash-missed teardown).
+                let make = |owner: &AgentSlug, maker: DaemonId| InstanceRequest {
+                    engine: EngineRef::parse("redis").expect("registered"),
+                    owner: owner.clone(),
+                    maker,
+                    features: Default::default(),
+                };
+                // A provision a crash cut short: made by this daemon, never stored.
                 let ghost = AgentSlug::parse(&crate::support::unique("ghost")).expect("slug");
                 w.track(&ghost);
-                w.backend
-                    .inner
-                    .provision(&InstanceRequest {
-                        engine: EngineRef::parse("redis").expect("registered"),
-                        owner: ghost.clone(),
-                        features: Default::default(),
-                    })
-                    .await
-                    .expect("orphan");
+                let own = make(&ghost, w.broker.daemon_id().clone());
+                w.backend.inner.provision(&own).await.expect("orphan");
+                // Another maker's instances, one of an owner this daemon has never heard of.
+                let stranger = AgentSlug::parse(&crate::support::unique("stranger")).expect("slug");
+                w.track(&stranger);
+                let other = DaemonId::parse("0ther0000").expect("valid");
+                for maker in [DaemonId::cli(), other] {
+                    let foreign = make(&stranger, maker);
+                    w.backend.inner.provision(&foreign).await.expect("foreign");
+                }
                 // A live agent's sandbox is never reaped.
                 let dev = w.working_agent("developer").await;
                 ok(w.call(&dev, Verb::RequestSandbox, json!({})).await);
 
-                let report = w.broker.run_janitor().await;
-                let reaped: Vec<&str> = report.reaped.iter().map(|(n, _)| n.as_str()).collect();
-                assert_eq!(
-                    w.listed(&ghost).await.is_empty(),
-                    expect_reaped,
-                    "{report:?}"
-                );
-                assert_eq!(reaped.len(), usize::from(expect_reaped), "{report:?}");
-                assert_eq!(
-                    w.listed(&dev.slug).await.len(),
-                    2,
-                    "the agent's sandbox stays"
-                );
-                if expect_reaped {
-                    let text = w.broker.metrics().render();
-                    assert!(
-                        text.contains("sandboxd_janitor_reaps_total{reason=\"owner_gone\"} 1"),
-                        "{text}"
+                for pass in 0..2 {
+                    let report = w.broker.run_janitor().await;
+                    assert!(w.listed(&ghost).await.is_empty(), "{report:?}");
+                    assert_eq!(w.listed(&stranger).await.len(), 2, "{report:?}");
+                    assert!(w.listed(&stranger).await.iter().all(|i| i.live));
+                    assert_eq!(report.foreign, 2, "{report:?}");
+                    let reaped: Vec<_> = report.reaped.iter().map(|(_, r)| *r).collect();
+                    let expected = if pass == 0 {
+                        vec![ReapReason::Orphan]
+                    } else {
+                        vec![]
+                    };
+                    assert_eq!(reaped, expected, "{report:?}");
+                    assert_eq!(
+                        w.listed(&dev.slug).await.len(),
+                        2,
+                        "the agent's sandbox stays"
                     );
                 }
+                let text = w.broker.metrics().render();
+                assert!(
+                    text.contains("sandboxd_janitor_reaps_total{reason=\"orphan\"} 1"),
+                    "{text}"
+                );
+                // The operator sees the foreign sandboxes, flagged, and cannot tear them down.
+                let views = w.broker.sandboxes().await.expect("views");
+                let theirs: Vec<_> = views.iter().filter(|v| v.owner == stranger).collect();
+                assert_eq!(theirs.len(), 2);
+                assert!(theirs.iter().all(|v| v.foreign));
+                let err = w
+                    .broker
+                    .teardown_sandbox(&stranger)
+                    .await
+                    .expect_err("foreign");
+                assert!(err.is_client_error(), "{err}");
+                assert!(err.to_string().contains("not by this sandboxd"), "{err}");
+                assert_eq!(w.listed(&stranger).await.len(), 2);
             })
             .await;
     }

@@ -12,18 +12,27 @@ use sqlx::Row;
 
 use crate::support::{TestDb, agent, on_both};
 
-fn instance(engine: &str, owner: &AgentSlug, features: &[&str], socket_admin: bool) -> Instance {
+/// An instance `store`'s daemon made.
+fn instance(
+    store: &Store,
+    engine: &str,
+    owner: &AgentSlug,
+    features: &[&str],
+    socket_admin: bool,
+) -> Instance {
     let engine = EngineRef::parse(engine).expect("registered");
+    let maker = store.daemon_id().clone();
     Instance {
         engine,
         owner: owner.clone(),
+        name: instance_name(engine, owner, &maker),
+        maker,
         backend: if socket_admin {
             BackendKind::Process
         } else {
             BackendKind::Docker
         },
         backend_id: format!("id-{}-{owner}", engine.name),
-        name: instance_name(engine, owner),
         host: "127.0.0.1".into(),
         port: 40_000 + engine.name.len() as u16,
         database: "sandbox".into(),
@@ -96,10 +105,10 @@ async fn instances_round_trip_with_their_credentials() {
         let store = db.open(SecretCipher::generate()).await;
         let (dev, qa) = (agent("dev-1"), agent("qa-1"));
         let dev_set = vec![
-            instance("postgres", &dev, &["vector", "citext"], true),
-            instance("redis", &dev, &["json"], false),
+            instance(&store, "postgres", &dev, &["vector", "citext"], true),
+            instance(&store, "redis", &dev, &["json"], false),
         ];
-        let qa_set = vec![instance("mariadb", &qa, &[], false)];
+        let qa_set = vec![instance(&store, "mariadb", &qa, &[], false)];
         store.put_instances(&dev, &dev_set).await.expect("put dev");
         store.put_instances(&qa, &qa_set).await.expect("put qa");
 
@@ -113,11 +122,14 @@ async fn instances_round_trip_with_their_credentials() {
         let summaries = store.instance_summaries().await.expect("summaries");
         assert_eq!(summaries.len(), 3);
         assert_eq!(store.count_instances().await.expect("count"), 3);
-        assert_eq!(summaries[0].name, "sandboxd-postgres-dev-1");
+        assert_eq!(
+            summaries[0].name,
+            format!("sandboxd-postgres-dev-1-{}", store.daemon_id())
+        );
         assert_eq!(summaries[0].user, "sandbox");
 
         // Replacing the owner's set is one swap: the redis row goes, the other owner stays.
-        let fresh = vec![instance("postgres", &dev, &[], true)];
+        let fresh = vec![instance(&store, "postgres", &dev, &[], true)];
         store.put_instances(&dev, &fresh).await.expect("replace");
         let got = store.instances_of(&dev).await.expect("read");
         assert_eq!(got.len(), 1);
@@ -126,24 +138,27 @@ async fn instances_round_trip_with_their_credentials() {
 
         // An instance of another owner is refused, and nothing changes.
         let err = store
-            .put_instances(&dev, &[instance("redis", &qa, &[], false)])
+            .put_instances(&dev, &[instance(&store, "redis", &qa, &[], false)])
             .await
             .expect_err("stray owner");
         assert!(matches!(err, StoreError::Invalid { .. }), "{err:?}");
+        // Only its own daemon's instances: one another daemon (or the CLI) made is refused.
+        let mut foreign = instance(&store, "redis", &dev, &[], false);
+        foreign.maker = sandboxd_domain::DaemonId::cli();
+        let err = store
+            .put_instances(&dev, &[foreign])
+            .await
+            .expect_err("foreign maker");
+        assert!(err.to_string().contains("made by cli"), "{err}");
         assert_eq!(store.instances_of(&dev).await.expect("read").len(), 1);
 
         assert!(
             store
-                .delete_instance("sandboxd-mariadb-qa-1")
+                .delete_instance(&qa_set[0].name)
                 .await
                 .expect("delete")
         );
-        assert!(
-            !store
-                .delete_instance("sandboxd-mariadb-qa-1")
-                .await
-                .expect("again")
-        );
+        assert!(!store.delete_instance(&qa_set[0].name).await.expect("again"));
         assert_eq!(
             store.delete_instances_of(&dev).await.expect("delete all"),
             1
@@ -166,23 +181,25 @@ async fn the_idle_clock_starts_at_writing_and_restarts_on_touch() {
         let store = db.open(SecretCipher::generate()).await;
         let (dev, qa) = (agent("dev-1"), agent("qa-1"));
         let before = sandboxd_domain::clock::now_ms();
+        let dev_pg = instance(&store, "postgres", &dev, &[], true);
+        let qa_redis = instance(&store, "redis", &qa, &[], false);
         store
-            .put_instances(&dev, &[instance("postgres", &dev, &[], true)])
+            .put_instances(&dev, std::slice::from_ref(&dev_pg))
             .await
             .expect("put dev");
         store
-            .put_instances(&qa, &[instance("redis", &qa, &[], false)])
+            .put_instances(&qa, std::slice::from_ref(&qa_redis))
             .await
             .expect("put qa");
         let written = store
-            .last_used_of("sandboxd-postgres-dev-1")
+            .last_used_of(&dev_pg.name)
             .await
             .expect("read")
             .expect("stored");
         // The instance was created long ago (its created_at is fixed); writing it counts as use.
         assert!(written >= before, "{written} < {before}");
         let qa_written = store
-            .last_used_of("sandboxd-redis-qa-1")
+            .last_used_of(&qa_redis.name)
             .await
             .expect("read")
             .expect("stored");
@@ -190,16 +207,13 @@ async fn the_idle_clock_starts_at_writing_and_restarts_on_touch() {
         tokio::time::sleep(std::time::Duration::from_millis(20)).await;
         store.touch_instances_of(&dev).await.expect("touch");
         let touched = store
-            .last_used_of("sandboxd-postgres-dev-1")
+            .last_used_of(&dev_pg.name)
             .await
             .expect("read")
             .expect("stored");
         assert!(touched > written, "{touched} <= {written}");
         assert_eq!(
-            store
-                .last_used_of("sandboxd-redis-qa-1")
-                .await
-                .expect("read"),
+            store.last_used_of(&qa_redis.name).await.expect("read"),
             Some(qa_written),
             "another owner's clock is untouched"
         );
@@ -268,8 +282,8 @@ async fn no_password_rests_in_plaintext() {
         let store = db.open(SecretCipher::generate()).await;
         let dev = agent("dev-1");
         let set = vec![
-            instance("postgres", &dev, &["vector"], true),
-            instance("redis", &dev, &[], false),
+            instance(&store, "postgres", &dev, &["vector"], true),
+            instance(&store, "redis", &dev, &[], false),
         ];
         store.put_instances(&dev, &set).await.expect("put");
         let passwords: Vec<String> = set.iter().flat_map(secrets).collect();
@@ -320,12 +334,12 @@ async fn no_password_rests_in_plaintext() {
 async fn a_wrong_key_or_a_moved_blob_fails_clearly() {
     on_both("wrong-key", |db| async move {
         let dev = agent("dev-1");
-        let set = vec![
-            instance("postgres", &dev, &[], true),
-            instance("redis", &dev, &[], false),
-        ];
         let key = SecretCipher::generate();
         let store = db.open(key.clone()).await;
+        let set = vec![
+            instance(&store, "postgres", &dev, &[], true),
+            instance(&store, "redis", &dev, &[], false),
+        ];
         store.put_instances(&dev, &set).await.expect("put");
         store.close().await;
 
@@ -341,7 +355,10 @@ async fn a_wrong_key_or_a_moved_blob_fails_clearly() {
             }
         }
         // What needs no secret still reads, so the janitor can still clean up.
-        assert_eq!(wrong.instance_summaries().await.expect("summaries").len(), 2);
+        assert_eq!(
+            wrong.instance_summaries().await.expect("summaries").len(),
+            2
+        );
         wrong.close().await;
 
         // The right key again, but one row carries the other's sealed blob.
@@ -350,15 +367,18 @@ async fn a_wrong_key_or_a_moved_blob_fails_clearly() {
             "UPDATE sandbox_instances SET sealed_credentials = \
              (SELECT sealed_credentials FROM sandbox_instances WHERE name = $1) WHERE name = $2",
         )
-        .bind("sandboxd-redis-dev-1")
-        .bind("sandboxd-postgres-dev-1")
+        .bind(&set[1].name)
+        .bind(&set[0].name)
         .execute(&raw)
         .await
         .expect("swap blob");
         raw.close().await;
         let store = db.open(key).await;
         let err = store.instances_of(&dev).await.expect_err("a moved blob");
-        assert!(matches!(err, StoreError::Decrypt { ref name, .. } if name == "sandboxd-postgres-dev-1"), "{err:?}");
+        assert!(
+            matches!(err, StoreError::Decrypt { ref name, .. } if name == &set[0].name),
+            "{err:?}"
+        );
         store.close().await;
     })
     .await;
@@ -379,12 +399,26 @@ async fn the_key_file_is_created_private_and_reused() {
     let db = dir.path().join("store.db");
     let url = format!("sqlite://{}", db.display());
     let dev = agent("dev-1");
-    let set = vec![instance("redis", &dev, &[], false)];
     let store = Store::open(&url, first).await.expect("open");
+    let set = vec![instance(&store, "redis", &dev, &[], false)];
     store.put_instances(&dev, &set).await.expect("put");
     store.close().await;
     let again = SecretCipher::load_or_create(&path).expect("load");
+    let first_id = store.daemon_id().clone();
     let store = Store::open(&url, again).await.expect("reopen");
+    assert_eq!(
+        store.daemon_id(),
+        &first_id,
+        "the daemon id is kept with the store"
+    );
+    let other = Store::open(
+        &format!("sqlite://{}", dir.path().join("other.db").display()),
+        SecretCipher::generate(),
+    )
+    .await
+    .expect("another store");
+    assert_ne!(other.daemon_id(), &first_id, "each store gets its own id");
+    other.close().await;
     assert_same(&store.instances_of(&dev).await.expect("read")[0], &set[0]);
     store.close().await;
 

@@ -56,6 +56,7 @@ async fn migrations_run_on_a_fresh_database_and_reopening_keeps_the_data() {
         assert_eq!(
             all.into_iter().collect::<Vec<_>>(),
             [
+                ("daemon_id".to_owned(), store.daemon_id().to_string()),
                 ("other".to_owned(), "x".to_owned()),
                 ("sandbox_db_enabled".to_owned(), "false".to_owned())
             ]
@@ -126,7 +127,8 @@ async fn placeholders_bind_by_number_when_repeated_or_out_of_order() {
                 .fetch_one(&raw)
                 .await
                 .expect("null placeholder");
-        assert_eq!(nulls, 1);
+        // Every row: the one inserted above and the store's daemon id.
+        assert_eq!(nulls, 2);
         raw.close().await;
     })
     .await;

@@ -82,6 +82,7 @@ impl PgServer {
             engine: EngineRef::parse("postgres").expect("registered"),
             // Short: the server's unix socket path must stay under 108 bytes.
             owner: unique_slug("store"),
+            maker: sandboxd_domain::DaemonId::cli(),
             features: Default::default(),
         };
         let instance = match backend.provision(&request).await {

@@ -7,7 +7,7 @@
 use std::process::{ExitCode, Stdio};
 
 use sandboxd_backend::{InstanceHandle, InstanceRequest, teardown_all};
-use sandboxd_domain::{AgentSlug, EngineRef, Protocol, ServiceEvidence, engines};
+use sandboxd_domain::{AgentSlug, DaemonId, EngineRef, Protocol, ServiceEvidence, engines};
 use secrecy::ExposeSecret;
 
 use crate::backends;
@@ -42,6 +42,7 @@ pub async fn run(args: Args, settings: &Settings) -> ExitCode {
         .map(|engine| InstanceRequest {
             engine: *engine,
             owner: owner.clone(),
+            maker: DaemonId::cli(),
             features: Default::default(),
         })
         .collect();

@@ -1,8 +1,10 @@
 //! `sandboxd doctor`: what is installed, what is missing, and what to install.
 
+use std::collections::BTreeMap;
 use std::process::ExitCode;
 
-use sandboxd_backend::DoctorCheck;
+use sandboxd_backend::{DoctorCheck, ListedInstance};
+use sandboxd_domain::DaemonId;
 
 use crate::backends;
 use crate::config::Settings;
@@ -39,7 +41,35 @@ pub async fn checks(settings: &Settings) -> Vec<DoctorCheck> {
             "fix the [docker] settings",
         )),
     }
+    checks.push(makers(&super::ls::list_all(settings).await));
     checks
+}
+
+/// Who made the instances that run here: each daemon's janitor acts only on its own, so
+/// several daemons (and `sandboxd provision`) can share a host.
+fn makers(listed: &[ListedInstance]) -> DoctorCheck {
+    let mut by_maker: BTreeMap<&DaemonId, usize> = BTreeMap::new();
+    for instance in listed {
+        *by_maker.entry(&instance.handle.maker).or_default() += 1;
+    }
+    let detail = if by_maker.is_empty() {
+        "none running".to_owned()
+    } else {
+        by_maker
+            .iter()
+            .map(|(maker, n)| {
+                if **maker == DaemonId::cli() {
+                    format!("{n} made by sandboxd provision ({maker})")
+                } else if **maker == DaemonId::unknown() {
+                    format!("{n} of an unknown maker (made before makers were recorded)")
+                } else {
+                    format!("{n} made by daemon {maker}")
+                }
+            })
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    DoctorCheck::ok("instances", detail)
 }
 
 pub async fn run(args: Args, settings: &Settings) -> ExitCode {

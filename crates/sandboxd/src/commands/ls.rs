@@ -44,6 +44,7 @@ pub async fn run(args: Args, settings: &Settings) -> ExitCode {
                 i.handle.name.clone(),
                 i.handle.engine.to_string(),
                 i.handle.owner.to_string(),
+                i.handle.maker.to_string(),
                 i.handle.backend.to_string(),
                 format!("{}:{}", i.host, i.port),
                 format_age_since(i.created_at_ms),
@@ -55,7 +56,7 @@ pub async fn run(args: Args, settings: &Settings) -> ExitCode {
         "{}",
         output::table(
             &[
-                "name", "engine", "owner", "backend", "address", "age", "status"
+                "name", "engine", "owner", "made by", "backend", "address", "age", "status"
             ],
             rows
         )

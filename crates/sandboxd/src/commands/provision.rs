@@ -3,7 +3,7 @@
 use std::process::ExitCode;
 
 use sandboxd_backend::InstanceRequest;
-use sandboxd_domain::{AgentSlug, BackendKind, FeatureRequest, ServiceEvidence, engines};
+use sandboxd_domain::{AgentSlug, BackendKind, DaemonId, FeatureRequest, ServiceEvidence, engines};
 use serde::Serialize;
 
 use crate::backends;
@@ -74,6 +74,7 @@ pub async fn run(args: Args, settings: &Settings) -> ExitCode {
         .map(|engine| InstanceRequest {
             engine: *engine,
             owner: owner.clone(),
+            maker: DaemonId::cli(),
             features: features.for_engine(*engine),
         })
         .collect();

@@ -6,7 +6,7 @@
 use std::process::ExitCode;
 
 use reqwest::Method;
-use sandboxd_admin::wire::{SandboxOut, TeardownOut};
+use sandboxd_admin::wire::{SandboxOut, SandboxesQuery, TeardownOut};
 use sandboxd_domain::clock::format_age_since;
 
 use crate::client::{AdminClient, Remote};
@@ -24,8 +24,13 @@ pub struct Args {
 
 #[derive(Debug, clap::Subcommand)]
 pub enum Command {
-    /// List sandboxes by owner.
-    Ls,
+    /// List this daemon's sandboxes by owner.
+    Ls {
+        /// Also list foreign sandboxes (another daemon's, or `sandboxd provision`'s), which
+        /// this daemon never touches.
+        #[arg(long)]
+        all: bool,
+    },
     /// Tear down every instance of one owner (an agent slug).
     Rm { owner: String },
 }
@@ -45,13 +50,17 @@ pub async fn run(args: Args, settings: &Settings) -> ExitCode {
         Err(err) => return err.fail(),
     };
     match args.command {
-        Command::Ls => match client.get::<Vec<SandboxOut>>("/v1/sandboxes", &()).await {
+        Command::Ls { all } => match client
+            .get::<Vec<SandboxOut>>("/v1/sandboxes", &SandboxesQuery { all: Some(all) })
+            .await
+        {
             Ok(sandboxes) => output::print_list(
                 &sandboxes,
                 args.remote.json,
                 "no sandboxes",
                 &[
                     "owner",
+                    "made by",
                     "engines",
                     "backend",
                     "age",
@@ -62,6 +71,11 @@ pub async fn run(args: Args, settings: &Settings) -> ExitCode {
                 |s| {
                     vec![
                         s.owner.clone(),
+                        if s.foreign {
+                            format!("{} (foreign)", s.maker)
+                        } else {
+                            s.maker.clone()
+                        },
                         s.engines.join(", "),
                         s.backends.join(", "),
                         format_age_since(s.created_at_ms),

@@ -56,6 +56,10 @@ fn show(settings: &SettingsOut) {
     if stored != running && settings.env_override.is_none() {
         println!("the stored value takes effect {}", settings.takes_effect);
     }
+    println!(
+        "this daemon's id: {} (the maker of its sandboxes)",
+        settings.daemon_id
+    );
 }
 
 pub async fn run(args: Args, settings: &Settings) -> ExitCode {

@@ -1,8 +1,10 @@
-//! `sandboxd teardown --owner SLUG`: removes every instance of an owner on every backend.
+//! `sandboxd teardown --owner SLUG`: removes every instance of an owner that `sandboxd provision`
+//! made, on every backend. A daemon's instances are its own: they are named and left alone (the
+//! daemon's `sandboxd sandboxes rm` removes them, audited).
 
 use std::process::ExitCode;
 
-use sandboxd_domain::AgentSlug;
+use sandboxd_domain::{AgentSlug, DaemonId};
 
 use crate::backends;
 use crate::cli::EXIT_INPUT;
@@ -35,6 +37,14 @@ pub async fn run(args: Args, settings: &Settings) -> ExitCode {
             }
         };
         for instance in listed.into_iter().filter(|i| i.handle.owner == owner) {
+            if instance.handle.maker != DaemonId::cli() {
+                println!(
+                    "left {}: made by {}, not by sandboxd provision (use that daemon's \
+                     `sandboxd sandboxes rm {owner}`)",
+                    instance.handle.name, instance.handle.maker
+                );
+                continue;
+            }
             match backend.teardown(&instance.handle).await {
                 Ok(()) => {
                     removed += 1;
