@@ -6,6 +6,7 @@ use std::sync::atomic::Ordering;
 
 use sandboxd_domain::envelope::{ErrorCode, ErrorEnvelope};
 use sandboxd_domain::error::{allowed_list, quote};
+use sandboxd_domain::roles::Verb;
 use sandboxd_domain::verbs::RequestSandboxArgs;
 use sandboxd_domain::{EngineRef, Feature, FeatureRequest};
 use sandboxd_store::{Agent, Task};
@@ -30,6 +31,31 @@ fn names(engines: &[EngineRef]) -> String {
 }
 
 impl Broker {
+    /// The remediation of `no_active_task`, naming only the claiming verbs of the caller's role.
+    fn how_to_claim(&self, agent: &Agent) -> String {
+        const CLAIMING: [Verb; 3] = [Verb::GiveMeWork, Verb::IWillWorkOn, Verb::ClaimReview];
+        let claims: Vec<&str> = self
+            .manifest(&agent.role)
+            .map(|role| {
+                CLAIMING
+                    .into_iter()
+                    .filter(|verb| role.allows(*verb))
+                    .map(Verb::name)
+                    .collect()
+            })
+            .unwrap_or_default();
+        match claims.as_slice() {
+            [] => "your role cannot claim a task; ask the operator for a role that can".to_owned(),
+            [one] => format!("call {one} first, then request_sandbox"),
+            [first, rest @ ..] => {
+                format!(
+                    "call {first} (or {}) first, then request_sandbox",
+                    rest.join(" / ")
+                )
+            }
+        }
+    }
+
     pub(crate) async fn check_guards(
         &self,
         agent: &Agent,
@@ -57,7 +83,7 @@ impl Broker {
                 return Err(ErrorEnvelope::new(
                     ErrorCode::NoActiveTask,
                     "request_sandbox needs a task you hold in your project, and you hold none",
-                    "call give_me_work (or i_will_work_on / claim_review) first, then request_sandbox",
+                    self.how_to_claim(agent),
                 ));
             }
         };

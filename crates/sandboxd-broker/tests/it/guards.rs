@@ -39,7 +39,21 @@ async fn each_guard_refuses_with_its_own_code_in_order() {
             );
             assert_eq!(err.error, ErrorCode::NoActiveTask);
             assert!(err.remediate.contains("give_me_work"), "{err:?}");
+            assert!(err.remediate.contains("i_will_work_on"), "{err:?}");
+            assert!(
+                !err.remediate.contains("claim_review"),
+                "not a developer's verb: {err:?}"
+            );
             assert!(!err.retryable);
+            // A reviewer is told its own way to hold a task.
+            let qa = w.agent("qa").await;
+            let err = refused(w.call(&qa, Verb::RequestSandbox, json!({})).await);
+            assert_eq!(err.error, ErrorCode::NoActiveTask);
+            assert!(err.remediate.contains("claim_review"), "{err:?}");
+            assert!(
+                !err.remediate.contains("give_me_work"),
+                "not a qa verb: {err:?}"
+            );
 
             // Guard 4: a service outside the project's set, naming the allowed set.
             let dev = w.working_agent("developer").await;

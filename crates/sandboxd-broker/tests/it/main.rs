@@ -1,5 +1,6 @@
 //! Black-box tests of the broker against real backends and a real store: one binary.
 
+mod faults;
 mod guards;
 mod restart;
 mod sandbox;

@@ -2,7 +2,7 @@
 //! to count provisions, a broker, and helpers to drive agents through verbs. Everything a world
 //! created is torn down and checked gone when the test ends, even when it panics.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::future::Future;
 use std::panic::AssertUnwindSafe;
 use std::path::{Path, PathBuf};
@@ -19,7 +19,9 @@ use sandboxd_backend::{
 use sandboxd_broker::{Agent, Backends, Broker, BrokerConfig, SecretCipher, Store};
 use sandboxd_domain::envelope::{Envelope, ErrorEnvelope, OkEnvelope};
 use sandboxd_domain::roles::Verb;
-use sandboxd_domain::{AgentSlug, BackendKind, EngineRef, FeatureRequest, Instance, ProjectSlug};
+use sandboxd_domain::{
+    AgentSlug, BackendKind, EngineRef, Feature, FeatureRequest, Instance, ProjectSlug,
+};
 
 pub use sandboxd_testkit::{docker_or_skip, show_logs, test_dir, unique};
 
@@ -30,6 +32,10 @@ pub struct Counting {
     provisions: Mutex<BTreeMap<String, usize>>,
     total: AtomicUsize,
     listing_fails: AtomicBool,
+    /// Provisions of this engine fail (an injected fault), before anything is made.
+    failing_engine: Mutex<Option<String>>,
+    /// Feature activations on live instances fail (an injected fault).
+    activation_fails: AtomicBool,
 }
 
 impl Counting {
@@ -39,7 +45,19 @@ impl Counting {
             provisions: Mutex::new(BTreeMap::new()),
             total: AtomicUsize::new(0),
             listing_fails: AtomicBool::new(false),
+            failing_engine: Mutex::new(None),
+            activation_fails: AtomicBool::new(false),
         }
+    }
+
+    /// Makes every provision of `engine` fail, or none (`None`).
+    pub fn fail_provisions_of(&self, engine: Option<&str>) {
+        *self.failing_engine.lock().expect("lock") = engine.map(str::to_owned);
+    }
+
+    /// Makes feature activation on a live instance fail, or work again.
+    pub fn fail_activation(&self, fail: bool) {
+        self.activation_fails.store(fail, Ordering::SeqCst);
     }
 
     pub fn provisions_of(&self, engine: &str) -> usize {
@@ -80,7 +98,30 @@ impl Backend for Counting {
             .expect("lock")
             .entry(request.engine.name.to_owned())
             .or_default() += 1;
+        let failing = self.failing_engine.lock().expect("lock").clone();
+        if failing.as_deref() == Some(request.engine.name) {
+            return Err(BackendError::Unavailable {
+                backend: "test",
+                detail: format!(
+                    "provisioning {} fails: a fault the test injected",
+                    request.engine
+                ),
+            });
+        }
         self.inner.provision(request).await
+    }
+    async fn activate(
+        &self,
+        instance: &mut Instance,
+        features: &BTreeSet<Feature>,
+    ) -> Result<(), BackendError> {
+        if self.activation_fails.load(Ordering::SeqCst) {
+            return Err(BackendError::Unavailable {
+                backend: "test",
+                detail: "activation fails: a fault the test injected".into(),
+            });
+        }
+        self.inner.activate(instance, features).await
     }
     async fn is_live(&self, handle: &InstanceHandle) -> Result<bool, BackendError> {
         self.inner.is_live(handle).await
@@ -247,6 +288,27 @@ impl World {
 
     pub async fn call(&self, agent: &Agent, verb: Verb, args: serde_json::Value) -> Envelope {
         self.broker.call(agent, verb, args).await
+    }
+
+    /// Makes every write of sandbox instances to the store fail (a trigger that aborts the
+    /// insert: the store's own transaction rolls back), or work again.
+    pub async fn fail_store_writes(&self, fail: bool) {
+        use sqlx::Connection;
+        let url = format!("sqlite://{}", self.store_path.display());
+        let mut raw = sqlx::SqliteConnection::connect(&url)
+            .await
+            .expect("a raw connection to the test store");
+        let statement = if fail {
+            "CREATE TRIGGER injected_fault BEFORE INSERT ON sandbox_instances \
+             BEGIN SELECT RAISE(ABORT, 'a fault the test injected'); END"
+        } else {
+            "DROP TRIGGER IF EXISTS injected_fault"
+        };
+        sqlx::query(statement)
+            .execute(&mut raw)
+            .await
+            .expect("the fault trigger");
+        raw.close().await.expect("close");
     }
 
     pub fn track(&self, owner: &AgentSlug) {
