@@ -1,6 +1,7 @@
-//! `sandboxd teardown --owner SLUG`: removes every instance of an owner that `sandboxd provision`
-//! made, on every backend. A daemon's instances are its own: they are named and left alone (the
-//! daemon's `sandboxd sandboxes rm` removes them, audited).
+//! `sandboxd teardown --owner SLUG [--maker ID]`: removes every instance of an owner that one
+//! maker made, on every backend: `sandboxd provision`'s by default. A running daemon's instances
+//! are its own (its `sandboxd sandboxes rm` removes them, audited); `--maker <daemon id>` is for
+//! the leftovers of a daemon that is gone for good, store and all.
 
 use std::process::ExitCode;
 
@@ -15,11 +16,17 @@ use crate::output;
 pub struct Args {
     #[arg(long)]
     pub owner: String,
+    /// Whose instances: `cli` (made by `sandboxd provision`), or a daemon's id (`made by` in
+    /// `sandboxd ls`).
+    #[arg(long, default_value = "cli")]
+    pub maker: String,
 }
 
 pub async fn run(args: Args, settings: &Settings) -> ExitCode {
-    let owner = match AgentSlug::parse(&args.owner) {
-        Ok(owner) => owner,
+    let parsed =
+        AgentSlug::parse(&args.owner).and_then(|owner| Ok((owner, DaemonId::parse(&args.maker)?)));
+    let (owner, maker) = match parsed {
+        Ok(parsed) => parsed,
         Err(err) => {
             eprintln!("error: {err}");
             return ExitCode::from(EXIT_INPUT);
@@ -37,11 +44,11 @@ pub async fn run(args: Args, settings: &Settings) -> ExitCode {
             }
         };
         for instance in listed.into_iter().filter(|i| i.handle.owner == owner) {
-            if instance.handle.maker != DaemonId::cli() {
+            if instance.handle.maker != maker {
                 println!(
-                    "left {}: made by {}, not by sandboxd provision (use that daemon's \
-                     `sandboxd sandboxes rm {owner}`)",
-                    instance.handle.name, instance.handle.maker
+                    "left {}: made by {}, not by {maker} (a running daemon's: `sandboxd \
+                     sandboxes rm {owner}`; else --maker {})",
+                    instance.handle.name, instance.handle.maker, instance.handle.maker
                 );
                 continue;
             }

@@ -5,4 +5,5 @@ mod architecture;
 mod cli;
 mod mcp;
 mod operator_cli;
+mod ownership;
 mod support;

@@ -22,16 +22,52 @@ pub use sandboxd_testkit::unique;
 /// Where a daemon keeps its state, shared by successive daemons of one test (restarts).
 pub struct Home {
     pub dir: tempfile::TempDir,
+    /// The process root, when it is another home's (two daemons on one host).
+    shared_instances: Option<PathBuf>,
+    /// `SANDBOXD_*` settings on top of the common ones.
+    extra_env: Vec<(String, String)>,
 }
 
 impl Home {
     pub fn new() -> Self {
         let dir = sandboxd_testkit::test_dir("sandboxd-test-");
-        Self { dir }
+        Self {
+            dir,
+            shared_instances: None,
+            extra_env: Vec::new(),
+        }
+    }
+
+    /// A home of its own (state, store, daemon id) whose instances live under `other`'s
+    /// process root, as two daemons with default settings on one host.
+    pub fn beside(other: &Home) -> Self {
+        Self {
+            shared_instances: Some(other.instances()),
+            ..Self::new()
+        }
+    }
+
+    /// A home whose daemons provision on Docker from the local images.
+    pub fn on_docker() -> Self {
+        let mut home = Self::new();
+        home.set("SANDBOXD_BACKEND", "docker");
+        for (engine, image) in sandboxd_testkit::local_images() {
+            home.set(
+                &format!("SANDBOXD_ENGINES__{}__IMAGE", engine.to_uppercase()),
+                &image,
+            );
+        }
+        home
+    }
+
+    pub fn set(&mut self, key: &str, value: &str) {
+        self.extra_env.push((key.to_owned(), value.to_owned()));
     }
 
     pub fn instances(&self) -> PathBuf {
-        self.dir.path().join("instances")
+        self.shared_instances
+            .clone()
+            .unwrap_or_else(|| self.dir.path().join("instances"))
     }
 
     /// The `sandboxd` binary with the common environment of a test daemon in this home.
@@ -44,6 +80,7 @@ impl Home {
             .env("ROBOCO_SANDBOX_DB_ENABLED", "1")
             .env("SANDBOXD_BROKER__GRACE_SECS", "600")
             .env_remove("SANDBOXD_CONFIG");
+        cmd.envs(self.extra_env.iter().map(|(k, v)| (k, v)));
         cmd
     }
 }
@@ -88,6 +125,16 @@ pub fn spawn_daemon(home: &Home) -> TestDaemon {
 }
 
 impl TestDaemon {
+    /// Kills the daemon with SIGKILL, as a crash or the OOM killer would: nothing of it runs
+    /// on, no cleanup.
+    pub fn crash(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let pid = nix::unistd::Pid::from_raw(i32::try_from(child.id()).expect("pid"));
+            let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGKILL);
+            let _ = child.wait();
+        }
+    }
+
     /// Stops the daemon with SIGTERM, as an operator or a supervisor would.
     pub fn stop(&mut self) {
         if let Some(mut child) = self.child.take() {
@@ -224,6 +271,13 @@ impl Agent {
         self.service.call_tool(params).await.expect("tools/call")
     }
 
+    /// A verb call without arguments that may fail at the transport (the daemon died).
+    pub async fn call_raw_result(&self, verb: &str) -> Result<CallToolResult, rmcp::ServiceError> {
+        self.service
+            .call_tool(CallToolRequestParams::new(verb.to_owned()))
+            .await
+    }
+
     /// The envelope of a verb call, and whether it was flagged a tool error.
     pub async fn call(&self, verb: &str, args: Value) -> (Value, bool) {
         let result = self.call_raw(verb, args).await;
@@ -268,13 +322,13 @@ pub fn teardown_everything(home: &Home) {
             .to_string_lossy()
             .into_owned();
         let meta = std::fs::read_to_string(dir.join("sandboxd.json")).unwrap_or_default();
-        let owner = serde_json::from_str::<Value>(&meta)
-            .ok()
-            .and_then(|m| m["owner"].as_str().map(str::to_owned));
+        let meta = serde_json::from_str::<Value>(&meta).unwrap_or_default();
+        let owner = meta["owner"].as_str().map(str::to_owned);
+        let maker = meta["daemon"].as_str().unwrap_or("cli").to_owned();
         if let Some(owner) = owner {
             let _ = home
                 .sandboxd()
-                .args(["teardown", "--owner", &owner])
+                .args(["teardown", "--owner", &owner, "--maker", &maker])
                 .output();
         } else {
             eprintln!("removing {name} without metadata");
