@@ -17,7 +17,7 @@
 //!    readable.
 
 use std::borrow::Cow;
-use std::io::{self, Write};
+use std::io::{self, IsTerminal, Write};
 
 use tracing_subscriber::EnvFilter;
 use tracing_subscriber::fmt::MakeWriter;
@@ -70,6 +70,8 @@ pub fn init(verbose: u8, daemon: bool) {
     tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_span_events(span_events)
+        // Colours only for a person at a terminal; a log file or a collector gets plain text.
+        .with_ansi(io::stderr().is_terminal())
         .with_writer(Redacting(io::stderr))
         .init();
 }
