@@ -121,6 +121,8 @@ pub struct BrokerSettings {
     /// Reap sandboxes their owner has not asked for in this long (unset: never).
     pub idle_ttl_secs: Option<u64>,
     pub janitor_interval_secs: u64,
+    /// An MCP session unused for this long is refused (the client starts a new one) and swept.
+    pub mcp_session_ttl_secs: u64,
     /// A TOML role file (`[roles.<name>] verbs = [...]`); default: the built-in roles.
     pub roles_file: Option<PathBuf>,
 }
@@ -133,6 +135,7 @@ impl Default for BrokerSettings {
             max_lifetime_secs: base.max_lifetime.map(|d| d.as_secs()),
             idle_ttl_secs: base.idle_ttl.map(|d| d.as_secs()),
             janitor_interval_secs: base.janitor_interval.as_secs(),
+            mcp_session_ttl_secs: base.mcp_session_ttl.as_secs(),
             roles_file: None,
         }
     }
@@ -298,6 +301,11 @@ impl Settings {
         if self.admin.session_ttl_secs == 0 {
             return Err(ConfigError::Invalid(
                 "admin.session_ttl_secs must be at least 1".into(),
+            ));
+        }
+        if self.broker.mcp_session_ttl_secs == 0 {
+            return Err(ConfigError::Invalid(
+                "broker.mcp_session_ttl_secs must be at least 1".into(),
             ));
         }
         if self.admin.max_sessions == 0 {

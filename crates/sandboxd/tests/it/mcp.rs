@@ -6,7 +6,8 @@ use std::collections::BTreeSet;
 use serde_json::{Value, json};
 
 use crate::support::{
-    Home, TestDaemon, spawn_daemon, spawn_daemon_at, teardown_everything, unique,
+    Home, Launch, TestDaemon, spawn_daemon, spawn_daemon_at, spawn_daemon_with,
+    teardown_everything, unique,
 };
 
 fn names(list: &[&str]) -> Vec<String> {
@@ -382,4 +383,102 @@ async fn the_same_verbs_over_stdio() {
     cmd.args(["mcp", "--url", &daemon.url, "--token", "sbx_wrong"]);
     let refused = ().serve(TokioChildProcess::new(cmd).expect("spawn")).await;
     assert!(refused.is_err(), "a wrong token is refused");
+}
+
+/// One MCP message over plain HTTP, as any streamable-HTTP client sends it.
+async fn post_mcp(
+    http: &reqwest::Client,
+    daemon: &TestDaemon,
+    token: &str,
+    session: Option<&str>,
+    message: Value,
+) -> reqwest::Response {
+    let mut request = http
+        .post(format!("{}/mcp", daemon.url))
+        .bearer_auth(token)
+        .header("accept", "application/json, text/event-stream")
+        .json(&message);
+    if let Some(session) = session {
+        request = request
+            .header("mcp-session-id", session)
+            .header("mcp-protocol-version", "2025-11-25");
+    }
+    request.send().await.expect("POST /mcp")
+}
+
+/// Opens a session (initialize, then the initialized notification) and returns its id.
+async fn open_session(http: &reqwest::Client, daemon: &TestDaemon, token: &str) -> String {
+    let initialize = json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+        "protocolVersion": "2025-11-25", "capabilities": {},
+        "clientInfo": {"name": "raw-http", "version": "1"}}});
+    let response = post_mcp(http, daemon, token, None, initialize).await;
+    assert_eq!(response.status().as_u16(), 200);
+    let session = response
+        .headers()
+        .get("mcp-session-id")
+        .and_then(|v| v.to_str().ok())
+        .expect("a session id")
+        .to_owned();
+    let initialized = json!({"jsonrpc": "2.0", "method": "notifications/initialized"});
+    let response = post_mcp(http, daemon, token, Some(&session), initialized).await;
+    assert_eq!(response.status().as_u16(), 202);
+    session
+}
+
+/// The HTTP status of a `tools/list` in `session`.
+async fn list_in(http: &reqwest::Client, daemon: &TestDaemon, token: &str, session: &str) -> u16 {
+    let list = json!({"jsonrpc": "2.0", "id": 2, "method": "tools/list"});
+    let response = post_mcp(http, daemon, token, Some(session), list).await;
+    response.status().as_u16()
+}
+
+#[tokio::test]
+async fn an_mcp_session_idle_past_its_ttl_is_refused_then_swept_while_a_busy_one_lives() {
+    use std::time::{Duration, Instant};
+
+    const TTL_SECS: u64 = 3;
+    let home = Home::new();
+    let short_ttl = Launch {
+        env: vec![
+            (
+                "SANDBOXD_BROKER__MCP_SESSION_TTL_SECS".to_owned(),
+                TTL_SECS.to_string(),
+            ),
+            (
+                "SANDBOXD_BROKER__JANITOR_INTERVAL_SECS".to_owned(),
+                "1".to_owned(),
+            ),
+        ],
+        ..Launch::default()
+    };
+    let mut daemon = spawn_daemon_with(&home, short_ttl);
+    let project = opted_in_project(&daemon).await;
+    let (token, _) = daemon.spawn_agent("developer", &project).await;
+    let http = reqwest::Client::new();
+    let idle = open_session(&http, &daemon, &token).await;
+    let busy = open_session(&http, &daemon, &token).await;
+    let client = daemon.client(&token).await;
+
+    // Past the TTL (and a sweep or two), with `busy` in use all along.
+    let opened = Instant::now();
+    while opened.elapsed() < Duration::from_secs(TTL_SECS + 2) {
+        assert_eq!(list_in(&http, &daemon, &token, &busy).await, 200);
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    assert_eq!(
+        list_in(&http, &daemon, &token, &idle).await,
+        404,
+        "idle past the TTL: refused like an unknown session"
+    );
+    assert_eq!(list_in(&http, &daemon, &token, &busy).await, 200);
+    // A real MCP client whose session expired starts a new one and goes on.
+    assert!(client.tools().await.contains(&"request_sandbox".to_owned()));
+
+    // Swept, not just hidden: a daemon with a long TTL on the same store does not know it, while
+    // the busy session is restored from the store.
+    let addr = daemon.addr.clone();
+    daemon.stop();
+    let daemon = spawn_daemon_at(&home, &addr);
+    assert_eq!(list_in(&http, &daemon, &token, &idle).await, 404, "swept");
+    assert_eq!(list_in(&http, &daemon, &token, &busy).await, 200, "kept");
 }
