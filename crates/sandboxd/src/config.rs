@@ -153,6 +153,9 @@ pub struct AdminSettings {
     pub secure_cookies: bool,
     /// Panel logins held at once; the one closest to expiring is dropped past this.
     pub max_sessions: usize,
+    /// Panel login attempts one client (IP, IPv6 by /64) may make per window; past that, 429.
+    pub login_attempts: u32,
+    pub login_window_secs: u64,
 }
 
 impl Default for AdminSettings {
@@ -161,6 +164,8 @@ impl Default for AdminSettings {
             session_ttl_secs: AdminConfig::DEFAULT_SESSION_TTL.as_secs(),
             secure_cookies: false,
             max_sessions: AdminConfig::DEFAULT_MAX_SESSIONS,
+            login_attempts: AdminConfig::DEFAULT_LOGIN_ATTEMPTS,
+            login_window_secs: AdminConfig::DEFAULT_LOGIN_WINDOW.as_secs(),
         }
     }
 }
@@ -303,6 +308,12 @@ impl Settings {
                 "admin.session_ttl_secs must be at least 1".into(),
             ));
         }
+        // Zero would refuse every panel login, or count attempts over no time at all.
+        if self.admin.login_attempts == 0 || self.admin.login_window_secs == 0 {
+            return Err(ConfigError::Invalid(
+                "admin.login_attempts and admin.login_window_secs must be at least 1".into(),
+            ));
+        }
         if self.broker.mcp_session_ttl_secs == 0 {
             return Err(ConfigError::Invalid(
                 "broker.mcp_session_ttl_secs must be at least 1".into(),
@@ -343,6 +354,8 @@ impl Settings {
             session_ttl: Duration::from_secs(self.admin.session_ttl_secs),
             secure_cookies: self.admin.secure_cookies,
             max_sessions: self.admin.max_sessions,
+            login_attempts: self.admin.login_attempts,
+            login_window: Duration::from_secs(self.admin.login_window_secs),
         }
     }
 
@@ -441,6 +454,8 @@ mod tests {
         assert_eq!(defaults.session_ttl, built_in.session_ttl);
         assert_eq!(defaults.secure_cookies, built_in.secure_cookies);
         assert_eq!(defaults.max_sessions, built_in.max_sessions);
+        assert_eq!(defaults.login_attempts, built_in.login_attempts);
+        assert_eq!(defaults.login_window, built_in.login_window);
         figment::Jail::expect_with(|jail| {
             // Shares the `SANDBOXD_ADMIN` prefix but is not a setting of `[admin]`.
             jail.set_env("SANDBOXD_ADMIN_TOKEN", "t".repeat(16));

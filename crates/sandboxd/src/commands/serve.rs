@@ -76,6 +76,8 @@ pub async fn run(args: Args, settings: &Settings) -> ExitCode {
             .unwrap_or(false),
     );
     let server_shutdown = shutdown.clone();
+    // The peer address rides with each request: the panel login's rate limit is per client.
+    let app = app.into_make_service_with_connect_info::<std::net::SocketAddr>();
     let served = axum::serve(listener, app)
         .with_graceful_shutdown(async move {
             tokio::select! {
