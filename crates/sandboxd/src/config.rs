@@ -86,6 +86,14 @@ pub struct ServerSettings {
     /// The admin token file (created with a random token when missing). `SANDBOXD_ADMIN_TOKEN`
     /// overrides it.
     pub admin_token_file: Option<PathBuf>,
+    /// The largest request body any route accepts (413 past it).
+    pub max_body_bytes: usize,
+}
+
+impl ServerSettings {
+    /// 1 MiB: far above any MCP call or form (a verb's text is capped at 16 KiB), far below what
+    /// would hurt the daemon.
+    pub const DEFAULT_MAX_BODY_BYTES: usize = 1024 * 1024;
 }
 
 impl Default for ServerSettings {
@@ -95,6 +103,7 @@ impl Default for ServerSettings {
             allowed_hosts: vec![],
             allowed_origins: vec![],
             admin_token_file: None,
+            max_body_bytes: Self::DEFAULT_MAX_BODY_BYTES,
         }
     }
 }
@@ -306,6 +315,12 @@ impl Settings {
         if self.admin.session_ttl_secs == 0 {
             return Err(ConfigError::Invalid(
                 "admin.session_ttl_secs must be at least 1".into(),
+            ));
+        }
+        // Zero would refuse every body, even an MCP `initialize`.
+        if self.server.max_body_bytes == 0 {
+            return Err(ConfigError::Invalid(
+                "server.max_body_bytes must be at least 1".into(),
             ));
         }
         // Zero would refuse every panel login, or count attempts over no time at all.

@@ -1,11 +1,12 @@
 //! The daemon's HTTP surface: the agent gateway at `/mcp` and the operator surface (`/v1`, the
 //! panel, `/metrics`) on one listener, behind a Host/Origin guard against DNS rebinding and
-//! cross-site requests.
+//! cross-site requests, and behind one request-body limit for every route.
 
 use std::sync::Arc;
 
 use axum::Router;
-use axum::extract::{Request, State};
+use axum::body::Body;
+use axum::extract::{DefaultBodyLimit, Request, State};
 use axum::http::{StatusCode, header};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
@@ -51,6 +52,53 @@ async fn guard(State(guard): State<Arc<Guard>>, request: Request, next: Next) ->
     next.run(request).await
 }
 
+/// Every request's body, whatever the route does with it (MCP, the API, panel forms, routes
+/// that ignore it): a declared `Content-Length` over `limit` is answered 413 before anything is
+/// read; any other body (chunked, or lying about its length) is read up to `limit` and cut off
+/// with a 413 the moment it goes past. A body within the limit is handed on whole, so no handler
+/// reads more than `limit` bytes either.
+async fn limit_body(State(limit): State<usize>, request: Request, next: Next) -> Response {
+    let too_large = || {
+        (
+            StatusCode::PAYLOAD_TOO_LARGE,
+            format!(
+                "Payload Too Large: request bodies are limited to {limit} bytes \
+                 (server.max_body_bytes)"
+            ),
+        )
+            .into_response()
+    };
+    let declared = request
+        .headers()
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok());
+    if declared.is_some_and(|len| len > u64::try_from(limit).unwrap_or(u64::MAX)) {
+        return too_large();
+    }
+    let (parts, body) = request.into_parts();
+    match axum::body::to_bytes(body, limit).await {
+        Ok(bytes) => {
+            next.run(Request::from_parts(parts, Body::from(bytes)))
+                .await
+        }
+        Err(err) => {
+            let over = std::error::Error::source(&err)
+                .is_some_and(|source| source.is::<http_body_util::LengthLimitError>());
+            if over {
+                too_large()
+            } else {
+                // The client went away or sent a malformed chunk: nothing to hand on.
+                (
+                    StatusCode::BAD_REQUEST,
+                    "Bad Request: unreadable request body",
+                )
+                    .into_response()
+            }
+        }
+    }
+}
+
 pub fn app(daemon: &Daemon, settings: &Settings, shutdown: CancellationToken) -> Router {
     let mcp = sandboxd_mcp::router(
         daemon.broker.clone(),
@@ -73,10 +121,15 @@ pub fn app(daemon: &Daemon, settings: &Settings, shutdown: CancellationToken) ->
         hosts,
         origins: settings.server.allowed_origins.clone(),
     });
+    let limit = settings.server.max_body_bytes;
     Router::new()
         .merge(mcp)
         .merge(admin)
         .layer(axum::middleware::from_fn_with_state(guard_state, guard))
+        // Extractors that buffer (forms, JSON) get the same limit instead of axum's own 2 MB.
+        .layer(DefaultBodyLimit::max(limit))
+        // Outermost: an oversized body is refused before the guard or a token check reads it.
+        .layer(axum::middleware::from_fn_with_state(limit, limit_body))
 }
 
 #[cfg(test)]
