@@ -377,12 +377,117 @@ async fn the_same_verbs_over_stdio() {
     let envelope = result.structured_content.expect("envelope");
     assert_eq!(envelope["status"], "ok", "{envelope}");
     client.cancel().await.expect("close");
+}
 
-    // A wrong token cannot even start a session.
+/// `sandboxd mcp` launched as an MCP client launches it, with `token` in the environment
+/// (or on the command line), relaying to `url`; its stderr is piped.
+fn stdio_server(
+    url: &str,
+    token: &str,
+    on_argv: bool,
+) -> (
+    rmcp::transport::TokioChildProcess,
+    tokio::process::ChildStderr,
+) {
     let mut cmd = tokio::process::Command::new(env!("CARGO_BIN_EXE_sandboxd"));
-    cmd.args(["mcp", "--url", &daemon.url, "--token", "sbx_wrong"]);
-    let refused = ().serve(TokioChildProcess::new(cmd).expect("spawn")).await;
-    assert!(refused.is_err(), "a wrong token is refused");
+    cmd.args(["mcp", "--url", url])
+        .env_remove("SANDBOXD_CONFIG");
+    if on_argv {
+        cmd.args(["--token", token])
+            .env_remove("SANDBOXD_AGENT_TOKEN");
+    } else {
+        cmd.env("SANDBOXD_AGENT_TOKEN", token);
+    }
+    let (transport, stderr) = rmcp::transport::TokioChildProcess::builder(cmd)
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("spawn sandboxd mcp");
+    (transport, stderr.expect("piped stderr"))
+}
+
+async fn read_all(mut stderr: tokio::process::ChildStderr) -> String {
+    use tokio::io::AsyncReadExt;
+    let mut text = String::new();
+    let _ = stderr.read_to_string(&mut text).await;
+    text
+}
+
+/// What the client's `initialize` got back from a `sandboxd mcp` that cannot reach the daemon.
+async fn refused_initialize(url: &str, token: &str) -> (rmcp::ErrorData, String) {
+    use rmcp::ServiceExt;
+    use rmcp::service::ClientInitializeError;
+
+    let (transport, stderr) = stdio_server(url, token, false);
+    let error = match ().serve(transport).await {
+        Err(ClientInitializeError::JsonRpcError(error)) => error,
+        Err(other) => panic!("initialize should be answered with an MCP error, got {other}"),
+        Ok(_) => panic!("initialize should fail"),
+    };
+    (error, read_all(stderr).await)
+}
+
+#[tokio::test]
+async fn sandboxd_mcp_answers_initialize_with_what_failed_and_how_to_fix_it() {
+    use rmcp::ServiceExt;
+
+    let home = Home::new();
+    let daemon = spawn_daemon(&home);
+    let project = opted_in_project(&daemon).await;
+    let (token, _) = daemon.spawn_agent("developer", &project).await;
+
+    // Nothing listens at the URL: start the daemon, or fix the URL.
+    let closed = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let nowhere = format!("http://{}", closed.local_addr().expect("addr"));
+    drop(closed);
+    let (error, stderr) = refused_initialize(&nowhere, &token).await;
+    let data = error.data.clone().expect("sandboxd's envelope");
+    assert_eq!(data["error"], "daemon_unreachable", "{error:?}");
+    for expected in [
+        "not reachable at",
+        &nowhere,
+        "sandboxd serve",
+        "SANDBOXD_URL",
+    ] {
+        assert!(
+            error.message.contains(expected),
+            "{expected}: {}",
+            error.message
+        );
+    }
+    assert_eq!(data["retryable"], true);
+    assert!(stderr.contains("not reachable"), "{stderr}");
+    assert!(!stderr.contains(&token), "{stderr}");
+
+    // The daemon answers but refuses the token: check SANDBOXD_AGENT_TOKEN.
+    let wrong = format!("sbx_{}", "0".repeat(64));
+    let (error, stderr) = refused_initialize(&daemon.url, &wrong).await;
+    let data = error.data.clone().expect("sandboxd's envelope");
+    assert_eq!(data["error"], "token_refused", "{error:?}");
+    for expected in [
+        "refused the agent token",
+        "SANDBOXD_AGENT_TOKEN",
+        "agents spawn",
+    ] {
+        assert!(
+            error.message.contains(expected),
+            "{expected}: {}",
+            error.message
+        );
+    }
+    assert_eq!(data["retryable"], false);
+    assert!(stderr.contains("refused the agent token"), "{stderr}");
+
+    // `--token` still works, with a warning that `ps` shows it.
+    let (transport, stderr) = stdio_server(&daemon.url, &token, true);
+    let client = ().serve(transport).await.expect("initialize");
+    let tools = client.list_all_tools().await.expect("tools");
+    assert!(tools.iter().any(|t| t.name == "request_sandbox"));
+    client.cancel().await.expect("close");
+    let stderr = read_all(stderr).await;
+    assert!(
+        stderr.contains("set SANDBOXD_AGENT_TOKEN instead"),
+        "{stderr}"
+    );
 }
 
 /// One MCP message over plain HTTP, as any streamable-HTTP client sends it.
