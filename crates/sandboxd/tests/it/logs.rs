@@ -107,8 +107,9 @@ fn forms(secret: &str, halves: bool) -> Vec<String> {
     forms
 }
 
-/// Logs in to the panel as a browser without JavaScript would, and opens a page behind it.
-async fn panel_login(daemon: &TestDaemon) {
+/// Logs in to the panel as a browser without JavaScript would, opens a page behind it, and
+/// returns the session cookie (a credential too: it is the operator's login).
+async fn panel_login(daemon: &TestDaemon) -> String {
     let http = reqwest::Client::builder()
         .redirect(reqwest::redirect::Policy::none())
         .build()
@@ -152,19 +153,27 @@ async fn panel_login(daemon: &TestDaemon) {
         .await
         .expect("GET /sandboxes");
     assert_eq!(sandboxes.status().as_u16(), 200);
+    session
 }
 
 /// Every password the test saw or could read, with where it came from.
 type Secrets = Vec<(&'static str, String)>;
 
-/// Drives the whole flow on `daemon`, and returns the agent's token and every password it saw or
-/// could read. The agent is recorded in `owners` as soon as it exists.
+/// The tokens the flow used: the agent's and the panel session's (the admin token is a
+/// constant of the test support).
+struct Tokens {
+    agent: String,
+    panel_session: String,
+}
+
+/// Drives the whole flow on `daemon`, and returns the tokens it used and every password it saw
+/// or could read. The agent is recorded in `owners` as soon as it exists.
 async fn whole_flow(
     home: &Home,
     daemon: &TestDaemon,
     owners: &Mutex<Vec<String>>,
     docker: bool,
-) -> (String, Secrets) {
+) -> (Tokens, Secrets) {
     let project = unique("logs");
     daemon.project(&project, &ENGINES).await;
     daemon.task(&project).await;
@@ -199,19 +208,30 @@ async fn whole_flow(
         );
     }
     agent.ok("release_sandbox", json!({})).await;
-    panel_login(daemon).await;
+    let panel_session = panel_login(daemon).await;
     let (status, listed) = daemon
         .admin(reqwest::Method::GET, "/v1/sandboxes", None)
         .await;
     assert_eq!(status, 200, "{listed}");
-    assert_eq!(listed, Value::Array(vec![]), "released");
+    // Only this agent's: other tests may share the Docker engine.
+    let mine: Vec<&Value> = listed
+        .as_array()
+        .expect("a list")
+        .iter()
+        .filter(|sandbox| sandbox["owner"] == slug.as_str())
+        .collect();
+    assert!(mine.is_empty(), "released: {mine:?}");
     agent.service.cancel().await.expect("close the MCP session");
-    (token, secrets)
+    let tokens = Tokens {
+        agent: token,
+        panel_session,
+    };
+    (tokens, secrets)
 }
 
 /// Asserts the log at `path` really is a maximum-verbosity log and holds none of `secrets`
-/// (nor the agent and admin tokens) in any form.
-fn assert_no_secret_in(path: &Path, agent_token: &str, secrets: &Secrets) {
+/// (nor the agent, admin and panel session tokens) in any form.
+fn assert_no_secret_in(path: &Path, tokens: &Tokens, secrets: &Secrets) {
     let log = std::fs::read_to_string(path).expect("read the log");
     if let Ok(keep) = std::env::var("SANDBOXD_KEEP_LOG") {
         let _ = std::fs::copy(path, keep);
@@ -241,11 +261,12 @@ fn assert_no_secret_in(path: &Path, agent_token: &str, secrets: &Secrets) {
             }
         }
     }
-    let token_hex = agent_token.strip_prefix("sbx_").expect("an agent token");
-    for form in forms(agent_token, false)
+    let token_hex = tokens.agent.strip_prefix("sbx_").expect("an agent token");
+    for form in forms(&tokens.agent, false)
         .into_iter()
         .chain(forms(token_hex, true))
         .chain(forms(ADMIN_TOKEN, false))
+        .chain(forms(&tokens.panel_session, true))
     {
         checked += 1;
         if log.contains(&form) {
@@ -255,7 +276,7 @@ fn assert_no_secret_in(path: &Path, agent_token: &str, secrets: &Secrets) {
     let redacted = log.matches(sandboxd::logging::REDACTED).count();
     eprintln!(
         "searched a {lines}-line, {} KiB log for {checked} forms of {} passwords ({sources:?}) \
-         and 2 tokens: {} found; {redacted} runs redacted",
+         and 3 tokens: {} found; {redacted} runs redacted",
         log.len() / 1024,
         secrets.len(),
         found.len()
@@ -267,11 +288,11 @@ fn assert_no_secret_in(path: &Path, agent_token: &str, secrets: &Secrets) {
 async fn a_trace_log_of_a_whole_process_flow_holds_no_credential() {
     let home = Home::new();
     let (mut daemon, log) = loud_daemon(&home, vec![]);
-    let (token, secrets) = whole_flow(&home, &daemon, &Mutex::default(), false).await;
+    let (tokens, secrets) = whole_flow(&home, &daemon, &Mutex::default(), false).await;
     // 3 handed out + 3 stored agent passwords (the same) + the superusers that use one.
     assert!(secrets.len() >= 6, "{}", secrets.len());
     daemon.stop();
-    assert_no_secret_in(&log, &token, &secrets);
+    assert_no_secret_in(&log, &tokens, &secrets);
     drop(daemon);
     teardown_everything(&home);
 }
@@ -307,10 +328,10 @@ async fn a_trace_log_of_a_whole_docker_flow_holds_no_credential() {
         owners: Mutex::default(),
     };
     let (mut daemon, log) = loud_daemon(&home, docker_env());
-    let (token, secrets) = whole_flow(&home, &daemon, &cleanup.owners, true).await;
+    let (tokens, secrets) = whole_flow(&home, &daemon, &cleanup.owners, true).await;
     assert!(secrets.len() >= 6, "{}", secrets.len());
     daemon.stop();
-    assert_no_secret_in(&log, &token, &secrets);
+    assert_no_secret_in(&log, &tokens, &secrets);
     let log = std::fs::read_to_string(&log).expect("log");
     assert!(log.contains("bollard"), "bollard's lines were captured");
 }
