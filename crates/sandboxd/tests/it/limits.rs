@@ -27,11 +27,25 @@ fn project_json(len: usize) -> String {
     format!("{json}{}", " ".repeat(len - json.len()))
 }
 
-/// Sends `body` chunked (no `Content-Length`) over a raw connection and returns the status.
-async fn chunked(daemon: &TestDaemon, head: &str, body: &[u8]) -> u16 {
+/// Writes `request` on a raw connection and returns the answer's status.
+async fn raw_status(daemon: &TestDaemon, request: &[u8]) -> u16 {
     let mut stream = tokio::net::TcpStream::connect(&daemon.addr)
         .await
         .expect("connect");
+    // The daemon may answer and close before it has read everything: that is the point.
+    let _ = stream.write_all(request).await;
+    let mut answer = Vec::new();
+    let _ = stream.read_to_end(&mut answer).await;
+    let answer = String::from_utf8_lossy(&answer);
+    answer
+        .strip_prefix("HTTP/1.1 ")
+        .and_then(|rest| rest.get(..3))
+        .and_then(|code| code.parse().ok())
+        .unwrap_or_else(|| panic!("no status line in {answer:?}"))
+}
+
+/// Sends `body` chunked (no `Content-Length`) after `head` and returns the status.
+async fn chunked(daemon: &TestDaemon, head: &str, body: &[u8]) -> u16 {
     let mut request = format!(
         "{head}\r\nHost: {}\r\nTransfer-Encoding: chunked\r\nConnection: close\r\n\r\n",
         daemon.addr
@@ -43,16 +57,7 @@ async fn chunked(daemon: &TestDaemon, head: &str, body: &[u8]) -> u16 {
         request.extend_from_slice(b"\r\n");
     }
     request.extend_from_slice(b"0\r\n\r\n");
-    // The daemon may answer and close before it has read everything: that is the point.
-    let _ = stream.write_all(&request).await;
-    let mut answer = Vec::new();
-    let _ = stream.read_to_end(&mut answer).await;
-    let answer = String::from_utf8_lossy(&answer);
-    answer
-        .strip_prefix("HTTP/1.1 ")
-        .and_then(|rest| rest.get(..3))
-        .and_then(|code| code.parse().ok())
-        .unwrap_or_else(|| panic!("no status line in {answer:?}"))
+    raw_status(daemon, &request).await
 }
 
 #[tokio::test]
@@ -134,6 +139,14 @@ async fn a_body_over_the_limit_is_413_on_every_route() {
         let status = chunked(&daemon, head, over.as_bytes()).await;
         assert_eq!(status, 413, "chunked to {surface}");
     }
+    // A huge declared length is refused at once, without waiting for a byte of it.
+    let started = std::time::Instant::now();
+    let huge = format!(
+        "POST /mcp HTTP/1.1\r\nHost: {}\r\nContent-Length: 10000000000\r\n\r\n",
+        daemon.addr
+    );
+    assert_eq!(raw_status(&daemon, huge.as_bytes()).await, 413);
+    assert!(started.elapsed() < std::time::Duration::from_millis(900));
     // A chunked body within the limit goes through whole.
     let (head, _) = &chunked_cases[1];
     let status = chunked(&daemon, head, project_json(LIMIT).as_bytes()).await;
