@@ -279,11 +279,45 @@ fn assert_no_secret_in(path: &Path, tokens: &Tokens, secrets: &Secrets, markers:
     assert!(found.is_empty(), "secrets in the log: {found:?}");
 }
 
+/// Tears down every sandbox of the test's agents when the test ends, even on a panic (a
+/// stopped daemon keeps its sandboxes for the next start, so nothing else would).
+struct Cleanup<'a> {
+    home: &'a Home,
+    /// The environment that reaches the backend the daemon provisioned on.
+    env: Vec<(String, String)>,
+    owners: Mutex<Vec<String>>,
+}
+
+impl<'a> Cleanup<'a> {
+    fn new(home: &'a Home, env: Vec<(String, String)>) -> Self {
+        Self {
+            home,
+            env,
+            owners: Mutex::default(),
+        }
+    }
+}
+
+impl Drop for Cleanup<'_> {
+    fn drop(&mut self) {
+        let owners = self.owners.lock().map(|o| o.clone()).unwrap_or_default();
+        for owner in owners {
+            let _ = self
+                .home
+                .sandboxd()
+                .envs(self.env.clone())
+                .args(["teardown", "--owner", &owner])
+                .output();
+        }
+    }
+}
+
 #[tokio::test]
 async fn a_trace_log_of_a_whole_process_flow_holds_no_credential() {
     let home = Home::new();
+    let cleanup = Cleanup::new(&home, vec![]);
     let (mut daemon, log) = loud_daemon(&home, vec![]);
-    let (tokens, secrets) = whole_flow(&home, &daemon, &Mutex::default(), false).await;
+    let (tokens, secrets) = whole_flow(&home, &daemon, &cleanup.owners, false).await;
     // 3 handed out + 3 stored agent passwords (the same) + the superusers that use one.
     assert!(secrets.len() >= 6, "{}", secrets.len());
     daemon.stop();
@@ -293,36 +327,13 @@ async fn a_trace_log_of_a_whole_process_flow_holds_no_credential() {
     teardown_everything(&home);
 }
 
-/// Tears down every container of the test's agents when the test ends, even on a panic.
-struct DockerCleanup<'a> {
-    home: &'a Home,
-    owners: Mutex<Vec<String>>,
-}
-
-impl Drop for DockerCleanup<'_> {
-    fn drop(&mut self) {
-        let owners = self.owners.lock().map(|o| o.clone()).unwrap_or_default();
-        for owner in owners {
-            let _ = self
-                .home
-                .sandboxd()
-                .envs(docker_env())
-                .args(["teardown", "--owner", &owner])
-                .output();
-        }
-    }
-}
-
 #[tokio::test]
 async fn a_trace_log_of_a_whole_docker_flow_holds_no_credential() {
     if sandboxd_testkit::docker_or_skip().await.is_none() {
         return;
     }
     let home = Home::new();
-    let cleanup = DockerCleanup {
-        home: &home,
-        owners: Mutex::default(),
-    };
+    let cleanup = Cleanup::new(&home, docker_env());
     let (mut daemon, log) = loud_daemon(&home, docker_env());
     let (tokens, secrets) = whole_flow(&home, &daemon, &cleanup.owners, true).await;
     assert!(secrets.len() >= 6, "{}", secrets.len());
