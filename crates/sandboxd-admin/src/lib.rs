@@ -13,7 +13,8 @@
 //! - `error.rs`: caller mistakes (4xx, a clear message naming what is allowed) apart from
 //!   internal failures (500, a generic message; the cause is logged).
 //! - `panel/`: the web panel, server-rendered with maud, no JavaScript: an admin login with
-//!   in-memory sessions (HttpOnly, SameSite=Strict cookie), a CSRF token in every form (checked
+//!   in-memory sessions (HttpOnly, SameSite=Strict cookie), rate-limited per client (429 past
+//!   the limit, no audit row per refused attempt), a CSRF token in every form (checked
 //!   by the extractor every POST handler reads its form through), and the Settings, Projects,
 //!   Sandboxes and Audit pages.
 //! - `metrics.rs`: `/metrics`, the broker's Prometheus text.
@@ -52,11 +53,19 @@ pub struct AdminConfig {
     pub secure_cookies: bool,
     /// Panel sessions held at once; the oldest is dropped past this.
     pub max_sessions: usize,
+    /// Panel logins one client (IP address, IPv6 by /64) may try per `login_window`; past that
+    /// its logins answer 429 until the oldest attempt leaves the window. A right token gives the
+    /// budget back.
+    pub login_attempts: u32,
+    pub login_window: Duration,
 }
 
 impl AdminConfig {
     pub const DEFAULT_SESSION_TTL: Duration = Duration::from_secs(12 * 3600);
     pub const DEFAULT_MAX_SESSIONS: usize = 256;
+    /// Enough for an operator's typos, far too few to guess a 256-bit token.
+    pub const DEFAULT_LOGIN_ATTEMPTS: u32 = 5;
+    pub const DEFAULT_LOGIN_WINDOW: Duration = Duration::from_secs(60);
 
     pub fn new(admin_token: SecretString) -> Self {
         Self {
@@ -64,6 +73,8 @@ impl AdminConfig {
             session_ttl: Self::DEFAULT_SESSION_TTL,
             secure_cookies: false,
             max_sessions: Self::DEFAULT_MAX_SESSIONS,
+            login_attempts: Self::DEFAULT_LOGIN_ATTEMPTS,
+            login_window: Self::DEFAULT_LOGIN_WINDOW,
         }
     }
 }
@@ -74,6 +85,7 @@ pub(crate) struct AppState {
     pub broker: Broker,
     pub token: Arc<auth::AdminToken>,
     pub sessions: Arc<panel::session::Sessions>,
+    pub login_throttle: Arc<panel::throttle::LoginThrottle>,
     pub config: Arc<AdminConfig>,
 }
 
@@ -85,6 +97,10 @@ pub fn router(broker: Broker, config: AdminConfig) -> Router {
         sessions: Arc::new(panel::session::Sessions::new(
             config.session_ttl,
             config.max_sessions,
+        )),
+        login_throttle: Arc::new(panel::throttle::LoginThrottle::new(
+            config.login_attempts,
+            config.login_window,
         )),
         config: Arc::new(config),
     };

@@ -57,12 +57,14 @@ impl fmt::Display for AuditAction {
     }
 }
 
-/// How it ended: `ok`, an error code an agent would see, or a refused login.
+/// How it ended: `ok`, an error code an agent would see, a refused login, or logins refused
+/// unread because the client tried too often.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Outcome {
     Ok,
     Failed(ErrorCode),
     Unauthorized,
+    RateLimited,
 }
 
 impl Outcome {
@@ -71,6 +73,7 @@ impl Outcome {
             Self::Ok => "ok",
             Self::Failed(code) => code.as_str(),
             Self::Unauthorized => "unauthorized",
+            Self::RateLimited => "rate_limited",
         }
     }
 
@@ -104,6 +107,22 @@ pub(crate) struct AuditRecord<'a> {
 }
 
 impl Broker {
+    /// Records that a client reached the login limit of the operator surface (`panel`); its
+    /// further attempts are refused without a row each. `detail` names the client and the
+    /// limit, never anything typed.
+    pub async fn audit_login_limited(&self, surface: &str, detail: String) {
+        self.audit(AuditRecord {
+            actor: Actor::Operator,
+            action: AuditAction::Login,
+            subject: surface,
+            project: None,
+            outcome: Outcome::RateLimited,
+            started: Instant::now(),
+            detail,
+        })
+        .await;
+    }
+
     /// Appends an audit row; a failure to audit is logged, never returned to the caller.
     pub(crate) async fn audit(&self, record: AuditRecord<'_>) {
         let entry = NewAuditEntry {

@@ -20,8 +20,17 @@ pub struct BrokerConfig {
     /// Reap sandboxes their owner has not asked for in this long (None: never).
     pub idle_ttl: Option<Duration>,
     pub janitor_interval: Duration,
+    /// An MCP session unused for this long is refused like an unknown one (the client starts a
+    /// new session) and swept from the store.
+    pub mcp_session_ttl: Duration,
     /// `ROBOCO_SANDBOX_DB_ENABLED`, read by the binary at start: overrides the stored switch.
     pub enabled_override: Option<bool>,
+}
+
+impl BrokerConfig {
+    /// A day: an agent's working session, with room for pauses; a client whose session expired
+    /// simply initializes a new one.
+    pub const DEFAULT_MCP_SESSION_TTL: Duration = Duration::from_secs(24 * 3600);
 }
 
 impl Default for BrokerConfig {
@@ -33,6 +42,7 @@ impl Default for BrokerConfig {
             max_lifetime: None,
             idle_ttl: None,
             janitor_interval: Duration::from_secs(30),
+            mcp_session_ttl: Self::DEFAULT_MCP_SESSION_TTL,
             enabled_override: None,
         }
     }

@@ -1,11 +1,38 @@
 //! MCP session state for the agent gateway, kept in the store so sessions survive a restart.
 //! The gateway reaches the store only through these calls.
+//!
+//! A session unused for `BrokerConfig::mcp_session_ttl` is expired: it reads as unknown (the
+//! gateway answers 404 and the client starts a new session) and the sweeper deletes it, so
+//! sessions agents opened and forgot cannot pile up in the store.
+
+use std::time::Duration;
+
+use sandboxd_domain::clock::now_ms;
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
 
 use crate::{Broker, BrokerError};
 
+/// How stale a live session's last-use time may get before a request writes it again: a busy
+/// session costs a read per request and a write at most this often.
+const TOUCH_EVERY: Duration = Duration::from_secs(60);
+
+fn millis(duration: Duration) -> i64 {
+    i64::try_from(duration.as_millis()).unwrap_or(i64::MAX)
+}
+
 impl Broker {
+    /// The oldest last-use time of a live session, now.
+    fn sessions_used_since(&self) -> i64 {
+        now_ms().saturating_sub(millis(self.inner.config.mcp_session_ttl))
+    }
+
+    /// A live session's state; `None` when it is unknown or expired.
     pub async fn mcp_session(&self, id: &str) -> Result<Option<String>, BrokerError> {
-        Ok(self.store().get_mcp_session(id).await?)
+        Ok(self
+            .store()
+            .get_mcp_session(id, self.sessions_used_since())
+            .await?)
     }
 
     pub async fn save_mcp_session(&self, id: &str, state_json: &str) -> Result<(), BrokerError> {
@@ -14,5 +41,50 @@ impl Broker {
 
     pub async fn drop_mcp_session(&self, id: &str) -> Result<(), BrokerError> {
         Ok(self.store().delete_mcp_session(id).await?)
+    }
+
+    /// Marks session `id` used now; false when it is unknown or expired (then the caller must
+    /// refuse it like an unknown session).
+    pub async fn touch_mcp_session(&self, id: &str) -> Result<bool, BrokerError> {
+        let now = now_ms();
+        // Refresh at least a few times per TTL, so a short TTL still sees every use in time.
+        let every = TOUCH_EVERY.min(self.inner.config.mcp_session_ttl / 4);
+        Ok(self
+            .store()
+            .touch_mcp_session(
+                id,
+                now,
+                self.sessions_used_since(),
+                now.saturating_sub(millis(every)),
+            )
+            .await?)
+    }
+
+    /// Deletes every expired session; returns how many went.
+    pub async fn sweep_mcp_sessions(&self) -> Result<u64, BrokerError> {
+        Ok(self
+            .store()
+            .sweep_mcp_sessions(self.sessions_used_since())
+            .await?)
+    }
+
+    /// Sweeps expired MCP sessions on the janitor's interval until `shutdown`.
+    pub fn spawn_session_sweeper(&self, shutdown: CancellationToken) -> JoinHandle<()> {
+        let broker = self.clone();
+        let period = self.inner.config.janitor_interval;
+        tokio::spawn(async move {
+            let mut ticker = tokio::time::interval(period);
+            ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            loop {
+                tokio::select! {
+                    _ = shutdown.cancelled() => break,
+                    _ = ticker.tick() => match broker.sweep_mcp_sessions().await {
+                        Ok(0) => {}
+                        Ok(swept) => tracing::info!(swept, "expired MCP sessions swept"),
+                        Err(err) => tracing::warn!(error = %err, "sweeping MCP sessions failed"),
+                    },
+                }
+            }
+        })
     }
 }

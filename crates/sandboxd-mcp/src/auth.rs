@@ -1,5 +1,7 @@
 //! Bearer authentication of every HTTP request to the gateway: token → agent, before any MCP
-//! message is read. The agent rides in the request's extensions to the handler.
+//! message is read. The agent rides in the request's extensions to the handler. A request naming
+//! an MCP session that expired is then refused as the transport refuses an unknown one (404), and
+//! a live session is marked used, which is what keeps it from expiring.
 
 use axum::extract::{Request, State};
 use axum::http::{HeaderValue, StatusCode, header};
@@ -50,6 +52,12 @@ pub(crate) async fn require_agent(
     };
     match broker.authenticate(&token).await {
         Ok(Some(agent)) => {
+            let session = session_id(&request);
+            if let Some(id) = session
+                && let Some(refused) = expired_session(&broker, &id).await
+            {
+                return refused;
+            }
             request.extensions_mut().insert(agent);
             next.run(request).await
         }
@@ -61,6 +69,41 @@ pub(crate) async fn require_agent(
                 "sandboxd cannot check tokens right now",
             )
                 .into_response()
+        }
+    }
+}
+
+/// The header naming a request's MCP session (streamable HTTP).
+const SESSION_HEADER: &str = "mcp-session-id";
+
+/// The MCP session a request names. A header that is not text names no session the transport
+/// could know either; it refuses that itself.
+fn session_id(request: &Request) -> Option<String> {
+    let id = request.headers().get(SESSION_HEADER)?.to_str().ok()?;
+    Some(id.to_owned())
+}
+
+/// The 404 the transport answers for a session it does not know, for a session that expired;
+/// marks a live session used. None: go on.
+async fn expired_session(broker: &Broker, id: &str) -> Option<Response> {
+    match broker.touch_mcp_session(id).await {
+        Ok(true) => None,
+        Ok(false) => Some(
+            (
+                StatusCode::NOT_FOUND,
+                "Not Found: Session not found (expired or unknown; initialize a new session)",
+            )
+                .into_response(),
+        ),
+        Err(err) => {
+            tracing::error!(error = %err, "checking an MCP session failed");
+            Some(
+                (
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    "sandboxd cannot check sessions right now",
+                )
+                    .into_response(),
+            )
         }
     }
 }

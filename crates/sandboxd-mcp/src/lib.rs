@@ -1,16 +1,18 @@
 //! The agent gateway: each agent's role-scoped verbs as MCP tools, over streamable HTTP at
-//! `/mcp` and over stdio (`sandboxd mcp --token …`).
+//! `/mcp` and over stdio (`sandboxd mcp`, the token in `SANDBOXD_AGENT_TOKEN`).
 //!
 //! Parts:
 //! - `auth.rs`: the bearer token of every HTTP request resolves to an agent before any MCP
-//!   message is read; a missing or wrong token is a 401 and nothing runs.
+//!   message is read; a missing or wrong token is a 401 and nothing runs. A request in an
+//!   expired MCP session is a 404, as for an unknown session.
 //! - `gateway.rs`: the MCP server handler. `tools/list` shows exactly the caller's role's verbs
 //!   (`tools.rs`); `tools/call` hands the call to the broker, which checks the role again and
 //!   answers an envelope, returned as the tool result's structured content (error envelopes are
 //!   flagged as tool errors).
 //! - `sessions.rs`: MCP session state kept by the broker, so a session survives a restart.
-//! - `stdio.rs`: `sandboxd mcp --token …`, a stdio MCP server relaying to the daemon's `/mcp`
-//!   with the agent's token, so there is always exactly one broker.
+//! - `stdio.rs`: `sandboxd mcp`, a stdio MCP server relaying to the daemon's `/mcp` with the
+//!   agent's token, so there is always exactly one broker; a daemon it cannot reach, or a refused
+//!   token, is the MCP error its client's `initialize` gets.
 //!
 //! The gateway never sees a backend or the store: it can only ask the broker, so no verb can
 //! reach around the guard chain.

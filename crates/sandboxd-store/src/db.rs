@@ -51,6 +51,11 @@ const MIGRATIONS: &[(i64, &str, &str)] = &[
         "last_used",
         include_str!("../migrations/0003_last_used.sql"),
     ),
+    (
+        4,
+        "mcp_session_last_used",
+        include_str!("../migrations/0004_mcp_session_last_used.sql"),
+    ),
 ];
 
 fn migrator() -> Migrator {

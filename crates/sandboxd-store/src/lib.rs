@@ -11,6 +11,8 @@
 //!   rules themselves are `sandboxd_domain::lifecycle`, applied by the broker.
 //! - [`instances`]: the broker's sandbox cache, persisted so a restart keeps live sandboxes.
 //! - [`audit`]: the append-only audit log with filtered, cursor-paged reads.
+//! - [`sessions`]: MCP session state with when each was last used (expired and swept by the
+//!   broker).
 //!
 //! How the SQL stays portable: every query goes through sqlx's `Any` driver with `$N`
 //! placeholders, and every column is TEXT or BIGINT (booleans 0/1, JSON as text, times as Unix

@@ -1,5 +1,7 @@
 //! MCP session state, persisted so a client's session survives a daemon restart. The state is
-//! the client's `initialize` parameters as JSON; it holds no credential.
+//! the client's `initialize` parameters as JSON; it holds no credential. Each row also records
+//! when the session was last used, so the broker can expire idle sessions and sweep them: the
+//! store takes the cut-off times, the broker decides them.
 
 use sandboxd_domain::clock::now_ms;
 
@@ -7,26 +9,69 @@ use crate::Store;
 use crate::error::{Result, StoreError};
 
 impl Store {
-    pub async fn get_mcp_session(&self, id: &str) -> Result<Option<String>> {
-        sqlx::query_scalar("SELECT state FROM mcp_sessions WHERE id = $1")
+    /// The state of session `id`, if it exists and was used at or after `used_since_ms`.
+    pub async fn get_mcp_session(&self, id: &str, used_since_ms: i64) -> Result<Option<String>> {
+        sqlx::query_scalar("SELECT state FROM mcp_sessions WHERE id = $1 AND last_used_at_ms >= $2")
             .bind(id)
+            .bind(used_since_ms)
             .fetch_optional(&self.pool)
             .await
             .map_err(StoreError::db("get_mcp_session"))
     }
 
+    /// Stores a session's state; a new or re-stored session counts as used now.
     pub async fn put_mcp_session(&self, id: &str, state: &str) -> Result<()> {
+        let now = now_ms();
         sqlx::query(
-            "INSERT INTO mcp_sessions (id, state, created_at_ms) VALUES ($1, $2, $3) \
-             ON CONFLICT (id) DO UPDATE SET state = excluded.state",
+            "INSERT INTO mcp_sessions (id, state, created_at_ms, last_used_at_ms) \
+             VALUES ($1, $2, $3, $3) \
+             ON CONFLICT (id) DO UPDATE SET state = excluded.state, \
+             last_used_at_ms = excluded.last_used_at_ms",
         )
         .bind(id)
         .bind(state)
-        .bind(now_ms())
+        .bind(now)
         .execute(&self.pool)
         .await
         .map_err(StoreError::db("put_mcp_session"))?;
         Ok(())
+    }
+
+    /// Whether session `id` exists and was used at or after `used_since_ms`; if so it is marked
+    /// used at `now_ms`. The write is skipped while the recorded use is at or after
+    /// `refresh_before_ms`, so a busy session costs one read per request, not one write.
+    pub async fn touch_mcp_session(
+        &self,
+        id: &str,
+        now_ms: i64,
+        used_since_ms: i64,
+        refresh_before_ms: i64,
+    ) -> Result<bool> {
+        const OP: &str = "touch_mcp_session";
+        let last_used: Option<i64> =
+            sqlx::query_scalar("SELECT last_used_at_ms FROM mcp_sessions WHERE id = $1")
+                .bind(id)
+                .fetch_optional(&self.pool)
+                .await
+                .map_err(StoreError::db(OP))?;
+        match last_used {
+            Some(at) if at >= used_since_ms => {
+                if at < refresh_before_ms {
+                    // Only forward: a concurrent touch that wrote a later time wins.
+                    sqlx::query(
+                        "UPDATE mcp_sessions SET last_used_at_ms = $2 \
+                         WHERE id = $1 AND last_used_at_ms < $2",
+                    )
+                    .bind(id)
+                    .bind(now_ms)
+                    .execute(&self.pool)
+                    .await
+                    .map_err(StoreError::db(OP))?;
+                }
+                Ok(true)
+            }
+            _ => Ok(false),
+        }
     }
 
     pub async fn delete_mcp_session(&self, id: &str) -> Result<()> {
@@ -36,5 +81,23 @@ impl Store {
             .await
             .map_err(StoreError::db("delete_mcp_session"))?;
         Ok(())
+    }
+
+    /// Deletes every session last used before `used_before_ms`; returns how many went.
+    pub async fn sweep_mcp_sessions(&self, used_before_ms: i64) -> Result<u64> {
+        let done = sqlx::query("DELETE FROM mcp_sessions WHERE last_used_at_ms < $1")
+            .bind(used_before_ms)
+            .execute(&self.pool)
+            .await
+            .map_err(StoreError::db("sweep_mcp_sessions"))?;
+        Ok(done.rows_affected())
+    }
+
+    /// How many sessions are stored, expired or not.
+    pub async fn count_mcp_sessions(&self) -> Result<i64> {
+        sqlx::query_scalar("SELECT COUNT(*) FROM mcp_sessions")
+            .fetch_one(&self.pool)
+            .await
+            .map_err(StoreError::db("count_mcp_sessions"))
     }
 }

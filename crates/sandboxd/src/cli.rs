@@ -18,7 +18,9 @@ pub struct Cli {
     /// TOML configuration file (defaults are built in; `SANDBOXD_*` env overrides both).
     #[arg(long, global = true, env = "SANDBOXD_CONFIG")]
     pub config: Option<PathBuf>,
-    /// Log more (repeat for more detail). Logs go to stderr.
+    /// Log more: `-v` info and a line per finished operation, `-vv` debug, `-vvv` trace (our
+    /// crates only; dependencies stay at warn unless `SANDBOXD_LOG` names them). Logs go to
+    /// stderr, credentials redacted.
     #[arg(short, long, global = true, action = clap::ArgAction::Count)]
     pub verbose: u8,
     #[command(subcommand)]
@@ -61,7 +63,7 @@ pub const EXIT_INPUT: u8 = 2;
 
 pub fn main() -> ExitCode {
     let cli = Cli::parse();
-    init_tracing(cli.verbose, matches!(cli.command, Command::Serve(_)));
+    crate::logging::init(cli.verbose, matches!(cli.command, Command::Serve(_)));
     let settings = match Settings::load(cli.config.as_deref()) {
         Ok(settings) => settings,
         Err(err) => {
@@ -98,31 +100,6 @@ async fn run(command: Command, settings: Settings) -> ExitCode {
         Command::Settings(args) => commands::settings::run(args, &settings).await,
         Command::Janitor(args) => commands::janitor::run(args, &settings).await,
     }
-}
-
-/// Logs go to stderr. The daemon logs its own crates at `info` by default; one-shot commands
-/// only warnings (their progress has its own display). Dependencies stay at `warn` unless asked:
-/// a driver at `debug` may print statements. From `-v` on, every verb, provision, teardown and
-/// janitor pass also logs one line when its span closes, with how long it took.
-fn init_tracing(verbose: u8, daemon: bool) {
-    const OURS: &str = "sandboxd=info,sandboxd_broker=info,sandboxd_backend=info,sandboxd_mcp=info,sandboxd_admin=info";
-    let default = match (verbose, daemon) {
-        (0, false) => "warn".to_owned(),
-        (0, true) | (1, _) => format!("warn,{OURS}"),
-        _ => "debug".to_owned(),
-    };
-    let filter = tracing_subscriber::EnvFilter::try_from_env("SANDBOXD_LOG")
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
-    let span_events = if verbose > 0 {
-        tracing_subscriber::fmt::format::FmtSpan::CLOSE
-    } else {
-        tracing_subscriber::fmt::format::FmtSpan::NONE
-    };
-    tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_span_events(span_events)
-        .with_writer(std::io::stderr)
-        .init();
 }
 
 /// The `--backend` flag shared by several commands.

@@ -86,6 +86,14 @@ pub struct ServerSettings {
     /// The admin token file (created with a random token when missing). `SANDBOXD_ADMIN_TOKEN`
     /// overrides it.
     pub admin_token_file: Option<PathBuf>,
+    /// The largest request body any route accepts (413 past it).
+    pub max_body_bytes: usize,
+}
+
+impl ServerSettings {
+    /// 1 MiB: far above any MCP call or form (a verb's text is capped at 16 KiB), far below what
+    /// would hurt the daemon.
+    pub const DEFAULT_MAX_BODY_BYTES: usize = 1024 * 1024;
 }
 
 impl Default for ServerSettings {
@@ -95,6 +103,7 @@ impl Default for ServerSettings {
             allowed_hosts: vec![],
             allowed_origins: vec![],
             admin_token_file: None,
+            max_body_bytes: Self::DEFAULT_MAX_BODY_BYTES,
         }
     }
 }
@@ -121,6 +130,8 @@ pub struct BrokerSettings {
     /// Reap sandboxes their owner has not asked for in this long (unset: never).
     pub idle_ttl_secs: Option<u64>,
     pub janitor_interval_secs: u64,
+    /// An MCP session unused for this long is refused (the client starts a new one) and swept.
+    pub mcp_session_ttl_secs: u64,
     /// A TOML role file (`[roles.<name>] verbs = [...]`); default: the built-in roles.
     pub roles_file: Option<PathBuf>,
 }
@@ -133,6 +144,7 @@ impl Default for BrokerSettings {
             max_lifetime_secs: base.max_lifetime.map(|d| d.as_secs()),
             idle_ttl_secs: base.idle_ttl.map(|d| d.as_secs()),
             janitor_interval_secs: base.janitor_interval.as_secs(),
+            mcp_session_ttl_secs: base.mcp_session_ttl.as_secs(),
             roles_file: None,
         }
     }
@@ -150,6 +162,9 @@ pub struct AdminSettings {
     pub secure_cookies: bool,
     /// Panel logins held at once; the one closest to expiring is dropped past this.
     pub max_sessions: usize,
+    /// Panel login attempts one client (IP, IPv6 by /64) may make per window; past that, 429.
+    pub login_attempts: u32,
+    pub login_window_secs: u64,
 }
 
 impl Default for AdminSettings {
@@ -158,6 +173,8 @@ impl Default for AdminSettings {
             session_ttl_secs: AdminConfig::DEFAULT_SESSION_TTL.as_secs(),
             secure_cookies: false,
             max_sessions: AdminConfig::DEFAULT_MAX_SESSIONS,
+            login_attempts: AdminConfig::DEFAULT_LOGIN_ATTEMPTS,
+            login_window_secs: AdminConfig::DEFAULT_LOGIN_WINDOW.as_secs(),
         }
     }
 }
@@ -300,6 +317,23 @@ impl Settings {
                 "admin.session_ttl_secs must be at least 1".into(),
             ));
         }
+        // Zero would refuse every body, even an MCP `initialize`.
+        if self.server.max_body_bytes == 0 {
+            return Err(ConfigError::Invalid(
+                "server.max_body_bytes must be at least 1".into(),
+            ));
+        }
+        // Zero would refuse every panel login, or count attempts over no time at all.
+        if self.admin.login_attempts == 0 || self.admin.login_window_secs == 0 {
+            return Err(ConfigError::Invalid(
+                "admin.login_attempts and admin.login_window_secs must be at least 1".into(),
+            ));
+        }
+        if self.broker.mcp_session_ttl_secs == 0 {
+            return Err(ConfigError::Invalid(
+                "broker.mcp_session_ttl_secs must be at least 1".into(),
+            ));
+        }
         if self.admin.max_sessions == 0 {
             return Err(ConfigError::Invalid(
                 "admin.max_sessions must be at least 1".into(),
@@ -335,6 +369,8 @@ impl Settings {
             session_ttl: Duration::from_secs(self.admin.session_ttl_secs),
             secure_cookies: self.admin.secure_cookies,
             max_sessions: self.admin.max_sessions,
+            login_attempts: self.admin.login_attempts,
+            login_window: Duration::from_secs(self.admin.login_window_secs),
         }
     }
 
@@ -433,6 +469,8 @@ mod tests {
         assert_eq!(defaults.session_ttl, built_in.session_ttl);
         assert_eq!(defaults.secure_cookies, built_in.secure_cookies);
         assert_eq!(defaults.max_sessions, built_in.max_sessions);
+        assert_eq!(defaults.login_attempts, built_in.login_attempts);
+        assert_eq!(defaults.login_window, built_in.login_window);
         figment::Jail::expect_with(|jail| {
             // Shares the `SANDBOXD_ADMIN` prefix but is not a setting of `[admin]`.
             jail.set_env("SANDBOXD_ADMIN_TOKEN", "t".repeat(16));

@@ -52,6 +52,7 @@ pub async fn start(settings: &Settings) -> Result<Daemon> {
         max_lifetime: settings.broker.max_lifetime_secs.map(Duration::from_secs),
         idle_ttl: settings.broker.idle_ttl_secs.map(Duration::from_secs),
         janitor_interval: Duration::from_secs(settings.broker.janitor_interval_secs.max(1)),
+        mcp_session_ttl: Duration::from_secs(settings.broker.mcp_session_ttl_secs),
         enabled_override,
     };
     let backends = daemon_backends(settings).await?;

@@ -8,6 +8,7 @@
 //! - [`http`]: the daemon's one listener: `/mcp`, `/v1`, the panel, `/metrics`, behind a
 //!   Host/Origin guard.
 //! - [`client`]: the operator commands' client for a running daemon's admin API.
+//! - [`logging`]: the log filter per `-v` level and the redactor every log line passes through.
 //!
 //! This crate holds no domain logic: it parses, wires and prints.
 #![forbid(unsafe_code)]
@@ -19,4 +20,5 @@ pub mod commands;
 pub mod config;
 pub mod daemon;
 pub mod http;
+pub mod logging;
 pub mod output;

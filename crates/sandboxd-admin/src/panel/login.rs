@@ -1,10 +1,11 @@
 //! The admin login: a form taking the admin token. Before there is a session, the login form is
 //! protected from cross-site submission by a double-submit token (a SameSite=Strict cookie that
 //! the form must echo, checked by `LoginForm`); after it, by the session's own CSRF token
-//! (checked by `VerifiedForm`).
+//! (checked by `VerifiedForm`). Each client has a budget of login attempts per window
+//! (`throttle.rs`); past it the login answers 429 before comparing anything.
 
 use axum::extract::{Request, State};
-use axum::http::{HeaderMap, StatusCode, header};
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Redirect, Response};
 use maud::{Markup, html};
@@ -12,6 +13,7 @@ use maud::{Markup, html};
 use super::form::{CSRF_FIELD, LoginForm, VerifiedForm};
 use super::layout;
 use super::session::{PanelSession, random_token};
+use super::throttle::{Client, Limited};
 use super::{SESSION_COOKIE, cookie, set_cookie};
 use crate::AppState;
 
@@ -91,18 +93,48 @@ pub async fn show(State(state): State<AppState>, headers: HeaderMap) -> Response
     page(&state, StatusCode::OK, None)
 }
 
-pub async fn submit(State(state): State<AppState>, LoginForm { fields }: LoginForm) -> Response {
+/// A login refused unread: the client spent its budget. One audit row and one log line per run
+/// of refusals, not per attempt.
+async fn limited(state: &AppState, client: Client, limited: Limited) -> Response {
+    let retry = limited.retry_after.as_secs();
+    if limited.first {
+        let detail = format!(
+            "{} wrong logins within {} s from {client}; its logins are refused for {retry} s",
+            state.config.login_attempts,
+            state.config.login_window.as_secs()
+        );
+        tracing::warn!(%client, retry_after_secs = retry, "panel: login rate limit reached");
+        state.broker.audit_login_limited("panel", detail).await;
+    }
+    let message = format!("Too many failed logins from your address. Try again in {retry} s.");
+    let mut response = page(state, StatusCode::TOO_MANY_REQUESTS, Some(&message));
+    response
+        .headers_mut()
+        .insert(header::RETRY_AFTER, HeaderValue::from(retry));
+    response
+}
+
+pub async fn submit(
+    State(state): State<AppState>,
+    client: Client,
+    LoginForm { fields }: LoginForm,
+) -> Response {
+    // Counted before the comparison, so no attempt past the budget is compared or audited.
+    if let Err(refused) = state.login_throttle.admit(client) {
+        return limited(&state, client, refused).await;
+    }
     let token = fields.get("token").unwrap_or_default();
     let accepted = state.token.verify(token);
     state.broker.audit_login("panel", accepted).await;
     if !accepted {
-        tracing::warn!("panel: a login with a wrong admin token");
+        tracing::warn!(%client, "panel: a login with a wrong admin token");
         return page(
             &state,
             StatusCode::UNAUTHORIZED,
             Some("That is not the admin token."),
         );
     }
+    state.login_throttle.succeeded(client);
     let session = state.sessions.create();
     let secure = state.config.secure_cookies;
     let mut response = Redirect::to("/").into_response();

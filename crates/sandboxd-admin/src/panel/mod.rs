@@ -5,6 +5,7 @@
 //!   behind.
 //! - `settings.rs`, `projects.rs`, `sandboxes.rs`, `audit.rs`: one file per page.
 //! - `session.rs`: in-memory sessions with a CSRF token each; `layout.rs`: the page shell.
+//! - `throttle.rs`: the login's rate limit per client.
 //! - `form.rs`: the extractors every POST handler takes to read its form ([`VerifiedForm`]
 //!   behind the login, `LoginForm` for the login itself); they check the CSRF token before the
 //!   handler runs, and no other code can read a form.
@@ -29,6 +30,7 @@ mod projects;
 mod sandboxes;
 pub(crate) mod session;
 mod settings;
+pub(crate) mod throttle;
 
 pub use form::VerifiedForm;
 use session::{Flash, PanelSession};

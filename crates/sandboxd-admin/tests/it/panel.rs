@@ -590,3 +590,104 @@ async fn the_audit_page_filters_and_pages() {
         })
         .await;
 }
+
+/// One login POST from `http` with the login page's double-submit `csrf` and `token`.
+async fn post_login(
+    app: &App,
+    http: &reqwest::Client,
+    csrf: &str,
+    token: &str,
+) -> reqwest::Response {
+    http.post(format!("{}/login", app.url()))
+        .header("cookie", format!("sandboxd_login={csrf}"))
+        .form(&[("csrf", csrf), ("token", token)])
+        .send()
+        .await
+        .expect("POST /login")
+}
+
+/// The login page's double-submit token, as `http` gets it.
+async fn login_csrf(app: &App, http: &reqwest::Client) -> String {
+    let page = http
+        .get(format!("{}/login", app.url()))
+        .send()
+        .await
+        .expect("GET /login");
+    hidden(&page.text().await.expect("page"), "csrf")
+}
+
+#[tokio::test]
+async fn a_burst_of_wrong_tokens_gets_429_and_writes_a_bounded_audit() {
+    app()
+        .await
+        .run(|app| async move {
+            let csrf = login_csrf(&app, &app.http).await;
+            let before = app.audit_total().await;
+            // Twenty wrong tokens at once from one client: the budget holds under concurrency.
+            let burst = (0..20).map(|i| {
+                let token = format!("wrong-token-{i}");
+                let (app, csrf) = (&app, &csrf);
+                async move { post_login(app, &app.http, csrf, &token).await }
+            });
+            let answers = futures::future::join_all(burst).await;
+            let mut statuses = BTreeMap::<u16, usize>::new();
+            for answer in &answers {
+                *statuses.entry(answer.status().as_u16()).or_default() += 1;
+                if answer.status() == StatusCode::TOO_MANY_REQUESTS {
+                    let retry: u64 = answer.headers()["retry-after"]
+                        .to_str()
+                        .expect("ascii")
+                        .parse()
+                        .expect("whole seconds");
+                    assert!((1..=60).contains(&retry), "{retry}");
+                }
+            }
+            let allowed = sandboxd_admin::AdminConfig::DEFAULT_LOGIN_ATTEMPTS as usize;
+            assert_eq!(
+                statuses,
+                BTreeMap::from([(401, allowed), (429, 20 - allowed)]),
+                "the first {allowed} are compared, the rest refused unread"
+            );
+            // Even the right token waits out the window from that client.
+            let right = post_login(&app, &app.http, &csrf, ADMIN_TOKEN).await;
+            assert_eq!(right.status(), StatusCode::TOO_MANY_REQUESTS);
+            let page = right.text().await.expect("page");
+            assert!(page.contains("Too many failed logins"), "{page}");
+
+            // One row per compared attempt, one for the whole run of refusals.
+            let audit = app
+                .broker()
+                .audit_log(&Default::default())
+                .await
+                .expect("audit");
+            assert_eq!(app.audit_total().await - before, allowed as u64 + 1);
+            let mut outcomes: Vec<&str> = audit
+                .entries
+                .iter()
+                .filter(|e| e.action == "login")
+                .map(|e| e.outcome.as_str())
+                .collect();
+            outcomes.sort_unstable();
+            let mut expected = vec!["unauthorized"; allowed];
+            expected.insert(0, "rate_limited");
+            assert_eq!(outcomes, expected);
+            let limited = audit
+                .entries
+                .iter()
+                .find(|e| e.outcome == "rate_limited")
+                .expect("the rate_limited row");
+            assert!(limited.detail.contains("127.0.0.1"), "{}", limited.detail);
+            assert!(!format!("{:?}", audit.entries).contains("wrong-token"));
+
+            // Another client has its own budget.
+            let other = reqwest::Client::builder()
+                .local_address("127.0.0.2".parse::<std::net::IpAddr>().ok())
+                .redirect(reqwest::redirect::Policy::none())
+                .build()
+                .expect("a client from 127.0.0.2");
+            let csrf = login_csrf(&app, &other).await;
+            let answer = post_login(&app, &other, &csrf, ADMIN_TOKEN).await;
+            assert_eq!(answer.status(), StatusCode::SEE_OTHER, "logged in");
+        })
+        .await;
+}

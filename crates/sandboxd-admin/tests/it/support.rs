@@ -96,7 +96,8 @@ async fn serve(broker: Broker, posted_origins: Arc<Mutex<Vec<String>>>) -> (Stri
         ));
     let (shutdown, stop) = oneshot::channel::<()>();
     let task = tokio::spawn(async move {
-        let _ = axum::serve(listener, router)
+        let service = router.into_make_service_with_connect_info::<SocketAddr>();
+        let _ = axum::serve(listener, service)
             .with_graceful_shutdown(async move {
                 let _ = stop.await;
             })

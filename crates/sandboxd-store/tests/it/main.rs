@@ -6,5 +6,6 @@ mod audit;
 mod instances;
 mod open;
 mod projects;
+mod sessions;
 mod support;
 mod tasks;

@@ -1,5 +1,6 @@
-//! `sandboxd mcp --token …`: one agent's verbs over stdio, for MCP clients that launch a
-//! command. Relays to the running daemon.
+//! `sandboxd mcp`: one agent's verbs over stdio, for MCP clients that launch a command. Relays to
+//! the running daemon. The agent token comes from `SANDBOXD_AGENT_TOKEN` (or `--token`, which
+//! every user of the machine can read in `ps`).
 
 use std::process::ExitCode;
 
@@ -7,10 +8,14 @@ use secrecy::SecretString;
 
 use crate::config::Settings;
 
+/// Where the agent token is read from.
+pub const AGENT_TOKEN_ENV: &str = "SANDBOXD_AGENT_TOKEN";
+
 #[derive(Debug, clap::Args)]
 pub struct Args {
-    /// The agent token issued at spawn.
-    #[arg(long, env = "SANDBOXD_AGENT_TOKEN", hide_env_values = true)]
+    /// The agent token issued at spawn. Prefer the environment variable: a command-line argument
+    /// is visible to every user of the machine.
+    #[arg(long, env = AGENT_TOKEN_ENV, hide_env_values = true)]
     pub token: String,
     /// The daemon's base URL (default: http://<server.listen>).
     #[arg(long, env = "SANDBOXD_URL")]
@@ -18,6 +23,12 @@ pub struct Args {
 }
 
 pub async fn run(args: Args, settings: &Settings) -> ExitCode {
+    if std::env::var(AGENT_TOKEN_ENV).ok().as_deref() != Some(args.token.as_str()) {
+        eprintln!(
+            "warning: the agent token is on the command line, where `ps` shows it to every user; \
+             set {AGENT_TOKEN_ENV} instead"
+        );
+    }
     let url = args
         .url
         .unwrap_or_else(|| format!("http://{}", settings.server.listen));

@@ -1,5 +1,5 @@
 //! `sandboxd serve`: the daemon. MCP for agents at `/mcp`, the admin API under `/v1`, the panel
-//! at `/`, `/metrics`; the janitor on its tick. Stops on SIGINT/SIGTERM; sandboxes stay up and
+//! at `/`, `/metrics`; the janitor and the MCP session sweeper on their tick. Stops on SIGINT/SIGTERM; sandboxes stay up and
 //! are adopted by the next start.
 
 use std::process::ExitCode;
@@ -58,6 +58,7 @@ pub async fn run(args: Args, settings: &Settings) -> ExitCode {
     };
     let shutdown = CancellationToken::new();
     let janitor = daemon.broker.spawn_janitor(shutdown.child_token());
+    let sweeper = daemon.broker.spawn_session_sweeper(shutdown.child_token());
     let app = http::app(&daemon, settings, shutdown.child_token());
     // The first stdout line is the address: scripts and tests read it.
     println!("sandboxd listening on http://{addr}");
@@ -75,6 +76,8 @@ pub async fn run(args: Args, settings: &Settings) -> ExitCode {
             .unwrap_or(false),
     );
     let server_shutdown = shutdown.clone();
+    // The peer address rides with each request: the panel login's rate limit is per client.
+    let app = app.into_make_service_with_connect_info::<std::net::SocketAddr>();
     let served = axum::serve(listener, app)
         .with_graceful_shutdown(async move {
             tokio::select! {
@@ -94,6 +97,10 @@ pub async fn run(args: Args, settings: &Settings) -> ExitCode {
     match janitor.await {
         Ok(()) => tracing::info!("janitor stopped"),
         Err(err) => tracing::error!(error = %err, "janitor task failed"),
+    }
+    match sweeper.await {
+        Ok(()) => tracing::info!("MCP session sweeper stopped"),
+        Err(err) => tracing::error!(error = %err, "MCP session sweeper failed"),
     }
     if served.is_ok() {
         ExitCode::SUCCESS

@@ -3,6 +3,8 @@
 
 mod architecture;
 mod cli;
+mod limits;
+mod logs;
 mod mcp;
 mod operator_cli;
 mod ownership;

@@ -6,7 +6,8 @@ use std::collections::BTreeSet;
 use serde_json::{Value, json};
 
 use crate::support::{
-    Home, TestDaemon, spawn_daemon, spawn_daemon_at, teardown_everything, unique,
+    Home, Launch, TestDaemon, spawn_daemon, spawn_daemon_at, spawn_daemon_with,
+    teardown_everything, unique,
 };
 
 fn names(list: &[&str]) -> Vec<String> {
@@ -376,10 +377,213 @@ async fn the_same_verbs_over_stdio() {
     let envelope = result.structured_content.expect("envelope");
     assert_eq!(envelope["status"], "ok", "{envelope}");
     client.cancel().await.expect("close");
+}
 
-    // A wrong token cannot even start a session.
+/// `sandboxd mcp` launched as an MCP client launches it, with `token` in the environment
+/// (or on the command line), relaying to `url`; its stderr is piped.
+fn stdio_server(
+    url: &str,
+    token: &str,
+    on_argv: bool,
+) -> (
+    rmcp::transport::TokioChildProcess,
+    tokio::process::ChildStderr,
+) {
     let mut cmd = tokio::process::Command::new(env!("CARGO_BIN_EXE_sandboxd"));
-    cmd.args(["mcp", "--url", &daemon.url, "--token", "sbx_wrong"]);
-    let refused = ().serve(TokioChildProcess::new(cmd).expect("spawn")).await;
-    assert!(refused.is_err(), "a wrong token is refused");
+    cmd.args(["mcp", "--url", url])
+        .env_remove("SANDBOXD_CONFIG");
+    if on_argv {
+        cmd.args(["--token", token])
+            .env_remove("SANDBOXD_AGENT_TOKEN");
+    } else {
+        cmd.env("SANDBOXD_AGENT_TOKEN", token);
+    }
+    let (transport, stderr) = rmcp::transport::TokioChildProcess::builder(cmd)
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("spawn sandboxd mcp");
+    (transport, stderr.expect("piped stderr"))
+}
+
+async fn read_all(mut stderr: tokio::process::ChildStderr) -> String {
+    use tokio::io::AsyncReadExt;
+    let mut text = String::new();
+    let _ = stderr.read_to_string(&mut text).await;
+    text
+}
+
+/// What the client's `initialize` got back from a `sandboxd mcp` that cannot reach the daemon.
+async fn refused_initialize(url: &str, token: &str) -> (rmcp::ErrorData, String) {
+    use rmcp::ServiceExt;
+    use rmcp::service::ClientInitializeError;
+
+    let (transport, stderr) = stdio_server(url, token, false);
+    let error = match ().serve(transport).await {
+        Err(ClientInitializeError::JsonRpcError(error)) => error,
+        Err(other) => panic!("initialize should be answered with an MCP error, got {other}"),
+        Ok(_) => panic!("initialize should fail"),
+    };
+    (error, read_all(stderr).await)
+}
+
+#[tokio::test]
+async fn sandboxd_mcp_answers_initialize_with_what_failed_and_how_to_fix_it() {
+    use rmcp::ServiceExt;
+
+    let home = Home::new();
+    let daemon = spawn_daemon(&home);
+    let project = opted_in_project(&daemon).await;
+    let (token, _) = daemon.spawn_agent("developer", &project).await;
+
+    // Nothing listens at the URL: start the daemon, or fix the URL.
+    let closed = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let nowhere = format!("http://{}", closed.local_addr().expect("addr"));
+    drop(closed);
+    let (error, stderr) = refused_initialize(&nowhere, &token).await;
+    let data = error.data.clone().expect("sandboxd's envelope");
+    assert_eq!(data["error"], "daemon_unreachable", "{error:?}");
+    for expected in [
+        "not reachable at",
+        &nowhere,
+        "sandboxd serve",
+        "SANDBOXD_URL",
+    ] {
+        assert!(
+            error.message.contains(expected),
+            "{expected}: {}",
+            error.message
+        );
+    }
+    assert_eq!(data["retryable"], true);
+    assert!(stderr.contains("not reachable"), "{stderr}");
+    assert!(!stderr.contains(&token), "{stderr}");
+
+    // The daemon answers but refuses the token: check SANDBOXD_AGENT_TOKEN.
+    let wrong = format!("sbx_{}", "0".repeat(64));
+    let (error, stderr) = refused_initialize(&daemon.url, &wrong).await;
+    let data = error.data.clone().expect("sandboxd's envelope");
+    assert_eq!(data["error"], "token_refused", "{error:?}");
+    for expected in [
+        "refused the agent token",
+        "SANDBOXD_AGENT_TOKEN",
+        "agents spawn",
+    ] {
+        assert!(
+            error.message.contains(expected),
+            "{expected}: {}",
+            error.message
+        );
+    }
+    assert_eq!(data["retryable"], false);
+    assert!(stderr.contains("refused the agent token"), "{stderr}");
+
+    // `--token` still works, with a warning that `ps` shows it.
+    let (transport, stderr) = stdio_server(&daemon.url, &token, true);
+    let client = ().serve(transport).await.expect("initialize");
+    let tools = client.list_all_tools().await.expect("tools");
+    assert!(tools.iter().any(|t| t.name == "request_sandbox"));
+    client.cancel().await.expect("close");
+    let stderr = read_all(stderr).await;
+    assert!(
+        stderr.contains("set SANDBOXD_AGENT_TOKEN instead"),
+        "{stderr}"
+    );
+}
+
+/// One MCP message over plain HTTP, as any streamable-HTTP client sends it.
+async fn post_mcp(
+    http: &reqwest::Client,
+    daemon: &TestDaemon,
+    token: &str,
+    session: Option<&str>,
+    message: Value,
+) -> reqwest::Response {
+    let mut request = http
+        .post(format!("{}/mcp", daemon.url))
+        .bearer_auth(token)
+        .header("accept", "application/json, text/event-stream")
+        .json(&message);
+    if let Some(session) = session {
+        request = request
+            .header("mcp-session-id", session)
+            .header("mcp-protocol-version", "2025-11-25");
+    }
+    request.send().await.expect("POST /mcp")
+}
+
+/// Opens a session (initialize, then the initialized notification) and returns its id.
+async fn open_session(http: &reqwest::Client, daemon: &TestDaemon, token: &str) -> String {
+    let initialize = json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+        "protocolVersion": "2025-11-25", "capabilities": {},
+        "clientInfo": {"name": "raw-http", "version": "1"}}});
+    let response = post_mcp(http, daemon, token, None, initialize).await;
+    assert_eq!(response.status().as_u16(), 200);
+    let session = response
+        .headers()
+        .get("mcp-session-id")
+        .and_then(|v| v.to_str().ok())
+        .expect("a session id")
+        .to_owned();
+    let initialized = json!({"jsonrpc": "2.0", "method": "notifications/initialized"});
+    let response = post_mcp(http, daemon, token, Some(&session), initialized).await;
+    assert_eq!(response.status().as_u16(), 202);
+    session
+}
+
+/// The HTTP status of a `tools/list` in `session`.
+async fn list_in(http: &reqwest::Client, daemon: &TestDaemon, token: &str, session: &str) -> u16 {
+    let list = json!({"jsonrpc": "2.0", "id": 2, "method": "tools/list"});
+    let response = post_mcp(http, daemon, token, Some(session), list).await;
+    response.status().as_u16()
+}
+
+#[tokio::test]
+async fn an_mcp_session_idle_past_its_ttl_is_refused_then_swept_while_a_busy_one_lives() {
+    use std::time::{Duration, Instant};
+
+    const TTL_SECS: u64 = 3;
+    let home = Home::new();
+    let short_ttl = Launch {
+        env: vec![
+            (
+                "SANDBOXD_BROKER__MCP_SESSION_TTL_SECS".to_owned(),
+                TTL_SECS.to_string(),
+            ),
+            (
+                "SANDBOXD_BROKER__JANITOR_INTERVAL_SECS".to_owned(),
+                "1".to_owned(),
+            ),
+        ],
+        ..Launch::default()
+    };
+    let mut daemon = spawn_daemon_with(&home, short_ttl);
+    let project = opted_in_project(&daemon).await;
+    let (token, _) = daemon.spawn_agent("developer", &project).await;
+    let http = reqwest::Client::new();
+    let idle = open_session(&http, &daemon, &token).await;
+    let busy = open_session(&http, &daemon, &token).await;
+    let client = daemon.client(&token).await;
+
+    // Past the TTL (and a sweep or two), with `busy` in use all along.
+    let opened = Instant::now();
+    while opened.elapsed() < Duration::from_secs(TTL_SECS + 2) {
+        assert_eq!(list_in(&http, &daemon, &token, &busy).await, 200);
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    assert_eq!(
+        list_in(&http, &daemon, &token, &idle).await,
+        404,
+        "idle past the TTL: refused like an unknown session"
+    );
+    assert_eq!(list_in(&http, &daemon, &token, &busy).await, 200);
+    // A real MCP client whose session expired starts a new one and goes on.
+    assert!(client.tools().await.contains(&"request_sandbox".to_owned()));
+
+    // Swept, not just hidden: a daemon with a long TTL on the same store does not know it, while
+    // the busy session is restored from the store.
+    let addr = daemon.addr.clone();
+    daemon.stop();
+    let daemon = spawn_daemon_at(&home, &addr);
+    assert_eq!(list_in(&http, &daemon, &token, &idle).await, 404, "swept");
+    assert_eq!(list_in(&http, &daemon, &token, &busy).await, 200, "kept");
 }

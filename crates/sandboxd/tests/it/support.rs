@@ -92,14 +92,65 @@ pub struct TestDaemon {
     http: reqwest::Client,
 }
 
+/// How a test daemon starts, beyond the common environment of its [`Home`].
+pub struct Launch {
+    /// `127.0.0.1:0` for a fresh port.
+    pub listen: String,
+    /// Global arguments before `serve` (`-vv`).
+    pub args: Vec<String>,
+    /// Extra environment (set after the common one, so it can override it).
+    pub env: Vec<(String, String)>,
+    /// Where its stderr (the log) goes; the test's own stderr when None.
+    pub stderr: Option<std::fs::File>,
+}
+
+impl Default for Launch {
+    fn default() -> Self {
+        Self {
+            listen: "127.0.0.1:0".to_owned(),
+            args: vec![],
+            env: vec![],
+            stderr: None,
+        }
+    }
+}
+
+/// The environment that puts a daemon or a CLI command on Docker with the locally built images.
+pub fn docker_env() -> Vec<(String, String)> {
+    let mut env = vec![("SANDBOXD_BACKEND".to_owned(), "docker".to_owned())];
+    for (engine, image) in sandboxd_testkit::local_images() {
+        env.push((
+            format!("SANDBOXD_ENGINES__{}__IMAGE", engine.to_uppercase()),
+            image,
+        ));
+    }
+    env
+}
+
 /// Starts `sandboxd serve` on `listen` (`127.0.0.1:0` for a fresh port) and waits for its
 /// address line.
 pub fn spawn_daemon_at(home: &Home, listen: &str) -> TestDaemon {
+    spawn_daemon_with(
+        home,
+        Launch {
+            listen: listen.to_owned(),
+            ..Launch::default()
+        },
+    )
+}
+
+/// Starts `sandboxd serve` as `launch` says and waits for its address line.
+pub fn spawn_daemon_with(home: &Home, launch: Launch) -> TestDaemon {
     let mut cmd = home.sandboxd();
-    cmd.args(["serve", "--listen", listen])
+    cmd.args(&launch.args)
+        .args(["serve", "--listen", &launch.listen])
+        .envs(launch.env)
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
-        .stderr(Stdio::inherit());
+        .stderr(match launch.stderr {
+            Some(file) => Stdio::from(file),
+            None => Stdio::inherit(),
+        });
     let mut child = cmd.spawn().expect("start sandboxd serve");
     let stdout = child.stdout.take().expect("stdout");
     let mut line = String::new();

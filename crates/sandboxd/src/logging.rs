@@ -1,0 +1,275 @@
+//! Logs: which targets log at which verbosity, and the redactor every line passes through
+//! before it reaches stderr.
+//!
+//! Two layers keep credentials out of the log:
+//! 1. **The filter.** Our crates log at `info` (`-v`: plus a line when each span closes),
+//!    `debug` (`-vv`) or `trace` (`-vvv`); every dependency stays at `warn` at every `-v` level,
+//!    because some of them print payloads when asked for more (rmcp whole MCP messages, so the
+//!    passwords `request_sandbox` hands out; bollard container specs and inspect answers; sqlx and
+//!    the database drivers their statements; hyper, reqwest and tower-http requests).
+//!    `SANDBOXD_LOG` replaces the filter: naming a dependency there (or a bare level such as
+//!    `trace`) turns it on, and is the operator's explicit choice.
+//! 2. **The redactor** ([`redact`]), for when a dependency is on anyway: every formatted line
+//!    is scanned and the shapes of sandboxd's secrets are blanked before it is written. Every
+//!    password sandboxd generates is exactly 32 hex characters
+//!    (`sandboxd_domain::credentials::generate_secret`), an agent token is `sbx_<64 hex>` and a
+//!    generated admin token `sbxadm_<64 hex>`. Longer hex runs (a container id, a SHA-256) stay
+//!    readable.
+
+use std::borrow::Cow;
+use std::io::{self, IsTerminal, Write};
+
+use tracing_subscriber::EnvFilter;
+use tracing_subscriber::fmt::MakeWriter;
+use tracing_subscriber::fmt::format::FmtSpan;
+
+/// The environment variable whose filter replaces the built-in one.
+pub const LOG_ENV: &str = "SANDBOXD_LOG";
+
+/// What a blanked secret reads as.
+pub const REDACTED: &str = "[redacted]";
+
+/// Our crates: the only targets `-v` raises.
+const OURS: [&str; 7] = [
+    "sandboxd",
+    "sandboxd_domain",
+    "sandboxd_backend",
+    "sandboxd_store",
+    "sandboxd_broker",
+    "sandboxd_mcp",
+    "sandboxd_admin",
+];
+
+/// The built-in filter for `verbose` (`-v` count) of a daemon or a one-shot command: our crates
+/// at `info`/`debug`/`trace` (one-shot commands: `warn` without `-v`, their progress has its own
+/// display), dependencies at `warn` always.
+pub fn default_filter(verbose: u8, daemon: bool) -> String {
+    let ours = match (verbose, daemon) {
+        (0, false) => return "warn".to_owned(),
+        (0, true) | (1, _) => "info",
+        (2, _) => "debug",
+        _ => "trace",
+    };
+    let mut filter = "warn".to_owned();
+    for target in OURS {
+        filter.push_str(&format!(",{target}={ours}"));
+    }
+    filter
+}
+
+/// Installs the global subscriber: stderr through the redactor, `SANDBOXD_LOG` or the built-in
+/// filter, and from `-v` on one line when each span closes (with how long it took).
+pub fn init(verbose: u8, daemon: bool) {
+    let filter = EnvFilter::try_from_env(LOG_ENV)
+        .unwrap_or_else(|_| EnvFilter::new(default_filter(verbose, daemon)));
+    let span_events = if verbose > 0 {
+        FmtSpan::CLOSE
+    } else {
+        FmtSpan::NONE
+    };
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_span_events(span_events)
+        // Colours only for a person at a terminal; a log file or a collector gets plain text.
+        .with_ansi(io::stderr().is_terminal())
+        .with_writer(Redacting(io::stderr))
+        .init();
+}
+
+/// A [`MakeWriter`] whose writers redact every line before the inner writer sees it.
+#[derive(Debug, Clone)]
+pub struct Redacting<M>(pub M);
+
+impl<'a, M: MakeWriter<'a>> MakeWriter<'a> for Redacting<M> {
+    type Writer = RedactingWriter<M::Writer>;
+
+    fn make_writer(&'a self) -> Self::Writer {
+        RedactingWriter(self.0.make_writer())
+    }
+
+    fn make_writer_for(&'a self, meta: &tracing::Metadata<'_>) -> Self::Writer {
+        RedactingWriter(self.0.make_writer_for(meta))
+    }
+}
+
+/// Redacts each buffer it is given. The fmt layer formats an event completely and hands it over
+/// in one `write_all`, and `write` consumes the whole buffer, so a secret is never split
+/// between two calls.
+#[derive(Debug)]
+pub struct RedactingWriter<W>(W);
+
+impl<W: Write> Write for RedactingWriter<W> {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        self.0.write_all(&redact_bytes(buf))?;
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        self.0.flush()
+    }
+}
+
+/// `text` with every secret-shaped run blanked (see [`redact_bytes`]).
+pub fn redact(text: &str) -> Cow<'_, str> {
+    match redact_bytes(text.as_bytes()) {
+        Cow::Borrowed(_) => Cow::Borrowed(text),
+        // Only ASCII runs are replaced, by ASCII, so the bytes are still UTF-8.
+        Cow::Owned(bytes) => Cow::Owned(String::from_utf8_lossy(&bytes).into_owned()),
+    }
+}
+
+/// Token prefixes, longest first so `sbxadm_` is not read as `sbx` + `adm_…`.
+const TOKEN_PREFIXES: [&[u8]; 2] = [b"sbxadm_", b"sbx_"];
+
+/// The length of a generated password (`generate_secret`: 16 random bytes, hex).
+const SECRET_HEX_LEN: usize = 32;
+
+/// Blanks, in `bytes`:
+/// - every run of exactly 32 hex digits (either case) with no hex digit right before or after
+///   it: a generated password, wherever it sits (JSON, a URL's userinfo, `KEY=value`, a quoted
+///   SQL literal);
+/// - the body of every `sbx_…` / `sbxadm_…` token (the alphanumeric run after the prefix),
+///   keeping the prefix so the line still says which kind of token it was.
+///
+/// Hex runs of any other length (a 64-hex container id or SHA-256, a 40-hex SHA-1) are kept.
+pub fn redact_bytes(bytes: &[u8]) -> Cow<'_, [u8]> {
+    let mut out: Option<Vec<u8>> = None;
+    let mut copied = 0; // bytes[..copied] are already in `out`
+    let mut i = 0;
+    while i < bytes.len() {
+        let after_word_break = i == 0 || !bytes[i - 1].is_ascii_alphanumeric();
+        if after_word_break
+            && let Some(prefix) = TOKEN_PREFIXES.iter().find(|p| bytes[i..].starts_with(p))
+        {
+            let body_start = i + prefix.len();
+            let body_end = run_end(bytes, body_start, u8::is_ascii_alphanumeric);
+            if body_end > body_start {
+                let out = out.get_or_insert_with(|| Vec::with_capacity(bytes.len()));
+                out.extend_from_slice(&bytes[copied..body_start]);
+                out.extend_from_slice(REDACTED.as_bytes());
+                copied = body_end;
+            }
+            i = body_end;
+            continue;
+        }
+        if bytes[i].is_ascii_hexdigit() {
+            let end = run_end(bytes, i, u8::is_ascii_hexdigit);
+            if end - i == SECRET_HEX_LEN {
+                let out = out.get_or_insert_with(|| Vec::with_capacity(bytes.len()));
+                out.extend_from_slice(&bytes[copied..i]);
+                out.extend_from_slice(REDACTED.as_bytes());
+                copied = end;
+            }
+            i = end;
+            continue;
+        }
+        i += 1;
+    }
+    match out {
+        None => Cow::Borrowed(bytes),
+        Some(mut out) => {
+            out.extend_from_slice(&bytes[copied..]);
+            Cow::Owned(out)
+        }
+    }
+}
+
+/// The end of the run of bytes matching `class` that starts at `start`.
+fn run_end(bytes: &[u8], start: usize, class: impl Fn(&u8) -> bool) -> usize {
+    bytes[start..]
+        .iter()
+        .position(|b| !class(b))
+        .map_or(bytes.len(), |n| start + n)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const PW: &str = "0123456789abcdef0123456789abcdef";
+    const ID64: &str = "4f1c2a9e8d7b6c5a4f1c2a9e8d7b6c5a4f1c2a9e8d7b6c5a4f1c2a9e8d7b6c5a";
+
+    #[test]
+    fn a_password_in_json_is_blanked() {
+        let line = format!(r#"response: {{"password":"{PW}","port":5432}}"#);
+        assert_eq!(
+            redact(&line),
+            r#"response: {"password":"[redacted]","port":5432}"#
+        );
+        // JSON inside a JSON string (an MCP text content) escapes the quotes.
+        let nested = format!(r#"{{"text":"{{\"password\":\"{PW}\"}}"}}"#);
+        assert!(!redact(&nested).contains(PW), "{}", redact(&nested));
+    }
+
+    #[test]
+    fn a_password_in_a_url_and_an_env_assignment_is_blanked() {
+        let url = format!("DATABASE_URL=postgresql://sandbox:{PW}@127.0.0.1:5432/sandbox");
+        assert_eq!(
+            redact(&url),
+            "DATABASE_URL=postgresql://sandbox:[redacted]@127.0.0.1:5432/sandbox"
+        );
+        let env = format!(r#"Env: ["POSTGRES_PASSWORD={PW}", "PGDATA=/var/lib/pg"]"#);
+        assert_eq!(
+            redact(&env),
+            r#"Env: ["POSTGRES_PASSWORD=[redacted]", "PGDATA=/var/lib/pg"]"#
+        );
+        let upper = format!("IDENTIFIED BY '{}'", PW.to_uppercase());
+        assert_eq!(redact(&upper), "IDENTIFIED BY '[redacted]'");
+        // At the very start and end of a line too.
+        assert_eq!(redact(PW), REDACTED);
+        assert_eq!(redact(&format!("{PW}\n{PW}")), "[redacted]\n[redacted]");
+    }
+
+    #[test]
+    fn container_ids_and_other_hex_runs_stay_readable() {
+        let line = format!("inspecting container {ID64} (sha256:{ID64})");
+        assert_eq!(redact(&line), line.as_str());
+        assert!(matches!(redact(&line), Cow::Borrowed(_)), "nothing copied");
+        let sha1 = "commit 0123456789abcdef0123456789abcdef01234567";
+        assert_eq!(redact(sha1), sha1);
+        // 31 and 33 hex digits are not a generated password.
+        let near = format!("{} {}", &PW[1..], format_args!("{PW}a"));
+        assert_eq!(redact(&near), near.as_str());
+        let uuid = "session 5f0c9a3e-1b2d-4c5e-8f7a-0b1c2d3e4f5a";
+        assert_eq!(redact(uuid), uuid);
+    }
+
+    #[test]
+    fn tokens_are_blanked_but_keep_their_kind() {
+        let agent = format!("Authorization: Bearer sbx_{ID64}");
+        assert_eq!(redact(&agent), "Authorization: Bearer sbx_[redacted]");
+        let admin = format!("token=sbxadm_{ID64}; next");
+        assert_eq!(redact(&admin), "token=sbxadm_[redacted]; next");
+        // Not a token: the prefix inside a word, or nothing after it.
+        assert_eq!(redact("mysbx_thing sbx_ end"), "mysbx_thing sbx_ end");
+    }
+
+    #[test]
+    fn the_writer_redacts_what_it_writes() {
+        let mut sink = Vec::new();
+        let mut writer = RedactingWriter(&mut sink);
+        let line = format!("user sandbox password {PW} é\n");
+        writer.write_all(line.as_bytes()).expect("write");
+        assert_eq!(
+            String::from_utf8(sink).expect("utf-8"),
+            "user sandbox password [redacted] é\n"
+        );
+    }
+
+    #[test]
+    fn dependencies_stay_at_warn_at_every_verbosity() {
+        assert_eq!(default_filter(0, false), "warn");
+        for verbose in 0..=5 {
+            let filter = default_filter(verbose, true);
+            let mut directives = filter.split(',');
+            assert_eq!(directives.next(), Some("warn"), "{filter}");
+            for directive in directives {
+                let (target, _) = directive.split_once('=').expect("target=level");
+                assert!(OURS.contains(&target), "{target} raised by -v: {filter}");
+            }
+        }
+        assert!(default_filter(1, false).contains("sandboxd_mcp=info"));
+        assert!(default_filter(2, true).contains("sandboxd_backend=debug"));
+        assert!(default_filter(3, true).contains("sandboxd_broker=trace"));
+    }
+}
