@@ -114,14 +114,7 @@ async fn coexist(home_a: &Home, daemons: &[TestDaemon; 2], twin: &str) {
     }
     let provisioned = home_a
         .sandboxd()
-        .args([
-            "provision",
-            "--owner",
-            &twin,
-            "--engines",
-            "redis",
-            "--json",
-        ])
+        .args(["provision", "--owner", twin, "--engines", "redis", "--json"])
         .output()
         .expect("sandboxd provision");
     assert!(provisioned.status.success(), "{provisioned:?}");
