@@ -691,3 +691,94 @@ async fn a_burst_of_wrong_tokens_gets_429_and_writes_a_bounded_audit() {
         })
         .await;
 }
+
+#[tokio::test]
+async fn foreign_sandboxes_are_shown_apart_with_their_maker_and_cannot_be_torn_down() {
+    crate::support::app_with_switch(true)
+        .await
+        .run(|app| async move {
+            use sandboxd_backend::InstanceRequest;
+            use sandboxd_domain::{AgentSlug, DaemonId, EngineRef};
+
+            // One sandbox of this daemon, one `sandboxd provision` made beside it.
+            let project = app.project(&["redis"], &[]).await;
+            let dev = app.working_developer(&project).await;
+            crate::support::ok(
+                app.broker()
+                    .call(
+                        &dev,
+                        sandboxd_domain::roles::Verb::RequestSandbox,
+                        serde_json::json!({}),
+                    )
+                    .await,
+            );
+            let stranger = AgentSlug::parse(&unique("stranger")).expect("slug");
+            app.track(&stranger);
+            app.backend
+                .provision(&InstanceRequest {
+                    engine: EngineRef::parse("redis").expect("registered"),
+                    owner: stranger.clone(),
+                    maker: DaemonId::cli(),
+                    features: Default::default(),
+                })
+                .await
+                .expect("a CLI sandbox");
+
+            let browser = Browser::new(&app);
+            browser.login().await;
+            let page = browser.get("/sandboxes").await;
+            assert_eq!(page.status, StatusCode::OK);
+            let (own, foreign) = page
+                .html
+                .split_once("id=\"foreign-card\"")
+                .expect("a foreign card");
+            assert!(
+                own.contains(&format!("id=\"sandbox-{}\"", dev.slug)),
+                "{own}"
+            );
+            assert!(!own.contains(stranger.as_str()), "{own}");
+            assert!(
+                foreign.contains(&format!("id=\"foreign-cli-{stranger}\"")),
+                "{foreign}"
+            );
+            assert!(
+                !foreign.contains(&format!("/sandboxes/{stranger}/teardown")),
+                "no teardown button for a foreign sandbox: {foreign}"
+            );
+            let id = app.broker().daemon_id().to_string();
+            assert!(page.html.contains(&id), "the daemon's own id is shown");
+
+            // The API lists only this daemon's unless asked for all.
+            let own: serde_json::Value = app
+                .api(Method::GET, "/v1/sandboxes")
+                .send()
+                .await
+                .expect("list")
+                .json()
+                .await
+                .expect("json");
+            assert!(
+                own.as_array()
+                    .expect("list")
+                    .iter()
+                    .all(|s| s["foreign"] == false)
+            );
+            let all: serde_json::Value = app
+                .api(Method::GET, "/v1/sandboxes?all=true")
+                .send()
+                .await
+                .expect("list")
+                .json()
+                .await
+                .expect("json");
+            assert!(
+                all.as_array()
+                    .expect("list")
+                    .iter()
+                    .any(|s| s["owner"] == stranger.as_str() && s["maker"] == "cli"),
+                "{all}"
+            );
+            assert_eq!(app.listed(&stranger).await.len(), 1, "still there");
+        })
+        .await;
+}
