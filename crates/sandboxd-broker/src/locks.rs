@@ -16,28 +16,22 @@ pub struct AgentLocks {
 }
 
 impl AgentLocks {
+    fn of(&self, agent: &AgentSlug) -> Arc<AsyncMutex<()>> {
+        let mut locks = self
+            .locks
+            .lock()
+            .expect("the lock map is never poisoned: nothing panics while holding it");
+        locks.entry(agent.clone()).or_default().clone()
+    }
+
     pub async fn lock(&self, agent: &AgentSlug) -> OwnedMutexGuard<()> {
-        let lock = {
-            let mut locks = self
-                .locks
-                .lock()
-                .expect("the lock map is never poisoned: nothing panics while holding it");
-            locks.entry(agent.clone()).or_default().clone()
-        };
-        lock.lock_owned().await
+        self.of(agent).lock_owned().await
     }
 
     /// The agent's lock if nobody holds it now; None while a call of the agent (a provision,
     /// a release) is under way.
     pub fn try_lock(&self, agent: &AgentSlug) -> Option<OwnedMutexGuard<()>> {
-        let lock = {
-            let mut locks = self
-                .locks
-                .lock()
-                .expect("the lock map is never poisoned: nothing panics while holding it");
-            locks.entry(agent.clone()).or_default().clone()
-        };
-        lock.try_lock_owned().ok()
+        self.of(agent).try_lock_owned().ok()
     }
 
     /// Forgets an agent's lock once the agent is removed.

@@ -6,7 +6,7 @@ use std::collections::BTreeSet;
 use serde_json::{Value, json};
 
 use crate::support::{
-    Home, Launch, TestDaemon, spawn_daemon, spawn_daemon_at, spawn_daemon_with,
+    Home, Launch, TestDaemon, entry, spawn_daemon, spawn_daemon_at, spawn_daemon_with,
     teardown_everything, unique,
 };
 
@@ -223,15 +223,6 @@ async fn pg_works(entry: &Value) -> Result<(), tokio_postgres::Error> {
     client
         .batch_execute("CREATE TABLE IF NOT EXISTS flow(x int); INSERT INTO flow VALUES (1)")
         .await
-}
-
-fn entry<'a>(envelope: &'a Value, service: &str) -> &'a Value {
-    envelope["evidence"]
-        .as_array()
-        .expect("evidence")
-        .iter()
-        .find(|e| e["service"] == service)
-        .unwrap_or_else(|| panic!("{service} in {envelope}"))
 }
 
 #[tokio::test]

@@ -11,17 +11,7 @@ use futures::FutureExt;
 use serde_json::{Value, json};
 use tokio::io::AsyncBufReadExt;
 
-use crate::support::{Home, TestDaemon, spawn_daemon, teardown_everything, unique};
-
-/// The evidence entry of `service` in an envelope.
-fn entry<'a>(envelope: &'a Value, service: &str) -> &'a Value {
-    envelope["evidence"]
-        .as_array()
-        .expect("evidence")
-        .iter()
-        .find(|e| e["service"] == service)
-        .unwrap_or_else(|| panic!("{service} in {envelope}"))
-}
+use crate::support::{Home, TestDaemon, entry, spawn_daemon, teardown_everything, unique};
 
 async fn pg(url: &str, sql: &str) -> Result<Vec<tokio_postgres::SimpleQueryMessage>, String> {
     let (client, connection) = tokio_postgres::connect(url, tokio_postgres::NoTls)

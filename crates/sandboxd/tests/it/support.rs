@@ -356,6 +356,16 @@ impl Agent {
     }
 }
 
+/// The evidence entry of `service` in an envelope.
+pub fn entry<'a>(envelope: &'a Value, service: &str) -> &'a Value {
+    envelope["evidence"]
+        .as_array()
+        .expect("evidence")
+        .iter()
+        .find(|e| e["service"] == service)
+        .unwrap_or_else(|| panic!("{service} in {envelope}"))
+}
+
 /// Instance directories left under a process root.
 pub fn instance_dirs(home: &Home) -> Vec<PathBuf> {
     std::fs::read_dir(home.instances())
