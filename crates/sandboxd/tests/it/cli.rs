@@ -9,12 +9,22 @@ use crate::support::{Home, instance_dirs, teardown_everything, unique};
 fn provision_json_ls_and_teardown_twice() {
     let home = Home::new();
     let owner = unique("cli");
+    let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        provision_ls_teardown(&home, &owner)
+    }));
+    teardown_everything(&home);
+    if let Err(panic) = outcome {
+        std::panic::resume_unwind(panic);
+    }
+}
+
+fn provision_ls_teardown(home: &Home, owner: &str) {
     let output = home
         .sandboxd()
         .args([
             "provision",
             "--owner",
-            &owner,
+            owner,
             "--engines",
             "postgres,redis",
             "--features",
@@ -29,7 +39,7 @@ fn provision_json_ls_and_teardown_twice() {
         String::from_utf8_lossy(&output.stderr)
     );
     let json: Value = serde_json::from_slice(&output.stdout).expect("stable JSON");
-    assert_eq!(json["owner"], owner.as_str());
+    assert_eq!(json["owner"], owner);
     assert_eq!(json["backend"], "process");
     let services = json["services"].as_array().expect("services");
     assert_eq!(services.len(), 2);
@@ -54,17 +64,25 @@ fn provision_json_ls_and_teardown_twice() {
             .stdout,
     )
     .expect("json");
-    assert_eq!(listed.as_array().expect("list").len(), 2);
+    // Every backend's instances, other tests' included (they share the Docker engine): ours.
+    let ours: Vec<&Value> = listed
+        .as_array()
+        .expect("list")
+        .iter()
+        .filter(|i| i["owner"] == owner)
+        .collect();
+    assert_eq!(ours.len(), 2, "{listed}");
+    assert!(ours.iter().all(|i| i["maker"] == "cli"), "{listed}");
 
     for _ in 0..2 {
         let output = home
             .sandboxd()
-            .args(["teardown", "--owner", &owner])
+            .args(["teardown", "--owner", owner])
             .output()
             .expect("teardown");
         assert!(output.status.success());
     }
-    assert!(instance_dirs(&home).is_empty());
+    assert!(instance_dirs(home).is_empty());
 }
 
 #[test]
