@@ -26,6 +26,7 @@ print_phases() {
 trap print_phases EXIT
 
 phase install-deps ./scripts/install-deps.sh
+phase python-sdks ./scripts/python-sdks.sh
 if docker info >/dev/null 2>&1; then
   phase build-images ./scripts/build-images.sh
 else

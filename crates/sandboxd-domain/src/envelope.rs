@@ -1,11 +1,12 @@
 //! The envelopes every verb answers with (§3.2). `next` and `remediate` lead an agent through the
 //! flow; error codes are stable strings clients can branch on.
 
+use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 /// Why a verb was refused. Each guard of `request_sandbox` has its own code; only
 /// `provisioner_unavailable` and `invalid_state` (a failed provision) are retryable.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum ErrorCode {
     /// Guard 1: the master switch is off.
@@ -67,7 +68,7 @@ impl ErrorCode {
 }
 
 /// `{ "status": "ok", "task_id", "next", "evidence"?, "context_briefing" }`
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct OkEnvelope {
     pub status: OkStatus,
     pub task_id: Option<String>,
@@ -77,14 +78,14 @@ pub struct OkEnvelope {
     pub context_briefing: String,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum OkStatus {
     Ok,
 }
 
 /// `{ "error", "message", "remediate", "missing"?, "retryable" }`
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct ErrorEnvelope {
     pub error: ErrorCode,
     pub message: String,
@@ -138,7 +139,7 @@ impl OkEnvelope {
 }
 
 /// Either answer.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(untagged)]
 pub enum Envelope {
     Ok(OkEnvelope),

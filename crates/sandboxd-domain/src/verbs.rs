@@ -119,6 +119,74 @@ pub fn description(verb: Verb) -> &'static str {
     }
 }
 
+/// A verb's name for people (MCP `title`).
+pub fn title(verb: Verb) -> &'static str {
+    match verb {
+        Verb::GiveMeWork => "Take the next task",
+        Verb::IWillWorkOn => "Take a named task",
+        Verb::IAmDone => "Hand in the task for review",
+        Verb::ClaimReview => "Take a review",
+        Verb::PassReview => "Pass the review",
+        Verb::FailReview => "Fail the review",
+        Verb::IDocumented => "Hand in the documentation",
+        Verb::Unclaim => "Give the task back",
+        Verb::IAmIdle => "End the engagement",
+        Verb::RequestSandbox => "Get a sandbox database",
+        Verb::ReleaseSandbox => "Tear down the sandbox",
+        Verb::Note => "Note on the task",
+        Verb::Evidence => "Record or read evidence",
+    }
+}
+
+/// What a client may assume about a verb before calling it (the MCP tool annotations): clients
+/// use them to decide what runs without asking the user.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct VerbHints {
+    /// It changes nothing.
+    pub read_only: bool,
+    /// It may destroy something the agent made (its sandbox and the data in it).
+    pub destructive: bool,
+    /// Calling it again with the same arguments changes nothing more.
+    pub idempotent: bool,
+    /// It reaches beyond sandboxd's own closed world (it never does).
+    pub open_world: bool,
+}
+
+pub fn hints(verb: Verb) -> VerbHints {
+    let (read_only, destructive, idempotent) = match verb {
+        // Claims change the task board; another call claims another task or is refused.
+        Verb::GiveMeWork | Verb::IWillWorkOn | Verb::ClaimReview => (false, false, false),
+        // These end the agent's hold on a task and tear its sandbox down with its data.
+        Verb::IAmDone
+        | Verb::PassReview
+        | Verb::FailReview
+        | Verb::IDocumented
+        | Verb::Unclaim
+        | Verb::IAmIdle => (false, true, false),
+        // The same call again answers the same credentials.
+        Verb::RequestSandbox => (false, false, true),
+        // Releasing an already released sandbox does nothing.
+        Verb::ReleaseSandbox => (false, true, true),
+        // Each call adds one more entry.
+        Verb::Note | Verb::Evidence => (false, false, false),
+    };
+    VerbHints {
+        read_only,
+        destructive,
+        idempotent,
+        open_world: false,
+    }
+}
+
+/// The JSON schema of every verb's answer: an ok envelope or an error envelope. The root is an
+/// object, as MCP requires of an `outputSchema`.
+pub fn output_schema() -> serde_json::Value {
+    let mut schema = serde_json::to_value(schemars::schema_for!(crate::envelope::Envelope))
+        .expect("a JSON schema always serializes");
+    schema["type"] = serde_json::Value::from("object");
+    schema
+}
+
 /// The JSON schema of a verb's arguments.
 pub fn schema(verb: Verb) -> serde_json::Value {
     let schema = match verb {
@@ -150,6 +218,42 @@ mod tests {
         let request = schema(Verb::RequestSandbox);
         assert!(request["properties"]["services"].is_object(), "{request}");
         assert!(request["properties"]["extensions"].is_object(), "{request}");
+    }
+
+    #[test]
+    fn every_verb_has_a_title_and_only_releasing_verbs_are_destructive() {
+        for verb in Verb::ALL {
+            assert!(!title(verb).is_empty());
+            let hints = hints(verb);
+            assert!(!hints.open_world);
+            assert!(!(hints.read_only && hints.destructive), "{verb}");
+            let releases =
+                description(verb).contains("Releases your sandbox") || verb == Verb::ReleaseSandbox;
+            assert_eq!(hints.destructive, releases, "{verb}");
+        }
+    }
+
+    #[test]
+    fn both_envelopes_validate_against_the_output_schema() {
+        use crate::envelope::{ErrorCode, ErrorEnvelope, OkEnvelope};
+        let schema = output_schema();
+        assert_eq!(schema["type"], "object", "{schema}");
+        let validator = jsonschema::validator_for(&schema).expect("a valid JSON schema");
+        let ok = serde_json::to_value(
+            OkEnvelope::new(Some("t1".into()), "request_sandbox", "b")
+                .with_evidence(serde_json::json!({"services": []})),
+        )
+        .expect("json");
+        let error =
+            serde_json::to_value(ErrorEnvelope::new(ErrorCode::NoWork, "m", "r")).expect("json");
+        assert!(validator.is_valid(&ok), "{ok}");
+        assert!(validator.is_valid(&error), "{error}");
+        for wrong in [
+            serde_json::json!({"status": "fine"}),
+            serde_json::json!({"error": "no_such_code", "message": "m", "remediate": "r", "retryable": true}),
+        ] {
+            assert!(!validator.is_valid(&wrong), "{wrong}");
+        }
     }
 
     #[test]

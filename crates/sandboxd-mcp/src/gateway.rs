@@ -12,7 +12,7 @@ use sandboxd_domain::envelope::{Envelope, ErrorCode, ErrorEnvelope};
 use sandboxd_domain::error::quote;
 use sandboxd_domain::roles::Verb;
 
-use crate::tools::tools_for;
+use crate::tools::{Offer, tools_for};
 
 #[derive(Debug, Clone)]
 pub struct Gateway {
@@ -71,10 +71,20 @@ impl ServerHandler for Gateway {
         context: RequestContext<RoleServer>,
     ) -> Result<ListToolsResult, ErrorData> {
         let agent = self.agent(&context)?;
+        // A project the store cannot read right now only loses its enum: the call itself
+        // answers the real refusal.
+        let services = match self.broker.project(&agent.project).await {
+            Ok(project) => project.and_then(|p| p.sandbox_services),
+            Err(error) => {
+                tracing::warn!(%error, "reading the caller's project for tools/list");
+                None
+            }
+        };
+        let offer = Offer { services };
         let tools = self
             .broker
             .manifest(&agent.role)
-            .map(tools_for)
+            .map(|role| tools_for(role, &offer))
             .unwrap_or_default();
         Ok(ListToolsResult {
             tools,

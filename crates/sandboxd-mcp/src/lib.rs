@@ -35,7 +35,7 @@ mod tools;
 
 pub use gateway::Gateway;
 pub use stdio::serve_stdio;
-pub use tools::tools_for;
+pub use tools::{Offer, tools_for};
 
 /// Where the gateway answers, and who may reach it.
 #[derive(Debug, Clone, Default)]
@@ -72,8 +72,23 @@ pub fn router(broker: Broker, config: McpConfig) -> Router {
     );
     Router::new()
         .route_service("/mcp", service)
+        .layer(axum::middleware::from_fn(session_end_is_no_content))
         .layer(axum::middleware::from_fn_with_state(
             broker,
             auth::require_agent,
         ))
+}
+
+/// A session's DELETE answers 204: the transport's 202 ("accepted") makes clients that expect
+/// 200 or 204 (the Python SDK) warn that termination failed on every close, though it did not.
+async fn session_end_is_no_content(
+    request: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> axum::response::Response {
+    let ends_session = request.method() == http::Method::DELETE;
+    let mut response = next.run(request).await;
+    if ends_session && response.status() == http::StatusCode::ACCEPTED {
+        *response.status_mut() = http::StatusCode::NO_CONTENT;
+    }
+    response
 }

@@ -1,25 +1,68 @@
-//! The MCP tools of a role: one per verb in its manifest, with the verb's JSON schema and a
-//! description an agent's model can act on.
+//! The MCP tools of a role: one per verb in its manifest, with the verb's JSON schema, a title,
+//! honest annotations, the output schema its answers conform to, and a description an agent's
+//! model can act on.
 
 use std::sync::Arc;
 
-use rmcp::model::Tool;
+use rmcp::model::{JsonObject, Tool, ToolAnnotations};
+use sandboxd_domain::engines::EngineRef;
 use sandboxd_domain::roles::{RoleSpec, Verb};
 use sandboxd_domain::verbs;
 
-fn tool(verb: Verb) -> Tool {
-    let schema = match verbs::schema(verb) {
+/// What the caller's project lets it ask for, shown in the schemas so a model cannot guess wrong.
+#[derive(Debug, Clone, Default)]
+pub struct Offer {
+    /// The engines the project opted into; `None` when it did not opt in (the schema then lists
+    /// no choice, and `request_sandbox` answers why).
+    pub services: Option<Vec<EngineRef>>,
+}
+
+fn object(value: serde_json::Value) -> JsonObject {
+    match value {
         serde_json::Value::Object(map) => map,
-        _ => serde_json::Map::new(),
-    };
-    Tool::new(verb.name(), verbs::description(verb), Arc::new(schema))
+        _ => JsonObject::new(),
+    }
+}
+
+fn input_schema(verb: Verb, offer: &Offer) -> JsonObject {
+    let mut schema = verbs::schema(verb);
+    if verb == Verb::RequestSandbox
+        && let Some(services) = &offer.services
+    {
+        let names: Vec<&str> = services.iter().map(|engine| engine.name).collect();
+        let properties = &mut schema["properties"];
+        properties["services"]["items"] = serde_json::json!({"type": "string", "enum": names});
+        properties["extensions"]["propertyNames"] = serde_json::json!({"enum": names});
+    }
+    object(schema)
+}
+
+fn annotations(verb: Verb) -> ToolAnnotations {
+    let hints = verbs::hints(verb);
+    ToolAnnotations::with_title(verbs::title(verb))
+        .read_only(hints.read_only)
+        .destructive(hints.destructive)
+        .idempotent(hints.idempotent)
+        .open_world(hints.open_world)
+}
+
+fn tool(verb: Verb, offer: &Offer, output: &Arc<JsonObject>) -> Tool {
+    Tool::new(
+        verb.name(),
+        verbs::description(verb),
+        Arc::new(input_schema(verb, offer)),
+    )
+    .with_title(verbs::title(verb))
+    .with_annotations(annotations(verb))
+    .with_raw_output_schema(output.clone())
 }
 
 /// Exactly the role's verbs, in a stable order.
-pub fn tools_for(role: &RoleSpec) -> Vec<Tool> {
+pub fn tools_for(role: &RoleSpec, offer: &Offer) -> Vec<Tool> {
+    let output = Arc::new(object(verbs::output_schema()));
     Verb::ALL
         .into_iter()
         .filter(|verb| role.allows(*verb))
-        .map(tool)
+        .map(|verb| tool(verb, offer, &output))
         .collect()
 }

@@ -179,3 +179,59 @@ fn doctor_reports_what_is_installed_and_what_to_install() {
         );
     }
 }
+
+/// `doctor` on a real terminal (a pty that `script` opens, 72 columns) wraps its table to the
+/// terminal; piped, every check is one line.
+#[test]
+fn doctor_table_fits_the_terminal_and_keeps_rows_whole_when_piped() {
+    const COLUMNS: usize = 72;
+    let home = Home::new();
+    let doctor = home.sandboxd();
+    let mut on_terminal = std::process::Command::new("script");
+    on_terminal
+        .args(["--quiet", "--return", "--command"])
+        .arg(format!(
+            "stty cols {COLUMNS} rows 60 && exec {} doctor",
+            doctor.get_program().to_string_lossy()
+        ))
+        .arg("/dev/null");
+    for (key, value) in doctor.get_envs() {
+        match value {
+            Some(value) => on_terminal.env(key, value),
+            None => on_terminal.env_remove(key),
+        };
+    }
+    let output = on_terminal.output().expect("script (util-linux)");
+    assert!(output.status.success(), "{output:?}");
+    let shown = String::from_utf8_lossy(&output.stdout);
+    let table: Vec<&str> = shown
+        .lines()
+        .map(|line| line.trim_end_matches('\r'))
+        .filter(|line| line.starts_with(['┌', '│', '╞', '├', '└']))
+        .collect();
+    assert!(table.len() > 4, "a table on the terminal:\n{shown}");
+    for line in &table {
+        assert!(line.chars().count() <= COLUMNS, "{line:?} in\n{shown}");
+    }
+
+    let piped = home.sandboxd().arg("doctor").output().expect("doctor");
+    assert!(piped.status.success());
+    let piped = String::from_utf8_lossy(&piped.stdout);
+    let json = home
+        .sandboxd()
+        .args(["doctor", "--json"])
+        .output()
+        .expect("doctor --json");
+    let checks: Value = serde_json::from_slice(&json.stdout).expect("json");
+    let checks = checks.as_array().expect("checks");
+    let rows: Vec<&str> = piped.lines().filter(|line| line.starts_with('│')).collect();
+    // The header and one line per check.
+    assert_eq!(rows.len(), checks.len() + 1, "{piped}");
+    for check in checks {
+        let subject = check["subject"].as_str().expect("subject");
+        assert!(
+            rows.iter().any(|row| row.contains(subject)),
+            "{subject} on one line in\n{piped}"
+        );
+    }
+}

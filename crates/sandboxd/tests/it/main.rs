@@ -8,4 +8,5 @@ mod logs;
 mod mcp;
 mod operator_cli;
 mod ownership;
+mod python_sdk;
 mod support;

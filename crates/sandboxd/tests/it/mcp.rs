@@ -110,9 +110,40 @@ async fn each_role_lists_exactly_its_verbs() {
             assert!(!spawn["briefing"].to_string().contains("request_sandbox()"));
         }
         let tools = agent.service.list_all_tools().await.expect("tools");
-        for tool in tools {
+        for tool in &tools {
             assert!(tool.description.as_deref().unwrap_or("").len() > 20);
             assert_eq!(tool.input_schema["type"], "object");
+            assert!(
+                tool.title.as_deref().is_some_and(|t| !t.is_empty()),
+                "{}",
+                tool.name
+            );
+            let hints = tool.annotations.as_ref().expect("annotations");
+            assert_eq!(hints.open_world_hint, Some(false), "{}", tool.name);
+            assert!(hints.read_only_hint.is_some() && hints.idempotent_hint.is_some());
+            let output = tool.output_schema.as_ref().expect("an output schema");
+            assert_eq!(output["type"], "object", "{}", tool.name);
+        }
+        let hint = |name: &str| {
+            tools
+                .iter()
+                .find(|t| t.name == name)
+                .and_then(|t| t.annotations.clone())
+        };
+        if let Some(request) = tools.iter().find(|t| t.name == "request_sandbox") {
+            // Only the project's engines can be named.
+            assert_eq!(
+                request.input_schema["properties"]["services"]["items"]["enum"],
+                serde_json::json!(["postgres", "redis"]),
+                "{:?}",
+                request.input_schema
+            );
+            let hints = hint("request_sandbox").expect("annotated");
+            assert_eq!(hints.idempotent_hint, Some(true));
+            assert_eq!(hints.destructive_hint, Some(false));
+        }
+        if let Some(hints) = hint("release_sandbox") {
+            assert_eq!(hints.destructive_hint, Some(true));
         }
     }
     // A project that is not opted in gets neither marker nor briefing line.

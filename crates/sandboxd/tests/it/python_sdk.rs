@@ -1,0 +1,160 @@
+//! The official MCP Python SDK, the client many agents run, against the real daemon: 2.x in the
+//! stateless 2026-07-28 revision and in the 2025-11-25 session revision, 1.x in its session
+//! revision. Each lists annotated tools whose answers validate against their output schemas,
+//! gets a working Postgres, releases it, and closes without a warning.
+//!
+//! The SDKs live in virtualenvs `scripts/python-sdks.sh` makes (the test command runs it).
+
+use std::panic::AssertUnwindSafe;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use futures::FutureExt;
+use serde_json::Value;
+
+use crate::support::{Home, TestDaemon, entry, spawn_daemon, teardown_everything, unique};
+
+const SCRIPT: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/python/mcp_agent.py");
+
+/// The python of the virtualenv holding `mcp==version`, or None (after saying why) when the
+/// install script has not run here; CI fails instead.
+fn python_with_sdk(version: &str) -> Option<PathBuf> {
+    let cache = std::env::var_os("SANDBOXD_PYTHON_CACHE")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from("/var/cache/sandboxd-python"));
+    let python = cache.join(format!("mcp-{version}")).join("bin/python");
+    if python.exists() {
+        return Some(python);
+    }
+    let why = format!(
+        "no MCP Python SDK {version} at {}: run scripts/python-sdks.sh",
+        python.display()
+    );
+    assert!(std::env::var_os("CI").is_none(), "{why}");
+    eprintln!("skipped: {why}");
+    None
+}
+
+/// Runs the agent flow script with a fresh developer of a fresh project holding a task.
+async fn run_flow(daemon: &TestDaemon, python: &Path, mode: &str) -> Value {
+    let project = unique("py");
+    daemon.project(&project, &["postgres", "redis"]).await;
+    daemon.task(&project).await;
+    let (token, _) = daemon.spawn_agent("developer", &project).await;
+    let url = format!("{}/mcp", daemon.url);
+    let python = python.to_owned();
+    let mode = mode.to_owned();
+    let output = tokio::task::spawn_blocking(move || {
+        Command::new(python)
+            .args([SCRIPT, &url, &mode])
+            .env("SANDBOXD_AGENT_TOKEN", &token)
+            .output()
+            .expect("python")
+    })
+    .await
+    .expect("join");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success(), "{stderr}");
+    serde_json::from_slice(&output.stdout).unwrap_or_else(|e| panic!("{e}: {stderr}"))
+}
+
+fn call<'a>(report: &'a Value, index: usize, verb: &str) -> &'a Value {
+    let call = &report["calls"][index];
+    assert_eq!(call["verb"], verb, "{report}");
+    call
+}
+
+/// What every SDK and revision must see.
+fn judge(report: &Value, protocol: &str) {
+    assert_eq!(report["protocol"], protocol, "{report}");
+    let tools = report["tools"].as_array().expect("tools");
+    assert!(tools.len() >= 8, "the developer's verbs: {report}");
+    for tool in tools {
+        let name = &tool["name"];
+        assert!(
+            tool["title"].as_str().is_some_and(|t| !t.is_empty()),
+            "{name}"
+        );
+        let hints = &tool["annotations"];
+        for hint in [
+            "readOnlyHint",
+            "destructiveHint",
+            "idempotentHint",
+            "openWorldHint",
+        ] {
+            assert!(hints[hint].is_boolean(), "{name}: {hint} in {hints}");
+        }
+        assert_eq!(tool["outputSchema"]["type"], "object", "{name}");
+    }
+    let request = tools
+        .iter()
+        .find(|t| t["name"] == "request_sandbox")
+        .expect("request_sandbox");
+    assert_eq!(
+        request["inputSchema"]["properties"]["services"]["items"]["enum"],
+        serde_json::json!(["postgres", "redis"])
+    );
+
+    for call in report["calls"].as_array().expect("calls") {
+        assert!(call["invalid"].is_null(), "{call}");
+        assert_eq!(call["text_is_the_json"], true, "{call}");
+    }
+    let first = call(report, 1, "request_sandbox");
+    let again = call(report, 2, "request_sandbox");
+    assert_eq!(first["is_error"], false, "{first}");
+    let postgres = entry(&first["structured"], "postgres");
+    assert_eq!(
+        postgres["password"],
+        entry(&again["structured"], "postgres")["password"],
+        "the same credentials again"
+    );
+    for call in [first, again] {
+        assert_eq!(
+            call["postgres_answer"],
+            serde_json::json!([postgres["user"], postgres["database"]]),
+            "the handed-out Postgres answers its account: {call}"
+        );
+    }
+    let refused = call(report, 3, "request_sandbox");
+    assert_eq!(refused["is_error"], true);
+    assert_eq!(refused["structured"]["error"], "service_not_allowed");
+    assert_eq!(call(report, 4, "release_sandbox")["is_error"], false);
+    assert!(
+        report["warnings"].as_array().expect("warnings").is_empty(),
+        "the SDK warned: {report}"
+    );
+}
+
+#[tokio::test]
+async fn python_sdk_2_stateless_and_with_a_session_and_python_sdk_1() {
+    let (Some(two), Some(one)) = (python_with_sdk("2.3.0"), python_with_sdk("1.30.0")) else {
+        return;
+    };
+    let home = Home::new();
+    let mut daemon = spawn_daemon(&home);
+    let outcome = AssertUnwindSafe(async {
+        for (python, mode, protocol, sdk) in [
+            (&two, "2026-07-28", "2026-07-28", "2."),
+            (&two, "legacy", "2025-11-25", "2."),
+            (&one, "legacy", "2025-11-25", "1."),
+        ] {
+            let report = run_flow(&daemon, python, mode).await;
+            assert!(
+                report["sdk"].as_str().is_some_and(|v| v.starts_with(sdk)),
+                "{report}"
+            );
+            judge(&report, protocol);
+        }
+        assert!(
+            daemon.sandboxes().await.is_empty(),
+            "every flow released its sandbox"
+        );
+    })
+    .catch_unwind()
+    .await;
+    daemon.stop();
+    teardown_everything(&home);
+    if let Err(panic) = outcome {
+        std::panic::resume_unwind(panic);
+    }
+}

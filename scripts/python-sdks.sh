@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# Installs the MCP Python SDKs the tests drive the daemon with (the client agents really run),
+# one virtualenv per pinned version, from PyPI. Cached: a venv that already holds its version is
+# kept. Prints where they are; the tests find them in the same place.
+#
+# Environment: SANDBOXD_PYTHON_CACHE (default /var/cache/sandboxd-python).
+set -euo pipefail
+
+CACHE="${SANDBOXD_PYTHON_CACHE:-/var/cache/sandboxd-python}"
+# 2.x speaks 2026-07-28 (stateless) and 2025-11-25; 1.x only the session-based revisions.
+VERSIONS=(2.3.0 1.30.0)
+JSONSCHEMA=4.26.0
+# The tests query the Postgres an agent gets, as its test suite would.
+PSYCOPG=3.3.9
+
+say() { printf '[python-sdks] %s\n' "$*"; }
+
+mkdir -p "$CACHE"
+for version in "${VERSIONS[@]}"; do
+  venv="$CACHE/mcp-$version"
+  if "$venv/bin/python" -c "import importlib.metadata as m, sys; sys.exit(m.version('mcp') != '$version' or m.version('psycopg') != '$PSYCOPG')" 2>/dev/null; then
+    say "mcp $version present in $venv"
+    continue
+  fi
+  say "installing mcp $version into $venv"
+  rm -rf "$venv"
+  python3 -m venv "$venv"
+  "$venv/bin/pip" install --quiet --disable-pip-version-check \
+    "mcp==$version" "jsonschema==$JSONSCHEMA" "psycopg[binary]==$PSYCOPG"
+done
+say "done"
