@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Installs the MCP Python SDKs the tests drive the daemon with (the client agents really run),
-# one virtualenv per pinned version, from PyPI. Cached: a venv that already holds its version is
-# kept. Prints where they are; the tests find them in the same place.
+# one virtualenv per pinned version, from PyPI, and builds our own Python package
+# (clients/python) as a wheel into target/wheels and installs it with its test extras into the
+# `client` virtualenv. Cached: a venv that already holds its versions is kept; the wheel is
+# rebuilt every time (seconds). The tests find the venvs in the same place.
 #
 # Environment: SANDBOXD_PYTHON_CACHE (default /var/cache/sandboxd-python).
 set -euo pipefail
@@ -28,4 +30,20 @@ for version in "${VERSIONS[@]}"; do
   "$venv/bin/pip" install --quiet --disable-pip-version-check \
     "mcp==$version" "jsonschema==$JSONSCHEMA" "psycopg[binary]==$PSYCOPG"
 done
+client="$CACHE/client"
+if [ ! -x "$client/bin/python" ]; then
+  say "creating $client"
+  python3 -m venv "$client"
+fi
+repo="$(cd "$(dirname "$0")/.." && pwd)"
+say "building the sandboxd wheel"
+# Built from a copy: setuptools writes build/ and *.egg-info next to the sources it builds.
+rm -rf "$repo/target/wheels" "$repo/target/python-client"
+mkdir -p "$repo/target"
+cp -r "$repo/clients/python" "$repo/target/python-client"
+"$client/bin/pip" wheel --quiet --disable-pip-version-check --no-deps -w "$repo/target/wheels" "$repo/target/python-client"
+wheel=$(ls "$repo"/target/wheels/sandboxd-*.whl)
+"$client/bin/pip" install --quiet --disable-pip-version-check --force-reinstall --no-deps "$wheel"
+"$client/bin/pip" install --quiet --disable-pip-version-check "${wheel}[test]"
+say "installed $(basename "$wheel") into $client"
 say "done"

@@ -8,5 +8,6 @@ mod logs;
 mod mcp;
 mod operator_cli;
 mod ownership;
+mod python_client;
 mod python_sdk;
 mod support;

@@ -1,0 +1,138 @@
+"""The operator's side: the admin API (`/v1`, described by `/v1/openapi.json`) with the admin
+token. Answers are the API's JSON; a refusal raises `SandboxdError` with the API's reason."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import httpx2
+
+from sandboxd import _config
+from sandboxd.errors import SandboxdError
+
+ROUTES: frozenset[tuple[str, str]] = frozenset(
+    {
+        ("GET", "/v1/settings"),
+        ("PUT", "/v1/settings"),
+        ("GET", "/v1/projects"),
+        ("GET", "/v1/projects/{slug}"),
+        ("PUT", "/v1/projects/{slug}"),
+        ("GET", "/v1/agents"),
+        ("POST", "/v1/agents"),
+        ("GET", "/v1/agents/{slug}"),
+        ("DELETE", "/v1/agents/{slug}"),
+        ("GET", "/v1/tasks"),
+        ("POST", "/v1/tasks"),
+        ("GET", "/v1/sandboxes"),
+        ("DELETE", "/v1/sandboxes/{owner}"),
+        ("GET", "/v1/audit"),
+        ("POST", "/v1/janitor/run"),
+    }
+)
+"""Every route this client calls; the tests check each against the daemon's OpenAPI document."""
+
+
+class Operator:
+    """`url` defaults to `SANDBOXD_URL`, `token` to `SANDBOXD_ADMIN_TOKEN`."""
+
+    def __init__(self, url: str | None = None, token: str | None = None, *, timeout: float = _config.DEFAULT_TIMEOUT):
+        self.url = _config.base_url(url)
+        self._http = httpx2.Client(
+            base_url=self.url,
+            headers={"Authorization": f"Bearer {_config.token(token, 'SANDBOXD_ADMIN_TOKEN', 'admin token')}"},
+            timeout=timeout,
+        )
+
+    def __repr__(self) -> str:
+        return f"Operator({self.url!r})"
+
+    def __enter__(self) -> Operator:
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        self._http.close()
+
+    def _request(self, method: str, template: str, *, path: dict[str, str] | None = None, **kwargs: Any) -> Any:
+        assert (method, template) in ROUTES, f"{method} {template} is not a route this client knows"
+        url = template.format(**(path or {}))
+        if "params" in kwargs:
+            kwargs["params"] = {k: v for k, v in kwargs["params"].items() if v is not None}
+        response = self._http.request(method, url, **kwargs)
+        body = response.json() if response.content else None
+        if response.status_code >= 400:
+            reason = body if isinstance(body, dict) else {}
+            raise SandboxdError(
+                str(reason.get("error") or response.status_code),
+                str(reason.get("message") or response.reason_phrase),
+                str(reason.get("remediate") or ""),
+                response.status_code >= 500,
+            )
+        return body
+
+    def openapi(self) -> dict[str, Any]:
+        response = self._http.get("/v1/openapi.json")
+        response.raise_for_status()
+        return response.json()
+
+    def settings(self) -> dict[str, Any]:
+        return self._request("GET", "/v1/settings")
+
+    def set_sandbox_db_enabled(self, enabled: bool) -> dict[str, Any]:
+        """Stored at once; the daemon runs with it after its next restart."""
+        return self._request("PUT", "/v1/settings", json={"sandbox_db_enabled": enabled})
+
+    def projects(self) -> list[dict[str, Any]]:
+        return self._request("GET", "/v1/projects")
+
+    def project(self, slug: str) -> dict[str, Any]:
+        return self._request("GET", "/v1/projects/{slug}", path={"slug": slug})
+
+    def set_project(
+        self, slug: str, services: list[str] | None, extensions: dict[str, list[str]] | None = None
+    ) -> dict[str, Any]:
+        """Opts `slug` into `services` (None or [] opts it out), with standing features."""
+        body = {"sandbox_services": services, "sandbox_extensions": extensions}
+        return self._request("PUT", "/v1/projects/{slug}", path={"slug": slug}, json=body)
+
+    def agents(self, project: str | None = None) -> list[dict[str, Any]]:
+        return self._request("GET", "/v1/agents", params={"project": project})
+
+    def agent(self, slug: str) -> dict[str, Any]:
+        return self._request("GET", "/v1/agents/{slug}", path={"slug": slug})
+
+    def spawn_agent(self, slug: str, role: str, project: str) -> dict[str, Any]:
+        """The answer carries the agent's token (shown once), manifest, env and briefing."""
+        return self._request("POST", "/v1/agents", json={"slug": slug, "role": role, "project": project})
+
+    def remove_agent(self, slug: str) -> Any:
+        return self._request("DELETE", "/v1/agents/{slug}", path={"slug": slug})
+
+    def tasks(self, project: str | None = None, state: str | None = None) -> list[dict[str, Any]]:
+        return self._request("GET", "/v1/tasks", params={"project": project, "state": state})
+
+    def add_task(self, project: str, title: str, description: str = "") -> dict[str, Any]:
+        return self._request("POST", "/v1/tasks", json={"project": project, "title": title, "description": description})
+
+    def sandboxes(self, all: bool = False) -> list[dict[str, Any]]:
+        """Live sandboxes of this daemon; with `all`, other makers' (foreign) ones too."""
+        return self._request("GET", "/v1/sandboxes", params={"all": "true" if all else None})
+
+    def teardown_sandbox(self, owner: str) -> Any:
+        return self._request("DELETE", "/v1/sandboxes/{owner}", path={"owner": owner})
+
+    def audit(
+        self,
+        agent: str | None = None,
+        project: str | None = None,
+        outcome: str | None = None,
+        before: int | None = None,
+        limit: int | None = None,
+    ) -> Any:
+        params = {"agent": agent, "project": project, "outcome": outcome, "before": before, "limit": limit}
+        return self._request("GET", "/v1/audit", params=params)
+
+    def run_janitor(self) -> dict[str, Any]:
+        return self._request("POST", "/v1/janitor/run")
