@@ -62,6 +62,9 @@ pub struct ListedInstance {
     pub live: bool,
     /// `running`, `exited`, `oom-killed`, …
     pub status: String,
+    /// The image it runs, for backends with images.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub image: Option<String>,
 }
 
 /// One line of `sandboxd doctor`.
@@ -122,6 +125,13 @@ pub trait Backend: Send + Sync + fmt::Debug {
     async fn list(&self) -> Result<Vec<ListedInstance>, BackendError>;
 
     async fn doctor(&self) -> Vec<DoctorCheck>;
+
+    /// The image that runs `engine` on this backend now (the first of its candidates present),
+    /// or None for a backend without images.
+    async fn image_of(&self, engine: EngineRef) -> Result<Option<String>, BackendError> {
+        let _ = engine;
+        Ok(None)
+    }
 
     /// Where features of `engine` come from, for "not available in …" errors: the image, or
     /// this host's packages.

@@ -82,7 +82,10 @@ pub async fn cold_provision(
 ) -> Result<()> {
     let images = local_images();
     let config = DockerConfig {
-        images: images.clone(),
+        images: images
+            .iter()
+            .map(|(engine, image)| (engine.clone(), vec![image.clone()]))
+            .collect(),
         grace: Duration::ZERO,
         ..DockerConfig::default()
     };

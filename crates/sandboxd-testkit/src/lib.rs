@@ -65,6 +65,14 @@ pub fn local_images() -> BTreeMap<String, String> {
     .collect()
 }
 
+/// [`local_images`] as the Docker backend's image lists: each engine runs its local image only.
+pub fn local_image_lists() -> BTreeMap<String, Vec<String>> {
+    local_images()
+        .into_iter()
+        .map(|(engine, image)| (engine, vec![image]))
+        .collect()
+}
+
 /// True where a skipped Docker test must fail instead (CI).
 pub fn docker_required() -> bool {
     std::env::var("SANDBOXD_REQUIRE_DOCKER").is_ok_and(|v| v == "1")
@@ -83,7 +91,7 @@ pub fn skip(test: &str, why: &str) {
 /// engine answers.
 pub async fn docker_or_skip() -> Option<DockerBackend> {
     let config = DockerConfig {
-        images: local_images(),
+        images: local_image_lists(),
         grace: Duration::ZERO,
         ..DockerConfig::default()
     };

@@ -45,7 +45,7 @@ pub fn docker(settings: &Settings) -> Result<DockerBackend, BackendError> {
         grace: Duration::from_secs(docker.grace_secs),
         stop_timeout: Duration::from_secs(docker.stop_timeout_secs),
         images: engines::all()
-            .map(|engine| (engine.name.to_owned(), settings.image_for(engine)))
+            .map(|engine| (engine.name.to_owned(), settings.images_for(engine)))
             .collect(),
         deadlines: settings.deadlines(),
     })

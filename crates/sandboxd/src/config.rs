@@ -264,7 +264,8 @@ impl Default for DockerSettings {
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct EngineSettings {
-    /// The image to run for this engine on Docker.
+    /// The image to run for this engine on Docker. Unset: the engine's official image, else
+    /// the locally built `sandboxd-local/…` one, whichever is present.
     pub image: Option<String>,
     /// Overrides the engine's readiness deadline.
     pub readiness_deadline_secs: Option<u64>,
@@ -346,11 +347,13 @@ impl Settings {
         Ok(())
     }
 
-    pub fn image_for(&self, engine: EngineRef) -> String {
-        self.engines
-            .get(engine.name)
-            .and_then(|e| e.image.clone())
-            .unwrap_or_else(|| engine.default_image().to_owned())
+    /// The images that may run `engine` on Docker, in the order they are tried: the configured
+    /// one alone, else the engine's list.
+    pub fn images_for(&self, engine: EngineRef) -> Vec<String> {
+        match self.engines.get(engine.name).and_then(|e| e.image.clone()) {
+            Some(image) => vec![image],
+            None => engine.images.iter().map(|i| (*i).to_owned()).collect(),
+        }
     }
 
     pub fn deadlines(&self) -> BTreeMap<String, Duration> {
@@ -513,8 +516,8 @@ mod tests {
         let settings = Settings::load(Some(&path)).expect("valid file");
         assert_eq!(settings.backend, BackendChoice::Process);
         assert_eq!(
-            settings.image_for(EngineRef::parse("postgres").expect("registered")),
-            "mirror/pg:16"
+            settings.images_for(EngineRef::parse("postgres").expect("registered")),
+            ["mirror/pg:16"]
         );
         std::fs::write(&path, "bakend = \"process\"\n").expect("write");
         let err = Settings::load(Some(&path)).expect_err("typo");

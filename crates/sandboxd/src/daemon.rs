@@ -28,6 +28,9 @@ pub struct Daemon {
     pub admin_token: SecretString,
     /// Which backend provisions new sandboxes.
     pub primary: &'static str,
+    /// The image each engine runs with on the provisioning backend (`engine=image`; empty for
+    /// backends without images, and engines with no image present are left out).
+    pub images: Vec<String>,
 }
 
 pub async fn start(settings: &Settings) -> Result<Daemon> {
@@ -57,6 +60,12 @@ pub async fn start(settings: &Settings) -> Result<Daemon> {
     };
     let backends = daemon_backends(settings).await?;
     let primary = backends.primary().kind().as_str();
+    let mut images = Vec::new();
+    for engine in engines::all() {
+        if let Ok(Some(image)) = backends.primary().image_of(engine).await {
+            images.push(format!("{}={image}", engine.name));
+        }
+    }
     let broker = Broker::start(config, store, backends)
         .await
         .context("starting the broker")?;
@@ -64,6 +73,7 @@ pub async fn start(settings: &Settings) -> Result<Daemon> {
         broker,
         admin_token,
         primary,
+        images,
     })
 }
 

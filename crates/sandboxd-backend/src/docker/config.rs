@@ -30,8 +30,9 @@ pub struct DockerConfig {
     pub grace: Duration,
     /// How long `docker stop` waits before the engine kills the container at teardown.
     pub stop_timeout: Duration,
-    /// Images per engine name, overriding the engine's default image.
-    pub images: BTreeMap<String, String>,
+    /// Images per engine name, in the order they are tried (the first present on the engine
+    /// runs); an engine not named here tries its own list (`Engine::images`).
+    pub images: BTreeMap<String, Vec<String>>,
     /// Readiness deadlines per engine name, overriding the engine's own.
     pub deadlines: BTreeMap<String, Duration>,
 }
@@ -54,12 +55,12 @@ impl Default for DockerConfig {
 }
 
 impl DockerConfig {
-    /// The image that runs `engine`.
-    pub fn image(&self, engine: EngineRef) -> String {
-        self.images
-            .get(engine.name)
-            .cloned()
-            .unwrap_or_else(|| engine.default_image().to_owned())
+    /// The images that may run `engine`, in the order they are tried.
+    pub fn images(&self, engine: EngineRef) -> Vec<String> {
+        match self.images.get(engine.name) {
+            Some(images) if !images.is_empty() => images.clone(),
+            _ => engine.images.iter().map(|i| (*i).to_owned()).collect(),
+        }
     }
 
     pub fn deadline(&self, engine: EngineRef) -> Duration {
@@ -135,7 +136,15 @@ mod tests {
         assert_eq!(config.memory_mb, 512);
         assert_eq!(config.socket_path(), "/var/run/docker.sock");
         let pg = EngineRef::parse("postgres").expect("registered");
-        assert_eq!(config.image(pg), "postgres:16-alpine");
+        assert_eq!(
+            config.images(pg),
+            ["postgres:16-alpine", "sandboxd-local/postgres:17"]
+        );
+        let configured = DockerConfig {
+            images: [("postgres".to_owned(), vec!["mine/pg:1".to_owned()])].into(),
+            ..DockerConfig::default()
+        };
+        assert_eq!(configured.images(pg), ["mine/pg:1"]);
         assert_eq!(config.deadline(pg), Duration::from_secs(60));
     }
 

@@ -33,23 +33,39 @@ pub(super) fn hint(engine: EngineRef, image: &str) -> String {
     }
 }
 
-/// The image's facts, or `ImageMissing` naming it and how to get it.
-pub(super) async fn inspect(
+/// How to get any of `images` onto the engine: every way, the local build first (it needs no
+/// registry).
+pub(super) fn hint_any(engine: EngineRef, images: &[String]) -> String {
+    let mut hints: Vec<String> = images.iter().map(|i| hint(engine, i)).collect();
+    hints.sort_by_key(|h| !h.starts_with("build"));
+    hints.dedup();
+    hints.join("; or ")
+}
+
+/// The image that runs `engine`: the first of `images` present on the engine, and its facts;
+/// `ImageMissing` naming every candidate and how to get one when none is.
+pub(super) async fn resolve(
     docker: &Docker,
     engine: EngineRef,
-    image: &str,
-) -> Result<ImageFacts, BackendError> {
-    match docker.inspect_image(image).await {
-        Ok(found) => Ok(ImageFacts {
-            volumes: found.config.and_then(|c| c.volumes).unwrap_or_default(),
-        }),
-        Err(err) if client::is_not_found(&err) => Err(BackendError::ImageMissing {
-            engine: engine.name,
-            image: image.to_owned(),
-            hint: hint(engine, image),
-        }),
-        Err(err) => Err(client::error("inspecting image", image, err)),
+    images: &[String],
+) -> Result<(String, ImageFacts), BackendError> {
+    for image in images {
+        match docker.inspect_image(image).await {
+            Ok(found) => {
+                let facts = ImageFacts {
+                    volumes: found.config.and_then(|c| c.volumes).unwrap_or_default(),
+                };
+                return Ok((image.clone(), facts));
+            }
+            Err(err) if client::is_not_found(&err) => continue,
+            Err(err) => return Err(client::error("inspecting image", image, err)),
+        }
     }
+    Err(BackendError::ImageMissing {
+        engine: engine.name,
+        image: images.join(" or "),
+        hint: hint_any(engine, images),
+    })
 }
 
 #[cfg(test)]
@@ -62,5 +78,17 @@ mod tests {
         assert!(hint(pg, "sandboxd-local/postgres:17").contains("scripts/build-images.sh"));
         let pull = hint(pg, "postgres:16-alpine");
         assert!(pull.contains("docker pull postgres:16-alpine"), "{pull}");
+        let either = hint_any(
+            pg,
+            &[
+                "postgres:16-alpine".into(),
+                "sandboxd-local/postgres:17".into(),
+            ],
+        );
+        assert!(either.starts_with("build it"), "{either}");
+        assert!(
+            either.contains("docker pull postgres:16-alpine"),
+            "{either}"
+        );
     }
 }

@@ -58,6 +58,7 @@ impl DockerBackend {
                 // The summary has no OOM flag; `is_live` inspects for it.
                 live: status == "running",
                 status,
+                image: summary.image.filter(|i| !i.is_empty()),
             });
         }
         listed.sort_by(|a, b| a.handle.name.cmp(&b.handle.name));

@@ -121,10 +121,13 @@ impl Backend for DockerBackend {
     }
 
     async fn supports(&self, engine: EngineRef) -> Result<(), BackendError> {
+        self.image_of(engine).await.map(drop)
+    }
+
+    async fn image_of(&self, engine: EngineRef) -> Result<Option<String>, BackendError> {
         let docker = self.client.get().await?;
-        images::inspect(docker, engine, &self.config.image(engine))
-            .await
-            .map(drop)
+        let (image, _) = images::resolve(docker, engine, &self.config.images(engine)).await?;
+        Ok(Some(image))
     }
 
     async fn provision(&self, request: &InstanceRequest) -> Result<Instance, BackendError> {
@@ -218,12 +221,25 @@ impl Backend for DockerBackend {
             });
         }
         for engine in engines::all() {
-            let image = self.config.image(engine);
+            let candidates = self.config.images(engine);
             let subject = format!("{} (docker)", engine.name);
-            checks.push(match self.supports(engine).await {
-                Ok(()) => DoctorCheck::ok(subject, format!("image {image} present")),
-                Err(BackendError::ImageMissing { hint, .. }) => {
-                    DoctorCheck::missing(subject, format!("image {image} missing"), hint)
+            checks.push(match self.image_of(engine).await {
+                Ok(image) => {
+                    let image = image.unwrap_or_default();
+                    let skipped: Vec<&str> = candidates
+                        .iter()
+                        .take_while(|c| **c != image)
+                        .map(String::as_str)
+                        .collect();
+                    let detail = if skipped.is_empty() {
+                        format!("runs image {image}")
+                    } else {
+                        format!("runs image {image} ({} not present)", skipped.join(", "))
+                    };
+                    DoctorCheck::ok(subject, detail)
+                }
+                Err(BackendError::ImageMissing { image, hint, .. }) => {
+                    DoctorCheck::missing(subject, format!("no image: {image} missing"), hint)
                 }
                 Err(err) => DoctorCheck::missing(subject, err.to_string(), "see the message"),
             });
@@ -232,6 +248,6 @@ impl Backend for DockerBackend {
     }
 
     fn feature_location(&self, engine: EngineRef) -> String {
-        format!("image {}", self.config.image(engine))
+        format!("image {}", self.config.images(engine).join(" or "))
     }
 }

@@ -45,8 +45,7 @@ impl DockerBackend {
     ) -> Result<Instance, BackendError> {
         let docker = self.client.get().await?;
         let engine = request.engine;
-        let image = self.config.image(engine);
-        let facts = images::inspect(docker, engine, &image).await?;
+        let (image, facts) = images::resolve(docker, engine, &self.config.images(engine)).await?;
         if let Some(network) = &self.config.network {
             network::ensure_exists(docker, network).await?;
         }

@@ -42,6 +42,7 @@ pub(super) fn instances(root: &Path) -> Result<Vec<ListedInstance>, BackendError
                         created_at_ms,
                         live: false,
                         status: "incomplete".to_owned(),
+                        image: None,
                     });
                 }
             }
@@ -67,6 +68,7 @@ fn from_metadata(dir: &Path, meta: Metadata) -> ListedInstance {
         created_at_ms: meta.created_at_ms,
         live,
         status: if live { "running" } else { "exited" }.to_owned(),
+        image: None,
     }
 }
 

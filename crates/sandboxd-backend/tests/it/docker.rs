@@ -40,7 +40,7 @@ const NS: &str = "sandboxd";
 
 fn local_config() -> DockerConfig {
     DockerConfig {
-        images: sandboxd_testkit::local_images(),
+        images: sandboxd_testkit::local_image_lists(),
         socket: socket(),
         ..DockerConfig::default()
     }
@@ -690,7 +690,7 @@ async fn a_stale_container_is_cleared_and_a_young_one_is_left_alone() {
 #[tokio::test]
 async fn a_server_that_never_becomes_ready_times_out_and_leaves_nothing() {
     let Some(harness) = Harness::new("dnever", &[NEVER_READY], |c| {
-        c.images.insert("postgres".into(), NEVER_READY.into());
+        c.images.insert("postgres".into(), vec![NEVER_READY.into()]);
         c.deadlines
             .insert("postgres".into(), Duration::from_secs(3));
     })
@@ -723,7 +723,7 @@ async fn a_server_that_never_becomes_ready_times_out_and_leaves_nothing() {
 #[tokio::test]
 async fn a_server_that_dies_while_starting_fails_fast_with_its_exit_code_and_logs() {
     let Some(harness) = Harness::new("ddies", &[NEVER_READY], |c| {
-        c.images.insert("postgres".into(), NEVER_READY.into());
+        c.images.insert("postgres".into(), vec![NEVER_READY.into()]);
     })
     .await
     else {
@@ -775,9 +775,9 @@ async fn a_server_that_dies_while_starting_fails_fast_with_its_exit_code_and_log
 async fn a_missing_image_is_a_clear_error_and_creates_nothing() {
     let image = "sandboxd-local/does-not-exist:0";
     let Some(harness) = Harness::new("dmissing", &[], |c| {
-        c.images.insert("postgres".into(), image.into());
+        c.images.insert("postgres".into(), vec![image.into()]);
         c.images
-            .insert("redis".into(), "registry.invalid/redis:nope".into());
+            .insert("redis".into(), vec!["registry.invalid/redis:nope".into()]);
     })
     .await
     else {
@@ -869,7 +869,7 @@ async fn mongo_on_docker_end_to_end() {
         return;
     }
     let Some(harness) = Harness::new("dmongo", &[], |c| {
-        c.images.insert("mongo".into(), image.clone());
+        c.images.insert("mongo".into(), vec![image.clone()]);
     })
     .await
     else {

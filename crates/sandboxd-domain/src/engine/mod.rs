@@ -31,7 +31,8 @@ pub struct Engine {
     /// A human name (`PostgreSQL`).
     pub title: &'static str,
     pub protocol: Protocol,
-    /// Images that run this engine, the default first.
+    /// Images that run this engine, in the order they are tried: the official image first, then
+    /// the one `scripts/build-images.sh` builds (`sandboxd-local/…`), so either works unconfigured.
     pub images: &'static [&'static str],
     /// The port the server listens on inside its container.
     pub port: u16,
@@ -65,7 +66,7 @@ pub trait EngineRecipes: Send + Sync + 'static {
 }
 
 impl Engine {
-    /// The image used when the operator configured none.
+    /// The first image tried when the operator configured none.
     pub fn default_image(&self) -> &'static str {
         self.images.first().copied().unwrap_or(self.name)
     }

@@ -29,7 +29,7 @@ pub static MARIADB: Engine = Engine {
     name: "mariadb",
     title: "MariaDB",
     protocol: Protocol::Mysql,
-    images: &["mariadb:11"],
+    images: &["mariadb:11", "sandboxd-local/mariadb:11"],
     port: 3306,
     readiness_deadline: Duration::from_secs(60),
     feature_kind: FeatureKind::Extension,

@@ -75,7 +75,7 @@ pub static POSTGRES: Engine = Engine {
     name: "postgres",
     title: "PostgreSQL",
     protocol: Protocol::Postgres,
-    images: &["postgres:16-alpine"],
+    images: &["postgres:16-alpine", "sandboxd-local/postgres:17"],
     port: 5432,
     readiness_deadline: Duration::from_secs(60),
     feature_kind: FeatureKind::Extension,

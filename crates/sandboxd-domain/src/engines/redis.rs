@@ -117,7 +117,7 @@ pub static REDIS: Engine = Engine {
     name: "redis",
     title: "Redis",
     protocol: Protocol::Redis,
-    images: &["redis:8-alpine"],
+    images: &["redis:8-alpine", "sandboxd-local/redis:8"],
     port: 6379,
     readiness_deadline: Duration::from_secs(15),
     feature_kind: FeatureKind::Module,

@@ -45,7 +45,10 @@ pub async fn run(args: Args, settings: &Settings) -> ExitCode {
                 i.handle.engine.to_string(),
                 i.handle.owner.to_string(),
                 i.handle.maker.to_string(),
-                i.handle.backend.to_string(),
+                match &i.image {
+                    Some(image) => format!("{} ({image})", i.handle.backend),
+                    None => i.handle.backend.to_string(),
+                },
                 format!("{}:{}", i.host, i.port),
                 format_age_since(i.created_at_ms),
                 i.status.clone(),

@@ -62,8 +62,13 @@ pub async fn run(args: Args, settings: &Settings) -> ExitCode {
     let app = http::app(&daemon, settings, shutdown.child_token());
     // The first stdout line is the address: scripts and tests read it.
     println!("sandboxd listening on http://{addr}");
+    let images = if daemon.images.is_empty() {
+        String::new()
+    } else {
+        format!(" (images {})", daemon.images.join(", "))
+    };
     eprintln!(
-        "sandboxd: {} backend; MCP at http://{addr}/mcp, panel at http://{addr}/, admin API at \
+        "sandboxd: {} backend{images}; MCP at http://{addr}/mcp, panel at http://{addr}/, admin API at \
          http://{addr}/v1 (token: {} or ${}); sandbox_db_enabled running = {}",
         daemon.primary,
         settings.admin_token_file().display(),

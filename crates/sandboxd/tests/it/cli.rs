@@ -235,3 +235,91 @@ fn doctor_table_fits_the_terminal_and_keeps_rows_whole_when_piped() {
         );
     }
 }
+
+/// With no image configured, Docker runs each engine from the first of its images present (the
+/// official one, else the locally built one): `provision --backend docker` works out of the box,
+/// and `doctor` and `ls` say which image runs.
+#[test]
+fn docker_without_image_config_runs_the_images_that_are_there() {
+    let built = std::process::Command::new("docker")
+        .args(["image", "inspect", "sandboxd-local/postgres:17"])
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !built {
+        sandboxd_testkit::skip(
+            "docker_without_image_config",
+            "no Docker engine answers, or the local images are not built",
+        );
+        return;
+    }
+    let home = Home::new();
+    let owner = unique("imgs");
+    let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        let output = home
+            .sandboxd()
+            .args([
+                "provision",
+                "--owner",
+                &owner,
+                "--engines",
+                "postgres,redis",
+            ])
+            .args(["--backend", "docker", "--json"])
+            .output()
+            .expect("provision");
+        assert!(
+            output.status.success(),
+            "{}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+        let json: Value = serde_json::from_slice(&output.stdout).expect("json");
+        assert_eq!(json["backend"], "docker", "{json}");
+
+        let doctor = home
+            .sandboxd()
+            .args(["doctor", "--json"])
+            .output()
+            .expect("doctor");
+        let checks: Value = serde_json::from_slice(&doctor.stdout).expect("json");
+        let postgres = checks
+            .as_array()
+            .expect("checks")
+            .iter()
+            .find(|c| c["subject"] == "postgres (docker)")
+            .expect("a postgres (docker) check");
+        assert_eq!(postgres["ok"], true, "{postgres}");
+        let detail = postgres["detail"].as_str().expect("detail");
+        let image = detail
+            .strip_prefix("runs image ")
+            .and_then(|rest| rest.split_whitespace().next())
+            .unwrap_or_else(|| panic!("names the image: {detail}"));
+        assert!(
+            ["postgres:16-alpine", "sandboxd-local/postgres:17"].contains(&image),
+            "{detail}"
+        );
+
+        let listed: Value = serde_json::from_slice(
+            &home
+                .sandboxd()
+                .args(["ls", "--json"])
+                .output()
+                .expect("ls")
+                .stdout,
+        )
+        .expect("json");
+        let ours = listed
+            .as_array()
+            .expect("list")
+            .iter()
+            .find(|i| i["owner"] == owner.as_str() && i["engine"] == "postgres")
+            .unwrap_or_else(|| panic!("our postgres in {listed}"));
+        assert_eq!(ours["image"], image, "{ours}");
+    }));
+    let _ = home
+        .sandboxd()
+        .args(["teardown", "--owner", &owner])
+        .output();
+    if let Err(panic) = outcome {
+        std::panic::resume_unwind(panic);
+    }
+}
