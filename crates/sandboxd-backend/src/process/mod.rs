@@ -37,12 +37,14 @@ mod liveness;
 mod metadata;
 mod programs;
 mod provision;
+mod space;
 mod teardown;
 mod template;
 
 pub use config::ProcessConfig;
 pub use identity::Identity;
 use metadata::Metadata;
+pub use space::SOURCE as MOUNT_SOURCE;
 
 const HOST: &str = "127.0.0.1";
 
@@ -67,7 +69,7 @@ impl std::fmt::Debug for ProcessBackend {
 
 impl ProcessBackend {
     pub fn new(config: ProcessConfig) -> Result<Self, BackendError> {
-        let identity = Identity::resolve(&config.run_as)?;
+        let identity = Identity::resolve(&config)?;
         Ok(Self {
             config,
             identity,
@@ -168,14 +170,29 @@ impl Backend for ProcessBackend {
     }
 
     async fn doctor(&self) -> Vec<DoctorCheck> {
-        let mut checks = vec![DoctorCheck::ok(
-            "process backend",
+        let instances = format!(
+            "instances under {}: {}",
+            self.config.root.display(),
+            self.identity.describe()
+        );
+        // Not being root is a supported mode (a laptop), reported plainly rather than failed.
+        let mut checks = vec![DoctorCheck::ok("process backend", instances)];
+        let memory = self.config.memory_limit_mb * 1024 * 1024;
+        checks.push(DoctorCheck::ok(
+            "process caps",
             format!(
-                "instances under {} run as `{}`",
-                self.config.root.display(),
-                self.identity.run_as
+                "{}; data size: {}",
+                limits::in_force(memory, self.config.pids_limit),
+                if space::available() {
+                    format!(
+                        "a tmpfs of {} MiB per instance (WAL on its own {} MiB)",
+                        self.config.data_limit_mb, self.config.wal_limit_mb
+                    )
+                } else {
+                    "none (not root: instances share the root directory's filesystem)".to_owned()
+                }
             ),
-        )];
+        ));
         for engine in engines::all() {
             let Some(recipe) = engine.process() else {
                 continue;
