@@ -686,14 +686,19 @@ async fn memory_is_capped_per_instance() {
                 )
                 .await;
             let err = outcome.expect_err("a 600 MB hash in a 192 MB cap cannot succeed");
-            let failcnt = Path::new("/sys/fs/cgroup/memory/sandboxd")
+            // cgroup v1 counts the kills its OOM killer made inside the group.
+            let oom = Path::new("/sys/fs/cgroup/memory/sandboxd")
                 .join(&hog.name)
-                .join("memory.failcnt");
-            if let Ok(count) = std::fs::read_to_string(&failcnt) {
-                let count: u64 = count.trim().parse().expect("failcnt");
+                .join("memory.oom_control");
+            if let Ok(control) = std::fs::read_to_string(&oom) {
+                let kills: u64 = control
+                    .lines()
+                    .find_map(|l| l.strip_prefix("oom_kill "))
+                    .and_then(|n| n.trim().parse().ok())
+                    .unwrap_or(0);
                 assert!(
-                    count > 0,
-                    "the cap was never reached, so it did not stop {err:?}"
+                    kills > 0,
+                    "the cap did not stop the query; it failed otherwise: {err:?}\n{control}"
                 );
             }
             let peak = std::fs::read_to_string(
