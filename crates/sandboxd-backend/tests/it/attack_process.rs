@@ -734,27 +734,37 @@ async fn memory_is_capped_per_instance() {
 }
 
 #[tokio::test]
-async fn concurrent_provisions_get_distinct_uids_and_give_them_back() {
+async fn concurrent_provisions_of_two_daemons_get_distinct_uids_and_give_them_back() {
     if !isolated_host() {
         return;
     }
+    // Two backends with their own roots stand for two daemons on one host: the leases are
+    // host-wide, so neither hands out a uid the other holds.
+    let other = ProcessHarness::new(|_| {});
     ProcessHarness::new(|_| {})
-        .run(|backend| async move {
-            let owners: Vec<AgentSlug> = (0..6).map(|_| support::owner("uid")).collect();
-            let instances =
-                futures::future::join_all(owners.iter().map(|o| provision(&backend, "redis", o)))
-                    .await;
-            let uids: std::collections::BTreeSet<u32> =
-                instances.iter().map(|i| tenant(i).uid).collect();
-            assert_eq!(uids.len(), instances.len(), "one uid per live instance");
-            for instance in &instances {
-                backend
-                    .teardown(&InstanceHandle::of(instance))
-                    .await
-                    .expect("teardown");
-                assert_nothing_left_of(&backend, instance);
-                support::assert_no_process_mentions(&instance.name).await;
-            }
+        .run(|first| async move {
+            other
+                .run(|second| async move {
+                    let owners: Vec<AgentSlug> = (0..8).map(|_| support::owner("uid")).collect();
+                    let instances =
+                        futures::future::join_all(owners.iter().enumerate().map(|(i, o)| {
+                            let backend = if i % 2 == 0 { &first } else { &second };
+                            async move { (backend, provision(backend, "redis", o).await) }
+                        }))
+                        .await;
+                    let uids: std::collections::BTreeSet<u32> =
+                        instances.iter().map(|(_, i)| tenant(i).uid).collect();
+                    assert_eq!(uids.len(), instances.len(), "one uid per live instance");
+                    for (backend, instance) in &instances {
+                        backend
+                            .teardown(&InstanceHandle::of(instance))
+                            .await
+                            .expect("teardown");
+                        assert_nothing_left_of(backend, instance);
+                        support::assert_no_process_mentions(&instance.name).await;
+                    }
+                })
+                .await;
         })
         .await;
 }
