@@ -189,7 +189,9 @@ impl Backend for ProcessBackend {
                         self.config.data_limit_mb, self.config.wal_limit_mb
                     )
                 } else {
-                    "none (not root: instances share the root directory's filesystem)".to_owned()
+                    "none (not root, or no CAP_SYS_ADMIN to mount: instances share the root \
+                     directory's filesystem)"
+                        .to_owned()
                 }
             ),
         ));

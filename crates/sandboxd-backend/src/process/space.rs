@@ -17,9 +17,20 @@ use super::files::Owner;
 /// The source field of every mount sandboxd makes (`/proc/mounts` column 1).
 pub const SOURCE: &str = "sandboxd-instance";
 
-/// True when this process may mount (it is root).
+/// True when this process may mount: root with `CAP_SYS_ADMIN` (root inside an unprivileged
+/// container lacks it; instances then share the root directory's filesystem, as `doctor` says).
 pub fn available() -> bool {
-    geteuid().is_root()
+    const CAP_SYS_ADMIN: u32 = 21;
+    let effective = std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|status| {
+            status
+                .lines()
+                .find_map(|l| l.strip_prefix("CapEff:"))
+                .and_then(|hex| u64::from_str_radix(hex.trim(), 16).ok())
+        })
+        .unwrap_or(0);
+    geteuid().is_root() && effective & (1 << CAP_SYS_ADMIN) != 0
 }
 
 /// Mounts a tmpfs of `size_mb` at the existing directory `path`, mode 0700, owned by `owner`.
