@@ -4,16 +4,19 @@
 //! full isolation.
 //!
 //! Layout under `root` (a tmpfs-backed directory, `/dev/shm/sandboxd` by default):
-//! `sandboxd-<engine>-<owner>/` (0700, the instance user) holding `data/`, `sock/` (the private
-//! superuser socket), `server.log` and `sandboxd.json` (owner metadata, no credentials).
+//! `sandboxd-<engine>-<owner>/` (0700, owned by the instance's own uid; when sandboxd is root a
+//! size-capped tmpfs of its own) holding `data/`, `sock/` (the private superuser socket),
+//! `server.log` and `sandboxd.json` (owner metadata, no credentials). Outside `root`: the
+//! host-wide uid leases (`lease_dir`) and the instance's cgroups (`sandboxd/<name>`).
 //!
 //! Parts, split the way the Docker backend is:
 //! - [`config`]: `ProcessConfig`, every default documented.
 //! - `provision`, `list`, `teardown`: the lifecycle verbs, in the step names both backends use.
 //! - `template`: the template data directory built once per engine and server version.
-//! - `identity`, `limits`, `liveness`, `metadata`, `files`, `programs`: who instances run as,
-//!   their caps, how a pid is known to still be the instance, the metadata file beside each
-//!   instance, private files, and where the engines' programs are.
+//! - `identity`, `limits`, `space`, `liveness`, `metadata`, `files`, `programs`: which uid each
+//!   instance runs as (a leased pool account), its memory/pids caps, its size-capped tmpfs, how a
+//!   pid is known to still be the instance, the metadata file beside each instance, private
+//!   files, and where the engines' programs are.
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
