@@ -284,7 +284,9 @@ async fn templates_are_root_owned_and_closed_to_instances() {
     if !isolated_host() {
         return;
     }
-    ProcessHarness::new(|_| {})
+    // A template directory of its own, so the template checked is the one this build made
+    // (the host's cache may hold templates of older formats).
+    ProcessHarness::new(|config| config.template_dir = config.root.with_file_name("templates"))
         .run(|backend| async move {
             let victim = provision(&backend, "postgres", &support::owner("tpl")).await;
             support::pg(&victim)
