@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Fails when tests left anything behind: labeled containers, networks or volumes, instance
-# processes of test owners, or test instance directories.
+# processes of test owners or of the instance account pool, test instance directories, sandboxd's
+# tmpfs mounts, cgroups or uid leases.
 set -uo pipefail
 
 say() { printf '[check-leaks] %s\n' "$*"; }
@@ -32,6 +33,23 @@ if id sandboxd >/dev/null 2>&1; then
   done
   if [ -n "$procs" ]; then say "LEAK: processes of user sandboxd:"; printf '%s\n' "$procs"; leaks=1; fi
 fi
+# Processes of the per-instance accounts (sandboxd-i000…).
+for _ in 1 2 3 4 5 6 7 8 9 10; do
+  procs=$(ps -eo user:32=,pid=,args= | awk '$1 ~ /^sandboxd-i[0-9]+$/' || true)
+  [ -z "$procs" ] && break
+  sleep 0.5
+done
+if [ -n "$procs" ]; then say "LEAK: processes of instance accounts:"; printf '%s\n' "$procs"; leaks=1; fi
+
+# Size-capped instance mounts (source sandboxd-instance), cgroups under sandboxd/, uid leases.
+mounts=$(awk '$1 == "sandboxd-instance" {print $2}' /proc/mounts)
+if [ -n "$mounts" ]; then say "LEAK: instance mounts:"; printf '%s\n' "$mounts"; leaks=1; fi
+groups=$(find /sys/fs/cgroup/memory/sandboxd /sys/fs/cgroup/pids/sandboxd /sys/fs/cgroup/sandboxd \
+  -mindepth 1 -maxdepth 1 -type d 2>/dev/null || true)
+if [ -n "$groups" ]; then say "LEAK: instance cgroups:"; printf '%s\n' "$groups"; leaks=1; fi
+leases=$(find /run/sandboxd/uid-leases -mindepth 1 -maxdepth 1 -type f ! -name .lock 2>/dev/null || true)
+if [ -n "$leases" ]; then say "LEAK: uid leases:"; printf '%s\n' "$leases"; leaks=1; fi
+
 procs=$(pgrep -af 'sandboxd-test-|sandboxd-admin-test-|sandboxd-browser-' | grep -v pgrep || true)
 if [ -n "$procs" ]; then say "LEAK: processes under a test root or browser profile:"; printf '%s\n' "$procs"; leaks=1; fi
 

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs what sandboxd and its tests need on a fresh Debian machine: the database servers the
 # process backend runs, the browser the panel tests drive, debootstrap for the local images, and
-# the unprivileged user instances run as. Idempotent; prints what it does.
+# the unprivileged users instances run as (one pool account per live instance). Idempotent; prints what it does.
 set -euo pipefail
 
 packages=(
@@ -43,4 +43,20 @@ if ! id sandboxd >/dev/null 2>&1; then
   say "creating the system user sandboxd"
   $SUDO useradd --system --no-create-home --shell /usr/sbin/nologin sandboxd
 fi
+
+# One account per live process instance (sandboxd's process.uid_pool_prefix/uid_pool_size):
+# each instance runs under its own uid, so instances cannot signal, trace or read each other.
+# PostgreSQL refuses to start under a uid without a passwd entry, hence real accounts.
+pool_prefix=${SANDBOXD_UID_POOL_PREFIX:-sandboxd-i}
+pool_size=${SANDBOXD_UID_POOL_SIZE:-128}
+created=0
+for i in $(seq 0 $((pool_size - 1))); do
+  name=$(printf '%s%03d' "$pool_prefix" "$i")
+  if ! id "$name" >/dev/null 2>&1; then
+    $SUDO useradd --system --user-group --no-create-home --home-dir /nonexistent \
+      --shell /usr/sbin/nologin "$name"
+    created=$((created + 1))
+  fi
+done
+say "instance accounts ${pool_prefix}000..$(printf '%03d' $((pool_size - 1))): $created created"
 say "done"

@@ -11,10 +11,27 @@ pub struct ProcessConfig {
     pub root: PathBuf,
     /// Where template data directories are cached.
     pub template_dir: PathBuf,
-    /// The unprivileged user instances run as when sandboxd runs as root.
+    /// No longer used: instances and template builds run under leased pool accounts (root) or
+    /// the daemon's own user. Kept so existing configuration files still load.
     pub run_as: String,
+    /// Instance accounts are `<prefix>000`, `<prefix>001`, … (scripts/install-deps.sh creates
+    /// them); used when sandboxd runs as root.
+    pub uid_pool_prefix: String,
+    /// How many pool accounts to look for; at most this many instances live at once per host.
+    pub uid_pool_size: u32,
+    /// Host-wide directory of uid leases (one O_EXCL file per leased account), shared by every
+    /// sandboxd on the host whatever its `root`.
+    pub lease_dir: PathBuf,
     /// Memory cap per instance.
     pub memory_limit_mb: u64,
+    /// Size cap of an instance's directory (its data, sockets, logs): a tmpfs mount of this size
+    /// when sandboxd runs as root.
+    pub data_limit_mb: u64,
+    /// Size cap of a write-ahead log kept on its own mount (Postgres `pg_wal`), so a full data
+    /// directory fails a statement instead of the server.
+    pub wal_limit_mb: u64,
+    /// Process cap per instance (cgroup `pids.max`).
+    pub pids_limit: u64,
     /// How long a graceful stop may take before the instance is killed.
     pub stop_timeout: Duration,
     /// A same-named instance younger than this is never replaced.
@@ -44,7 +61,13 @@ impl Default for ProcessConfig {
             root,
             template_dir,
             run_as: "sandboxd".to_owned(),
+            uid_pool_prefix: "sandboxd-i".to_owned(),
+            uid_pool_size: 128,
+            lease_dir: PathBuf::from("/run/sandboxd/uid-leases"),
             memory_limit_mb: 2048,
+            data_limit_mb: 512,
+            wal_limit_mb: 128,
+            pids_limit: 512,
             stop_timeout: Duration::from_secs(5),
             grace: Duration::from_secs(180),
             deadlines: BTreeMap::new(),

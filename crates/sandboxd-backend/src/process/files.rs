@@ -32,10 +32,16 @@ pub fn private_file(path: &Path, content: &[u8], owner: Owner) -> io::Result<()>
     give_to(path, owner)
 }
 
-/// Copies `src` into the new directory `dst`, keeping modes and symlinks, owned by `owner`.
+/// Copies `src` into `dst`, keeping modes and symlinks, owned by `owner`. `dst` may already exist
+/// as a directory (a mount point); it then takes `src`'s mode and `owner`.
 pub fn copy_tree(src: &Path, dst: &Path, owner: Owner) -> io::Result<()> {
     let mode = fs::metadata(src)?.permissions().mode();
-    private_dir(dst, mode & 0o7777, owner)?;
+    if dst.is_dir() {
+        fs::set_permissions(dst, fs::Permissions::from_mode(mode & 0o7777))?;
+        give_to(dst, owner)?;
+    } else {
+        private_dir(dst, mode & 0o7777, owner)?;
+    }
     for entry in fs::read_dir(src)? {
         let entry = entry?;
         let kind = entry.file_type()?;
@@ -43,6 +49,10 @@ pub fn copy_tree(src: &Path, dst: &Path, owner: Owner) -> io::Result<()> {
         let to = dst.join(entry.file_name());
         if kind.is_dir() {
             copy_tree(&from, &to, owner)?;
+        } else if kind.is_file() && to.is_file() {
+            // Already there (copied into a nested mount point's parent before): overwrite.
+            fs::copy(&from, &to)?;
+            give_to(&to, owner)?;
         } else if kind.is_symlink() {
             symlink(fs::read_link(&from)?, &to)?;
         } else {
@@ -51,6 +61,29 @@ pub fn copy_tree(src: &Path, dst: &Path, owner: Owner) -> io::Result<()> {
         }
     }
     Ok(())
+}
+
+/// Gives a finished template to root and closes it to everyone else: every entry root-owned,
+/// nothing writable by group or others, the top directory 0700. Symlinks are not followed.
+pub fn hand_to_root(dir: &Path) -> io::Result<()> {
+    let root = Some((Uid::from_raw(0), Gid::from_raw(0)));
+    for entry in fs::read_dir(dir)? {
+        let entry = entry?;
+        let path = entry.path();
+        let kind = entry.file_type()?;
+        if kind.is_symlink() {
+            std::os::unix::fs::lchown(&path, Some(0), Some(0))?;
+            continue;
+        }
+        if kind.is_dir() {
+            hand_to_root(&path)?;
+        }
+        let mode = entry.metadata()?.permissions().mode() & 0o7755;
+        fs::set_permissions(&path, fs::Permissions::from_mode(mode))?;
+        give_to(&path, root)?;
+    }
+    fs::set_permissions(dir, fs::Permissions::from_mode(0o700))?;
+    give_to(dir, root)
 }
 
 /// The last `lines` lines of a log file, for "it stopped while starting" errors.

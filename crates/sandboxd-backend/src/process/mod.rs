@@ -4,16 +4,19 @@
 //! full isolation.
 //!
 //! Layout under `root` (a tmpfs-backed directory, `/dev/shm/sandboxd` by default):
-//! `sandboxd-<engine>-<owner>/` (0700, the instance user) holding `data/`, `sock/` (the private
-//! superuser socket), `server.log` and `sandboxd.json` (owner metadata, no credentials).
+//! `sandboxd-<engine>-<owner>/` (0700, owned by the instance's own uid; when sandboxd is root a
+//! size-capped tmpfs of its own) holding `data/`, `sock/` (the private superuser socket),
+//! `server.log` and `sandboxd.json` (owner metadata, no credentials). Outside `root`: the
+//! host-wide uid leases (`lease_dir`) and the instance's cgroups (`sandboxd/<name>`).
 //!
 //! Parts, split the way the Docker backend is:
 //! - [`config`]: `ProcessConfig`, every default documented.
 //! - `provision`, `list`, `teardown`: the lifecycle verbs, in the step names both backends use.
 //! - `template`: the template data directory built once per engine and server version.
-//! - `identity`, `limits`, `liveness`, `metadata`, `files`, `programs`: who instances run as,
-//!   their caps, how a pid is known to still be the instance, the metadata file beside each
-//!   instance, private files, and where the engines' programs are.
+//! - `identity`, `limits`, `space`, `liveness`, `metadata`, `files`, `programs`: which uid each
+//!   instance runs as (a leased pool account), its memory/pids caps, its size-capped tmpfs, how a
+//!   pid is known to still be the instance, the metadata file beside each instance, private
+//!   files, and where the engines' programs are.
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -37,12 +40,14 @@ mod liveness;
 mod metadata;
 mod programs;
 mod provision;
+mod space;
 mod teardown;
 mod template;
 
 pub use config::ProcessConfig;
 pub use identity::Identity;
 use metadata::Metadata;
+pub use space::SOURCE as MOUNT_SOURCE;
 
 const HOST: &str = "127.0.0.1";
 
@@ -67,7 +72,7 @@ impl std::fmt::Debug for ProcessBackend {
 
 impl ProcessBackend {
     pub fn new(config: ProcessConfig) -> Result<Self, BackendError> {
-        let identity = Identity::resolve(&config.run_as)?;
+        let identity = Identity::resolve(&config)?;
         Ok(Self {
             config,
             identity,
@@ -168,14 +173,31 @@ impl Backend for ProcessBackend {
     }
 
     async fn doctor(&self) -> Vec<DoctorCheck> {
-        let mut checks = vec![DoctorCheck::ok(
-            "process backend",
+        let instances = format!(
+            "instances under {}: {}",
+            self.config.root.display(),
+            self.identity.describe()
+        );
+        // Not being root is a supported mode (a laptop), reported plainly rather than failed.
+        let mut checks = vec![DoctorCheck::ok("process backend", instances)];
+        let memory = self.config.memory_limit_mb * 1024 * 1024;
+        checks.push(DoctorCheck::ok(
+            "process caps",
             format!(
-                "instances under {} run as `{}`",
-                self.config.root.display(),
-                self.identity.run_as
+                "{}; data size: {}",
+                limits::in_force(memory, self.config.pids_limit),
+                if space::available() {
+                    format!(
+                        "a tmpfs of {} MiB per instance (WAL on its own {} MiB)",
+                        self.config.data_limit_mb, self.config.wal_limit_mb
+                    )
+                } else {
+                    "none (not root, or no CAP_SYS_ADMIN to mount: instances share the root \
+                     directory's filesystem)"
+                        .to_owned()
+                }
             ),
-        )];
+        ));
         for engine in engines::all() {
             let Some(recipe) = engine.process() else {
                 continue;

@@ -1,6 +1,7 @@
 //! Provisioning one process instance, in the step names the Docker backend uses too:
-//! `clear_stale` (a leftover same-named instance) → `create` (the instance directory: data
-//! copied from the template, a private socket directory, the recipe's files) → `start` (the
+//! `clear_stale` (a leftover same-named instance) → `create` (a uid leased for the instance; the
+//! instance directory, a size-capped tmpfs of its own owned by that uid: data copied from the
+//! template, a private socket directory, the recipe's files) → `start` (the
 //! server under its resource caps, in its own process group, metadata written) → `bring_up` (the
 //! flow every backend shares: superuser login, setup steps, the handed-out account's own round
 //! trip) → `activate` (features). When any step after `clear_stale` fails, the process and the
@@ -16,9 +17,9 @@ use sandboxd_domain::instance::{BackendKind, Instance, instance_name};
 use sandboxd_domain::{Credentials, EngineRef};
 use secrecy::ExposeSecret;
 
-use super::identity::Identity;
+use super::identity::{Identity, Tenant};
 use super::metadata::Metadata;
-use super::{HOST, ProcessBackend, files, limits, liveness};
+use super::{HOST, ProcessBackend, files, limits, liveness, space};
 use crate::backend::{Backend, InstanceHandle, InstanceRequest};
 use crate::error::BackendError;
 use crate::startup::{Startup, bring_up};
@@ -44,20 +45,30 @@ struct Created {
     port: u16,
     admin: Credentials,
     agent: Credentials,
+    /// The account the instance runs as, leased for its directory.
+    tenant: Tenant,
 }
 
 impl Created {
-    fn context<'a>(&'a self, plan: &'a Plan<'_>, identity: &'a Identity) -> ProcessContext<'a> {
+    fn context<'a>(
+        &'a self,
+        plan: &'a Plan<'_>,
+        identity: &'a Identity,
+        config: &super::ProcessConfig,
+    ) -> ProcessContext<'a> {
         ProcessContext {
             programs: plan.programs,
             data_dir: &self.data_dir,
             socket_dir: &self.socket_dir,
             instance_dir: &self.dir,
             port: self.port,
-            run_as: &identity.run_as,
+            run_as: &self.tenant.user,
             daemon_user: &identity.daemon_user,
             admin: &self.admin,
             agent: &self.agent,
+            memory_limit_mb: config.memory_limit_mb,
+            data_limit_mb: config.data_limit_mb,
+            wal_limit_mb: config.wal_limit_mb,
         }
     }
 }
@@ -87,7 +98,7 @@ impl ProcessBackend {
         let template = self
             .templates
             .ensure(
-                &self.config.template_dir,
+                &self.config,
                 engine,
                 &recipe,
                 &programs,
@@ -145,7 +156,7 @@ impl ProcessBackend {
     ) -> Result<Instance, BackendError> {
         let engine = request.engine;
         let created = self.create(engine, plan, name).await?;
-        let ctx = created.context(plan, &self.identity);
+        let ctx = created.context(plan, &self.identity, &self.config);
         let mut started = self.start(request, plan, &created, &ctx)?;
         let admin = (plan.recipe.admin)(&ctx);
         self.bring_up(engine, plan, &created, &started, &admin)
@@ -204,32 +215,41 @@ impl ProcessBackend {
         self.remove(handle).await
     }
 
-    /// The instance directory (0700, the instance user's): the data directory copied from the
-    /// template (or empty), the private socket directory, fresh accounts and a free port.
+    /// The instance directory (0700, owned by a uid leased for this instance alone, a tmpfs of
+    /// `data_limit_mb` when sandboxd is root): the data directory copied from the template (or
+    /// empty, its WAL directory on a mount of its own), the private socket directory, fresh
+    /// accounts and a free port.
     async fn create(
         &self,
         engine: EngineRef,
         plan: &Plan<'_>,
         name: &str,
     ) -> Result<Created, BackendError> {
-        let owner = self.identity.owner();
         let dir = self.config.root.join(name);
         let data_dir = dir.join("data");
         let socket_dir = dir.join("sock");
         check_socket_room(&socket_dir)?;
+        let tenant = self.identity.lease(&dir).await?;
+        let owner = tenant.owner();
         files::private_dir(&dir, 0o700, owner).map_err(io_error("creating", &dir))?;
-        match plan.template {
-            Some(template) => {
-                let (src, dst) = (template.to_path_buf(), data_dir.clone());
-                tokio::task::spawn_blocking(move || files::copy_tree(&src, &dst, owner))
-                    .await
-                    .map_err(|e| {
-                        BackendError::io("copying template", name, std::io::Error::other(e))
-                    })?
-                    .map_err(io_error("copying template to", &data_dir))?;
-            }
-            None => files::private_dir(&data_dir, 0o700, owner)
-                .map_err(io_error("creating", &data_dir))?,
+        let capped = space::available();
+        if capped {
+            space::mount_tmpfs(&dir, self.config.data_limit_mb, owner)
+                .map_err(io_error("mounting the size-capped tmpfs at", &dir))?;
+        }
+        files::private_dir(&data_dir, 0o700, owner).map_err(io_error("creating", &data_dir))?;
+        if let (true, Some(wal)) = (capped, plan.recipe.wal_dir) {
+            let wal_dir = data_dir.join(wal);
+            files::private_dir(&wal_dir, 0o700, owner).map_err(io_error("creating", &wal_dir))?;
+            space::mount_tmpfs(&wal_dir, self.config.wal_limit_mb, owner)
+                .map_err(io_error("mounting the size-capped tmpfs at", &wal_dir))?;
+        }
+        if let Some(template) = plan.template {
+            let (src, dst) = (template.to_path_buf(), data_dir.clone());
+            tokio::task::spawn_blocking(move || files::copy_tree(&src, &dst, owner))
+                .await
+                .map_err(|e| BackendError::io("copying template", name, std::io::Error::other(e)))?
+                .map_err(io_error("copying template to", &data_dir))?;
         }
         files::private_dir(&socket_dir, 0o700, owner).map_err(io_error("creating", &socket_dir))?;
         let port = free_port().map_err(io_error("choosing a port for", &dir))?;
@@ -241,6 +261,7 @@ impl ProcessBackend {
             port,
             admin: Credentials::generate(engine.admin_user),
             agent: Credentials::generate(engine.agent_user),
+            tenant,
         })
     }
 
@@ -253,7 +274,7 @@ impl ProcessBackend {
         created: &Created,
         ctx: &ProcessContext<'_>,
     ) -> Result<Started, BackendError> {
-        let owner = self.identity.owner();
+        let owner = created.tenant.owner();
         let dir = &created.dir;
         let (command, planned) = (plan.recipe.launch)(ctx);
         for file in &planned {
@@ -264,7 +285,8 @@ impl ProcessBackend {
         let limits = limits::plan(
             &created.name,
             self.config.memory_limit_mb * 1024 * 1024,
-            self.identity.raw_owner(),
+            self.config.pids_limit,
+            created.tenant.raw_owner(),
         );
         let log_path = dir.join(LOG_FILE);
         let log = std::fs::File::create(&log_path).map_err(io_error("creating", &log_path))?;
@@ -283,7 +305,7 @@ impl ProcessBackend {
             // Its own process group: a Ctrl-C aimed at the CLI never reaches an instance, and
             // teardown can kill every process the server forked.
             .process_group(0);
-        self.identity.apply(&mut cmd);
+        created.tenant.apply(&mut cmd);
         let mut child = cmd
             .spawn()
             .map_err(io_error("starting", &command.program))?;
@@ -315,7 +337,7 @@ impl ProcessBackend {
             database: engine.agent_database.to_owned(),
             user: created.agent.user.clone(),
             created_at_ms: now_ms(),
-            run_as: self.identity.run_as.clone(),
+            run_as: created.tenant.user.clone(),
             limits: limits.applied,
             features: vec![],
         };
@@ -339,7 +361,7 @@ impl ProcessBackend {
         started: &Started,
         admin: &AdminAccess,
     ) -> Result<(), BackendError> {
-        let ctx = created.context(plan, &self.identity);
+        let ctx = created.context(plan, &self.identity, &self.config);
         let bootstrap = plan.recipe.bootstrap.map(|b| b(&ctx)).unwrap_or_default();
         let startup = Startup {
             engine,

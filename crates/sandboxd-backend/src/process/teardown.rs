@@ -1,12 +1,14 @@
 //! Teardown: stop the server's whole process group (its graceful signal, then SIGKILL after the
-//! stop timeout), release its resource caps, remove the instance directory. Idempotent: a
-//! directory that is already gone is success.
+//! stop timeout), release its cgroups, unmount its tmpfs mounts, remove the instance directory,
+//! free its uid lease. Idempotent: a directory that is already gone is success. Cgroups, mounts
+//! and the lease are found by the instance's name and directory, not from metadata, so an
+//! instance a crash left half-made is cleaned up as well.
 
 use nix::sys::signal::Signal as NixSignal;
 use sandboxd_domain::engine::Signal;
 
 use super::metadata::Metadata;
-use super::{ProcessBackend, limits, liveness};
+use super::{ProcessBackend, limits, liveness, space};
 use crate::backend::InstanceHandle;
 use crate::error::BackendError;
 
@@ -26,6 +28,7 @@ impl ProcessBackend {
     pub(super) async fn remove(&self, handle: &InstanceHandle) -> Result<(), BackendError> {
         let dir = self.dir_of(handle);
         if !dir.exists() {
+            self.identity.release(&dir);
             return Ok(());
         }
         if let Some(meta) = Metadata::read(&dir) {
@@ -41,15 +44,24 @@ impl ProcessBackend {
                 self.config.stop_timeout,
             )
             .await;
-            limits::release(&meta.limits);
         }
-        let path = dir.clone();
-        tokio::task::spawn_blocking(move || match std::fs::remove_dir_all(&path) {
-            Err(err) if err.kind() != std::io::ErrorKind::NotFound => Err(err),
-            _ => Ok(()),
+        let (path, name) = (dir.clone(), handle.name.clone());
+        let removed = tokio::task::spawn_blocking(move || {
+            limits::release(&name);
+            space::unmount_under(&path);
+            match std::fs::remove_dir_all(&path) {
+                Err(err) if err.kind() != std::io::ErrorKind::NotFound => Err(err),
+                _ => Ok(()),
+            }
         })
         .await
         .map_err(|e| BackendError::io("removing", handle.name.clone(), std::io::Error::other(e)))?
-        .map_err(|e| BackendError::io("removing", dir.display().to_string(), e))
+        .map_err(|e| BackendError::io("removing", dir.display().to_string(), e));
+        // The uid is free only once nothing of the instance is left: its processes are gone
+        // with its cgroups, its files with its directory.
+        if removed.is_ok() {
+            self.identity.release(&dir);
+        }
+        removed
     }
 }

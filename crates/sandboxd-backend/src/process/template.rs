@@ -1,6 +1,10 @@
 //! Template data directories: initialized once per engine and installation (initdb,
 //! mariadb-install-db), then copied for every instance, which is what makes a process instance
 //! start in milliseconds instead of seconds.
+//!
+//! A template is built under a leased pool account (the tools refuse root), then handed to root
+//! and closed (0700): no instance uid can read or change it, so a tenant cannot plant anything in
+//! every future instance. Each instance gets a private copy owned by its own uid.
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
@@ -13,8 +17,9 @@ use secrecy::ExposeSecret;
 use template_key::stable_key;
 use tokio::sync::Mutex;
 
+use super::ProcessConfig;
 use super::files::{self, Owner};
-use super::identity::Identity;
+use super::identity::{Identity, Tenant};
 use crate::error::BackendError;
 
 /// Template builds in flight, one lock per template key: concurrent provisions of the same engine
@@ -28,7 +33,7 @@ impl Templates {
     /// The template data directory for `engine`, built first if needed.
     pub async fn ensure(
         &self,
-        root: &Path,
+        config: &ProcessConfig,
         engine: EngineRef,
         recipe: &ProcessRecipe,
         programs: &BTreeMap<&'static str, PathBuf>,
@@ -38,6 +43,7 @@ impl Templates {
         let Some(plan_template) = recipe.template else {
             return Ok(None);
         };
+        let root = config.template_dir.as_path();
         let key = format!(
             "{}-{}",
             engine.name,
@@ -67,10 +73,35 @@ impl Templates {
             .map_err(|e| BackendError::io("creating", root.display().to_string(), e))?;
         let build_dir = root.join(format!(".build-{key}-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&build_dir);
-        let owner = identity.owner();
-        files::private_dir(&build_dir, 0o755, owner)
-            .map_err(|e| BackendError::io("creating", build_dir.display().to_string(), e))?;
-        let result = build(&build_dir, plan_template, programs, identity, owner).await;
+        let builder = identity.lease(&build_dir).await?;
+        let owner = builder.owner();
+        let result = async {
+            files::private_dir(&build_dir, 0o755, owner)
+                .map_err(|e| BackendError::io("creating", build_dir.display().to_string(), e))?;
+            build(
+                &build_dir,
+                plan_template,
+                programs,
+                config,
+                identity,
+                &builder,
+            )
+            .await?;
+            if owner.is_some() {
+                let dir = build_dir.clone();
+                tokio::task::spawn_blocking(move || files::hand_to_root(&dir))
+                    .await
+                    .map_err(|e| {
+                        BackendError::io("closing template", &key, std::io::Error::other(e))
+                    })?
+                    .map_err(|e| {
+                        BackendError::io("closing template", build_dir.display().to_string(), e)
+                    })?;
+            }
+            Ok(())
+        }
+        .await;
+        identity.release(&build_dir);
         if let Err(err) = result {
             let _ = std::fs::remove_dir_all(&build_dir);
             return Err(err);
@@ -95,9 +126,11 @@ async fn build(
     build_dir: &Path,
     plan_template: fn(&ProcessContext<'_>) -> sandboxd_domain::engine::TemplatePlan,
     programs: &BTreeMap<&'static str, PathBuf>,
+    config: &ProcessConfig,
     identity: &Identity,
-    owner: Owner,
+    builder: &Tenant,
 ) -> Result<(), BackendError> {
+    let owner: Owner = builder.owner();
     let data = build_dir.join("data");
     // Template steps never see real credentials: every instance gets its own after the copy.
     let placeholder = Credentials::generate("template");
@@ -107,10 +140,13 @@ async fn build(
         socket_dir: build_dir,
         instance_dir: build_dir,
         port: 0,
-        run_as: &identity.run_as,
+        run_as: &builder.user,
         daemon_user: &identity.daemon_user,
         admin: &placeholder,
         agent: &placeholder,
+        memory_limit_mb: config.memory_limit_mb,
+        data_limit_mb: config.data_limit_mb,
+        wal_limit_mb: config.wal_limit_mb,
     };
     let plan = plan_template(&ctx);
     let log_path = build_dir.join("template.log");
@@ -128,7 +164,7 @@ async fn build(
             .stdin(Stdio::null())
             .stdout(log)
             .stderr(stderr);
-        identity.apply(&mut cmd);
+        builder.apply(&mut cmd);
         let status = cmd
             .status()
             .await
@@ -163,9 +199,13 @@ mod template_key {
         programs: &BTreeMap<&'static str, PathBuf>,
         identity: &Identity,
     ) -> String {
+        /// Bumped whenever what a template holds changes (2: peer-authenticated superuser,
+        /// root-owned, built under a pool account).
+        const FORMAT: u32 = 2;
         let mut hasher = DefaultHasher::new();
+        FORMAT.hash(&mut hasher);
         engine.hash(&mut hasher);
-        identity.run_as.hash(&mut hasher);
+        identity.separates_instances().hash(&mut hasher);
         identity.daemon_user.hash(&mut hasher);
         for (name, path) in programs {
             name.hash(&mut hasher);

@@ -112,6 +112,39 @@ pub async fn assert_no_instances(backend: &ProcessBackend) {
         "directories left under {}: {entries:?}",
         root.display()
     );
+    assert_no_host_leftovers(backend);
+}
+
+/// No tmpfs mount under the backend's root, no uid lease naming a directory under it, and no
+/// cgroup of an instance of this test process (owners carry its pid) is left.
+pub fn assert_no_host_leftovers(backend: &ProcessBackend) {
+    let root = backend.config().root.display().to_string();
+    let mounts = std::fs::read_to_string("/proc/self/mounts").unwrap_or_default();
+    let mounted: Vec<&str> = mounts.lines().filter(|l| l.contains(&root)).collect();
+    assert!(mounted.is_empty(), "mounts left: {mounted:?}");
+    let leases = &backend.config().lease_dir;
+    for entry in std::fs::read_dir(leases).into_iter().flatten().flatten() {
+        let text = std::fs::read_to_string(entry.path()).unwrap_or_default();
+        assert!(
+            !text.contains(&root),
+            "uid lease {} left: {text}",
+            entry.path().display()
+        );
+    }
+    let mine = format!("-{}-", std::process::id());
+    for hierarchy in ["memory", "pids"] {
+        let parent = std::path::Path::new("/sys/fs/cgroup")
+            .join(hierarchy)
+            .join("sandboxd");
+        for entry in std::fs::read_dir(&parent).into_iter().flatten().flatten() {
+            let name = entry.file_name().to_string_lossy().into_owned();
+            assert!(
+                !(entry.path().is_dir() && name.contains(&mine)),
+                "cgroup left: {}",
+                entry.path().display()
+            );
+        }
+    }
 }
 
 /// Waits until no process has its command line mentioning `needle` (children of a stopped

@@ -44,7 +44,9 @@ pub const MYSQL_SOCKET_FILE: &str = "mysqld.sock";
 pub enum AdminAccess {
     /// Over TCP with the superuser's password.
     Password(Credentials),
-    /// Over the instance's private unix socket (directory mode 0700), trusted by the server.
+    /// Over the instance's private unix socket (directory mode 0700), authenticated by the
+    /// server from the socket's peer: only the daemon's OS user is admitted (Postgres `peer` with
+    /// an ident map, MariaDB `unix_socket`). Never `trust`.
     Socket { directory: PathBuf, user: String },
 }
 
@@ -101,6 +103,12 @@ pub struct ProcessContext<'a> {
     pub daemon_user: &'a str,
     pub admin: &'a Credentials,
     pub agent: &'a Credentials,
+    /// The instance's memory cap, for servers that size their caches and limits to it.
+    pub memory_limit_mb: u64,
+    /// The size cap of the instance's directory (the data directory's space).
+    pub data_limit_mb: u64,
+    /// The size cap of the recipe's `wal_dir`, when it has one.
+    pub wal_limit_mb: u64,
 }
 
 /// A template data directory, built once and copied per instance.
@@ -132,6 +140,10 @@ pub struct ProcessRecipe {
     pub bootstrap: Option<fn(&ProcessContext<'_>) -> Vec<AdminStep>>,
     /// A signal the server treats as "shut down fast" (SIGTERM is the default choice).
     pub graceful_signal: Signal,
+    /// A subdirectory of the data directory the server must always be able to write (a
+    /// write-ahead log), given its own size-capped space so a full data directory fails a
+    /// statement instead of the server.
+    pub wal_dir: Option<&'static str>,
 }
 
 /// A signal name, so the domain stays free of libc.

@@ -103,6 +103,7 @@ impl EngineRecipes for MariaDb {
             },
             bootstrap: None,
             graceful_signal: Signal::Term,
+            wal_dir: None,
         })
     }
 
@@ -163,6 +164,14 @@ fn launch(ctx: &ProcessContext<'_>) -> (CommandPlan, Vec<PlannedFile>) {
         ),
         format!("--tmpdir={}", ctx.instance_dir.display()),
         "--innodb-use-native-aio=0".to_owned(),
+        // Every table in the system tablespace, capped at half the instance's space: InnoDB then
+        // answers "table is full" at its own limit instead of meeting ENOSPC in a file it is
+        // extending (which it treats as fatal when a rollback needs the space).
+        "--innodb-file-per-table=0".to_owned(),
+        format!(
+            "--innodb-data-file-path=ibdata1:12M:autoextend:max:{}M",
+            (ctx.data_limit_mb / 2).max(24)
+        ),
     ];
     args.extend(THROWAWAY_ARGS.iter().map(|a| (*a).to_owned()));
     let plan = CommandPlan {

@@ -94,6 +94,7 @@ impl EngineRecipes for Mongo {
             admin: |ctx| AdminAccess::Password(ctx.admin.clone()),
             bootstrap: Some(create_admin),
             graceful_signal: Signal::Term,
+            wal_dir: None,
         })
     }
 

@@ -151,6 +151,7 @@ impl EngineRecipes for Postgres {
             },
             bootstrap: None,
             graceful_signal: Signal::Int,
+            wal_dir: Some("pg_wal"),
         })
     }
 
@@ -193,7 +194,7 @@ fn template(ctx: &ProcessContext<'_>) -> TemplatePlan {
             args: vec![
                 format!("--pgdata={}", ctx.data_dir.display()),
                 format!("--username={}", POSTGRES.admin_user),
-                "--auth-local=trust".into(),
+                "--auth-local=peer".into(),
                 "--auth-host=scram-sha-256".into(),
                 "--encoding=UTF8".into(),
                 "--locale=C.UTF-8".into(),
@@ -201,19 +202,48 @@ fn template(ctx: &ProcessContext<'_>) -> TemplatePlan {
                 "--no-instructions".into(),
             ],
         }],
-        files: vec![PlannedFile {
-            relative_path: "pg_hba.conf",
-            // The socket directory is private to the daemon's user; over TCP the superuser is
-            // refused outright and everyone else needs a password.
-            content: SecretString::from(format!(
-                "local all all trust\n\
-                 host all {admin} all reject\n\
-                 host all all 127.0.0.1/32 scram-sha-256\n\
-                 host all all ::1/128 scram-sha-256\n",
-                admin = POSTGRES.admin_user
-            )),
-        }],
+        files: vec![
+            PlannedFile {
+                relative_path: "pg_hba.conf",
+                // The superuser only over the private socket, and only for the OS user the
+                // daemon runs as (peer authentication through the `sandboxd` ident map): not the
+                // instance's own uid, nor any other. Over TCP the superuser is refused outright
+                // and everyone else needs a password.
+                content: SecretString::from(format!(
+                    "local all {admin} peer map=sandboxd\n\
+                     local all all reject\n\
+                     host all {admin} all reject\n\
+                     host all all 127.0.0.1/32 scram-sha-256\n\
+                     host all all ::1/128 scram-sha-256\n",
+                    admin = POSTGRES.admin_user
+                )),
+            },
+            PlannedFile {
+                relative_path: "pg_ident.conf",
+                content: SecretString::from(format!(
+                    "sandboxd {daemon} {admin}\n",
+                    daemon = ctx.daemon_user,
+                    admin = POSTGRES.admin_user
+                )),
+            },
+        ],
     }
+}
+
+/// WAL and temporary-file settings sized to the instance's space: `pg_wal` (its own mount of
+/// `wal_mb`) stays far below its cap between checkpoints, and one query's temporary files cannot
+/// take more than a quarter of the data space. Filling the data space then fails the statement
+/// (`could not extend file`), never a WAL write (which would be a PANIC).
+fn space_settings(data_mb: u64, wal_mb: u64) -> Vec<String> {
+    // Two 16 MB segments is the least Postgres accepts.
+    let max_wal = (wal_mb / 4).max(32);
+    vec![
+        format!("max_wal_size={max_wal}MB"),
+        "min_wal_size=32MB".to_owned(),
+        "wal_keep_size=0".to_owned(),
+        "checkpoint_completion_target=0.5".to_owned(),
+        format!("temp_file_limit={}MB", (data_mb / 4).max(1)),
+    ]
 }
 
 fn launch(ctx: &ProcessContext<'_>) -> (CommandPlan, Vec<PlannedFile>) {
@@ -234,6 +264,10 @@ fn launch(ctx: &ProcessContext<'_>) -> (CommandPlan, Vec<PlannedFile>) {
     for setting in THROWAWAY_SETTINGS {
         args.push("-c".to_owned());
         args.push((*setting).to_owned());
+    }
+    for setting in space_settings(ctx.data_limit_mb, ctx.wal_limit_mb) {
+        args.push("-c".to_owned());
+        args.push(setting);
     }
     let plan = CommandPlan {
         program: ctx.programs["postgres"].clone(),

@@ -175,6 +175,7 @@ impl EngineRecipes for Redis {
             admin: |ctx| AdminAccess::Password(ctx.admin.clone()),
             bootstrap: None,
             graceful_signal: Signal::Term,
+            wal_dir: None,
         })
     }
 
@@ -201,6 +202,10 @@ fn launch(ctx: &ProcessContext<'_>) -> (CommandPlan, Vec<PlannedFile>) {
         format!("dir {}", conf_word(&ctx.data_dir.display().to_string())),
         "daemonize no".to_owned(),
         "logfile \"\"".to_owned(),
+        // Half the memory cap for data: a full keyspace refuses writes (OOM error) instead of
+        // evicting a test suite's keys or being killed by the cap.
+        format!("maxmemory {}mb", (ctx.memory_limit_mb / 2).max(16)),
+        "maxmemory-policy noeviction".to_owned(),
     ];
     for (directive, args) in settings(ctx.admin, ctx.agent) {
         let words: Vec<String> = args.iter().map(|a| conf_word(a)).collect();
