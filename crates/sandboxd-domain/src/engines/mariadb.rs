@@ -8,9 +8,9 @@ use secrecy::SecretString;
 
 use crate::credentials::{Credentials, mysql_native_hash};
 use crate::engine::{
-    AdminAccess, AdminStep, CommandPlan, ContainerRecipe, Engine, EngineRecipes, EnvRendering,
-    FeatureKind, MYSQL_SOCKET_FILE, PlannedFile, ProcessContext, ProcessRecipe, Protocol,
-    ServerFacts, Signal, TemplatePlan, Tmpfs, UrlPath, mysql_identifier, sql_literal,
+    AdminAccess, AdminStep, CommandPlan, ContainerRecipe, ContainerSecret, Engine, EngineRecipes,
+    EnvRendering, FeatureKind, MYSQL_SOCKET_FILE, PlannedFile, ProcessContext, ProcessRecipe,
+    Protocol, ServerFacts, Signal, TemplatePlan, Tmpfs, UrlPath, mysql_identifier, sql_literal,
 };
 
 #[derive(Debug, Default)]
@@ -57,11 +57,12 @@ impl EngineRecipes for MariaDb {
         let mut command = vec!["mariadbd".to_owned()];
         command.extend(THROWAWAY_ARGS.iter().map(|a| (*a).to_owned()));
         ContainerRecipe {
-            env: vec![
-                ("MARIADB_ROOT_PASSWORD".into(), admin.password.clone()),
-                // Loading the zone tables takes seconds and no test suite of a sandbox needs them.
-                ("MARIADB_INITDB_SKIP_TZINFO".into(), SecretString::from("1")),
-            ],
+            // Loading the zone tables takes seconds and no test suite of a sandbox needs them.
+            env: vec![("MARIADB_INITDB_SKIP_TZINFO".into(), "1".into())],
+            secret: Some(ContainerSecret {
+                var: "MARIADB_ROOT_PASSWORD",
+                value: admin.password.clone(),
+            }),
             command,
             user: Some("mysql"),
             tmpfs: vec![
