@@ -194,15 +194,18 @@ impl Backend for DockerBackend {
             self.config.stop_timeout,
         )
         .await?;
-        if self.config.network.is_none() {
-            network::remove_set_network_if_unused(
+        // The container is gone; a network that cannot be removed now is left to the sweep.
+        if self.config.network.is_none()
+            && let Err(err) = network::remove_set_network_if_unused(
                 docker,
                 &self.labels,
                 &self.networks,
                 &handle.owner,
                 &handle.maker,
             )
-            .await?;
+            .await
+        {
+            tracing::warn!(error = %err, "removing the set network; the janitor's sweep will");
         }
         Ok(())
     }
