@@ -3,34 +3,15 @@
 //! (`examples/shop`) getting its databases through the pytest plugin as an agent holding a task.
 
 use std::panic::AssertUnwindSafe;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, Output};
 
 use futures::FutureExt;
 use serde_json::json;
 
-use crate::support::{ADMIN_TOKEN, Home, spawn_daemon, teardown_everything, unique};
+use crate::support::{ADMIN_TOKEN, Home, python_venv, spawn_daemon, stop_and_clean_up, unique};
 
 const REPO: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../..");
-
-/// The python of the `client` virtualenv, or None (after saying why) where the install script
-/// has not run; CI fails instead.
-fn client_python() -> Option<PathBuf> {
-    let cache = std::env::var_os("SANDBOXD_PYTHON_CACHE")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from("/var/cache/sandboxd-python"));
-    let python = cache.join("client/bin/python");
-    if python.exists() {
-        return Some(python);
-    }
-    let why = format!(
-        "no sandboxd Python client at {}: run scripts/python-sdks.sh",
-        python.display()
-    );
-    assert!(std::env::var_os("CI").is_none(), "{why}");
-    eprintln!("skipped: {why}");
-    None
-}
 
 /// `pytest` in `dir` with `env`; its temporary files under `scratch`, no bytecode or cache left
 /// in the source tree.
@@ -66,12 +47,12 @@ fn passed(output: &Output, at_least: usize) {
 
 #[tokio::test]
 async fn the_python_client_suite_and_the_example_project_through_the_pytest_plugin() {
-    let Some(python) = client_python() else {
+    let Some(python) = python_venv("client") else {
         return;
     };
     let home = Home::new();
     let scratch = sandboxd_testkit::test_dir("sandboxd-test-pytest-");
-    let mut daemon = spawn_daemon(&home);
+    let daemon = spawn_daemon(&home);
     let outcome = AssertUnwindSafe(async {
         let own = pytest(
             &python,
@@ -115,9 +96,5 @@ async fn the_python_client_suite_and_the_example_project_through_the_pytest_plug
     })
     .catch_unwind()
     .await;
-    daemon.stop();
-    teardown_everything(&home);
-    if let Err(panic) = outcome {
-        std::panic::resume_unwind(panic);
-    }
+    stop_and_clean_up(daemon, &home, outcome);
 }

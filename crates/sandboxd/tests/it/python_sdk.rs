@@ -6,34 +6,17 @@
 //! The SDKs live in virtualenvs `scripts/python-sdks.sh` makes (the test command runs it).
 
 use std::panic::AssertUnwindSafe;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
 
 use futures::FutureExt;
 use serde_json::Value;
 
-use crate::support::{Home, TestDaemon, entry, spawn_daemon, teardown_everything, unique};
+use crate::support::{
+    Home, TestDaemon, entry, python_venv, spawn_daemon, stop_and_clean_up, unique,
+};
 
 const SCRIPT: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/python/mcp_agent.py");
-
-/// The python of the virtualenv holding `mcp==version`, or None (after saying why) when the
-/// install script has not run here; CI fails instead.
-fn python_with_sdk(version: &str) -> Option<PathBuf> {
-    let cache = std::env::var_os("SANDBOXD_PYTHON_CACHE")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from("/var/cache/sandboxd-python"));
-    let python = cache.join(format!("mcp-{version}")).join("bin/python");
-    if python.exists() {
-        return Some(python);
-    }
-    let why = format!(
-        "no MCP Python SDK {version} at {}: run scripts/python-sdks.sh",
-        python.display()
-    );
-    assert!(std::env::var_os("CI").is_none(), "{why}");
-    eprintln!("skipped: {why}");
-    None
-}
 
 /// Runs the agent flow script with a fresh developer of a fresh project holding a task.
 async fn run_flow(daemon: &TestDaemon, python: &Path, mode: &str) -> Value {
@@ -127,11 +110,11 @@ fn judge(report: &Value, protocol: &str) {
 
 #[tokio::test]
 async fn python_sdk_2_stateless_and_with_a_session_and_python_sdk_1() {
-    let (Some(two), Some(one)) = (python_with_sdk("2.3.0"), python_with_sdk("1.30.0")) else {
+    let (Some(two), Some(one)) = (python_venv("mcp-2.3.0"), python_venv("mcp-1.30.0")) else {
         return;
     };
     let home = Home::new();
-    let mut daemon = spawn_daemon(&home);
+    let daemon = spawn_daemon(&home);
     let outcome = AssertUnwindSafe(async {
         for (python, mode, protocol, sdk) in [
             (&two, "2026-07-28", "2026-07-28", "2."),
@@ -152,9 +135,5 @@ async fn python_sdk_2_stateless_and_with_a_session_and_python_sdk_1() {
     })
     .catch_unwind()
     .await;
-    daemon.stop();
-    teardown_everything(&home);
-    if let Err(panic) = outcome {
-        std::panic::resume_unwind(panic);
-    }
+    stop_and_clean_up(daemon, &home, outcome);
 }

@@ -402,3 +402,32 @@ pub fn teardown_everything(home: &Home) {
         instance_dirs(home)
     );
 }
+
+/// The python of the virtualenv `name` that `scripts/python-sdks.sh` makes, or None (after saying
+/// why) where it has not run; CI fails instead.
+pub fn python_venv(name: &str) -> Option<PathBuf> {
+    let cache = std::env::var_os("SANDBOXD_PYTHON_CACHE")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from("/var/cache/sandboxd-python"));
+    let python = cache.join(name).join("bin/python");
+    if python.exists() {
+        return Some(python);
+    }
+    let why = format!(
+        "no virtualenv {} (run scripts/python-sdks.sh)",
+        python.display()
+    );
+    assert!(std::env::var_os("CI").is_none(), "{why}");
+    eprintln!("skipped: {why}");
+    None
+}
+
+/// After a test's body ran (`outcome`): stops its daemon, tears down whatever it left, then
+/// passes on the body's panic, if any.
+pub fn stop_and_clean_up(mut daemon: TestDaemon, home: &Home, outcome: std::thread::Result<()>) {
+    daemon.stop();
+    teardown_everything(home);
+    if let Err(panic) = outcome {
+        std::panic::resume_unwind(panic);
+    }
+}
