@@ -79,12 +79,10 @@ pub fn plan(name: &str, memory_bytes: u64, pids: u64, owner: Option<(u32, u32)>)
 }
 
 fn cgroup_v2(name: &str, memory_bytes: u64, pids: u64, owner: Option<(u32, u32)>) -> Option<Plan> {
-    let root = Path::new(CGROUP_ROOT);
-    let controllers = std::fs::read_to_string(root.join("cgroup.controllers")).ok()?;
-    if !controllers.split_whitespace().any(|c| c == "memory") {
+    if !v2_memory_controller() {
         return None;
     }
-    let parent = root.join("sandboxd");
+    let parent = Path::new(CGROUP_ROOT).join(PARENT);
     std::fs::create_dir_all(&parent).ok()?;
     let _ = std::fs::write(parent.join("cgroup.subtree_control"), "+memory +pids +cpu");
     let group = parent.join(name);
@@ -114,6 +112,12 @@ fn cgroup_v2(name: &str, memory_bytes: u64, pids: u64, owner: Option<(u32, u32)>
         },
         wrapper: join_then_exec(&[procs]),
     })
+}
+
+/// True on a cgroup v2 host whose root offers the memory controller.
+fn v2_memory_controller() -> bool {
+    std::fs::read_to_string(Path::new(CGROUP_ROOT).join("cgroup.controllers"))
+        .is_ok_and(|c| c.split_whitespace().any(|c| c == "memory"))
 }
 
 /// The shell moves itself into the groups, then becomes the server: nothing it forks can escape
@@ -188,8 +192,7 @@ fn cgroup_v1(name: &str, memory_bytes: u64, pids: u64, owner: Option<(u32, u32)>
 /// What caps an instance started now would get on this host, for `doctor`.
 pub fn in_force(memory_bytes: u64, pids: u64) -> String {
     let root = nix::unistd::geteuid().is_root();
-    let v2 = std::fs::read_to_string(Path::new(CGROUP_ROOT).join("cgroup.controllers"))
-        .is_ok_and(|c| c.split_whitespace().any(|c| c == "memory"));
+    let v2 = v2_memory_controller();
     let mib = memory_bytes / (1024 * 1024);
     if v2 && root {
         format!("cgroup v2: memory {mib} MiB, pids {pids}, 1 CPU")
@@ -197,7 +200,8 @@ pub fn in_force(memory_bytes: u64, pids: u64) -> String {
         format!("cgroup v1: memory {mib} MiB (swap included where accounted), pids {pids}")
     } else if Path::new(PRLIMIT).exists() {
         format!(
-            "rlimits only (no writable cgroup): address space {mib} MiB, {OPEN_FILES} open              files; no pids cap"
+            "rlimits only (no writable cgroup): address space {mib} MiB, {OPEN_FILES} open \
+             files; no pids cap"
         )
     } else {
         "none: no writable cgroup and no prlimit".to_owned()

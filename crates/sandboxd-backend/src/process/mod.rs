@@ -57,6 +57,9 @@ pub type Progress = Arc<dyn Fn(&str) + Send + Sync>;
 pub struct ProcessBackend {
     config: ProcessConfig,
     identity: Identity,
+    /// Whether each instance directory gets a size-capped tmpfs (root with `CAP_SYS_ADMIN`),
+    /// read once: capabilities do not change under a running daemon.
+    capped_space: bool,
     templates: template::Templates,
     progress: Progress,
 }
@@ -76,6 +79,7 @@ impl ProcessBackend {
         Ok(Self {
             config,
             identity,
+            capped_space: space::available(),
             templates: template::Templates::default(),
             progress: Arc::new(|message| tracing::info!("{message}")),
         })
@@ -186,7 +190,7 @@ impl Backend for ProcessBackend {
             format!(
                 "{}; data size: {}",
                 limits::in_force(memory, self.config.pids_limit),
-                if space::available() {
+                if self.capped_space {
                     format!(
                         "a tmpfs of {} MiB per instance (WAL on its own {} MiB)",
                         self.config.data_limit_mb, self.config.wal_limit_mb

@@ -232,7 +232,7 @@ impl ProcessBackend {
         let tenant = self.identity.lease(&dir).await?;
         let owner = tenant.owner();
         files::private_dir(&dir, 0o700, owner).map_err(io_error("creating", &dir))?;
-        let capped = space::available();
+        let capped = self.capped_space;
         if capped {
             space::mount_tmpfs(&dir, self.config.data_limit_mb, owner)
                 .map_err(io_error("mounting the size-capped tmpfs at", &dir))?;

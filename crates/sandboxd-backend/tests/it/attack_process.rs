@@ -19,7 +19,7 @@ use sandboxd_domain::engine::AdminAccess;
 use sandboxd_domain::{AgentSlug, Instance};
 use secrecy::ExposeSecret;
 
-use crate::support::{self, ProcessHarness, request};
+use crate::support::{self, ProcessHarness, provision};
 
 /// The uid an instance runs as, from its metadata file.
 struct Tenant {
@@ -89,13 +89,6 @@ async fn run_as(as_tenant: Option<&Tenant>, program: &str, args: &[&str]) -> Ran
             String::from_utf8_lossy(&out.stderr)
         ),
     }
-}
-
-async fn provision(backend: &ProcessBackend, engine: &str, owner: &AgentSlug) -> Instance {
-    backend
-        .provision(&request(engine, owner, &[]))
-        .await
-        .unwrap_or_else(|err| panic!("provision {engine}: {err}"))
 }
 
 /// After teardown: no mount under the instance directory, no cgroup, no uid lease naming it.
@@ -324,8 +317,7 @@ async fn templates_are_root_owned_and_closed_to_instances() {
                     ],
                 ),
             ] {
-                let args: Vec<&str> = args.iter().map(String::as_str).collect();
-                let tampered = run_as(Some(&v), program, &args).await;
+                let tampered = run_as(Some(&v), program, &strs(&args)).await;
                 assert!(!tampered.ok, "{program} on the template: {}", tampered.text);
             }
             assert!(!data.join("evil").exists());

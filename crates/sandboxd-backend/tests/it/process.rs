@@ -4,19 +4,11 @@ use std::collections::BTreeSet;
 use std::time::Duration;
 
 use mysql_async::prelude::Queryable;
-use sandboxd_backend::process::ProcessBackend;
 use sandboxd_backend::{Backend, BackendError, InstanceHandle, provision_set};
-use sandboxd_domain::{AgentSlug, EnvPrefix, Feature, Instance};
+use sandboxd_domain::{EnvPrefix, Feature};
 use secrecy::ExposeSecret;
 
-use crate::support::{self, ProcessHarness, WRONG_PASSWORD, engine, request};
-
-async fn provision(backend: &ProcessBackend, name: &str, owner: &AgentSlug) -> Instance {
-    backend
-        .provision(&request(name, owner, &[]))
-        .await
-        .unwrap_or_else(|err| panic!("provision {name}: {err}"))
-}
+use crate::support::{self, ProcessHarness, WRONG_PASSWORD, engine, provision, request};
 
 #[tokio::test]
 async fn postgres_hands_out_a_working_non_superuser() {

@@ -251,3 +251,11 @@ pub fn redis_denied<T: std::fmt::Debug>(result: redis::RedisResult<T>) -> String
     let err = result.expect_err("the command must be refused");
     err.to_string()
 }
+
+/// Provisions one instance of `engine` for `owner` without features, or fails the test.
+pub async fn provision(backend: &ProcessBackend, engine: &str, owner: &AgentSlug) -> Instance {
+    backend
+        .provision(&request(engine, owner, &[]))
+        .await
+        .unwrap_or_else(|err| panic!("provision {engine}: {err}"))
+}

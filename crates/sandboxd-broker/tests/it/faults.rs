@@ -4,12 +4,12 @@
 //! behind that nothing tracks, keeps a live sandbox (data and credentials) as it was, and says
 //! so to the agent.
 
+use sandboxd_domain::FeatureRequest;
 use sandboxd_domain::envelope::{ErrorCode, OkEnvelope};
 use sandboxd_domain::roles::Verb;
-use sandboxd_domain::{EngineRef, FeatureRequest};
 use serde_json::json;
 
-use crate::support::{World, WorldSpec, evidence_of, ok, passwords, pg_query, refused};
+use crate::support::{World, WorldSpec, engines, evidence_of, ok, passwords, pg_query, refused};
 
 /// Writes a row into the agent's Postgres, so "kept" can be checked by reading it back.
 async fn write_marker(answer: &OkEnvelope) {
@@ -28,11 +28,13 @@ async fn marker_is_there(answer: &OkEnvelope) -> bool {
         .is_ok()
 }
 
-fn engines(names: &[&str]) -> Vec<EngineRef> {
-    names
-        .iter()
-        .map(|n| EngineRef::parse(n).expect("registered"))
-        .collect()
+/// Turns the fault of `step` on or off.
+async fn set_fault(w: &World, step: &str, on: bool) {
+    match step {
+        "provision" => w.backend.fail_provisions_of(on.then_some("redis")),
+        "activation" => w.backend.fail_activation(on),
+        _ => w.fail_store_writes(on).await,
+    }
 }
 
 #[tokio::test]
@@ -86,11 +88,7 @@ async fn completing_a_live_sandbox_in_place_is_all_or_nothing_at_every_step() {
         // Each fault in turn: the added engine, a feature activation after it was added, and
         // the store write after both.
         for step in ["provision", "activation", "store"] {
-            match step {
-                "provision" => w.backend.fail_provisions_of(Some("redis")),
-                "activation" => w.backend.fail_activation(true),
-                _ => w.fail_store_writes(true).await,
-            }
+            set_fault(&w, step, true).await;
             let args = if step == "activation" {
                 json!({"extensions": {"postgres": ["pg_trgm"]}})
             } else {
@@ -115,11 +113,7 @@ async fn completing_a_live_sandbox_in_place_is_all_or_nothing_at_every_step() {
             );
             // The first answer's credentials still reach the first data.
             assert!(marker_is_there(&first).await, "{step}: the data is kept");
-            match step {
-                "provision" => w.backend.fail_provisions_of(None),
-                "activation" => w.backend.fail_activation(false),
-                _ => w.fail_store_writes(false).await,
-            }
+            set_fault(&w, step, false).await;
         }
 
         // With no fault, the completion goes through and keeps the data.

@@ -224,11 +224,7 @@ impl World {
         .await
         .expect("broker");
         let project = ProjectSlug::parse(&unique("p")).expect("slug");
-        let services: Vec<EngineRef> = spec
-            .services
-            .iter()
-            .map(|s| EngineRef::parse(s).expect("engine"))
-            .collect();
+        let services = engines(&spec.services);
         let extensions =
             FeatureRequest::parse_cli(spec.extensions.iter().copied()).expect("allowlisted");
         broker
@@ -418,4 +414,12 @@ pub fn evidence_of<'a>(ok: &'a OkEnvelope, service: &str) -> &'a serde_json::Val
         .iter()
         .find(|e| e["service"] == service)
         .unwrap_or_else(|| panic!("{service} in {:?}", ok.evidence))
+}
+
+/// Registered engines by name, or fails the test.
+pub fn engines(names: &[&str]) -> Vec<EngineRef> {
+    names
+        .iter()
+        .map(|n| EngineRef::parse(n).expect("registered"))
+        .collect()
 }

@@ -3,7 +3,7 @@
 
 use serde_json::Value;
 
-use crate::support::{Home, instance_dirs, teardown_everything, unique};
+use crate::support::{Home, clean_up, instance_dirs, teardown_everything, unique};
 
 #[test]
 fn provision_json_ls_and_teardown_twice() {
@@ -12,10 +12,7 @@ fn provision_json_ls_and_teardown_twice() {
     let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
         provision_ls_teardown(&home, &owner)
     }));
-    teardown_everything(&home);
-    if let Err(panic) = outcome {
-        std::panic::resume_unwind(panic);
-    }
+    clean_up(&home, outcome);
 }
 
 fn provision_ls_teardown(home: &Home, owner: &str) {

@@ -15,18 +15,16 @@ use secrecy::ExposeSecret;
 use serde_json::{Value, json};
 
 use crate::support::{
-    ADMIN_TOKEN, Home, Launch, TestDaemon, docker_env, spawn_daemon_with, teardown_everything,
-    unique,
+    ADMIN_TOKEN, Home, Launch, TestDaemon, spawn_daemon_with, teardown_everything, unique,
 };
 
 const ENGINES: [&str; 3] = ["postgres", "redis", "mariadb"];
 
 /// Starts a daemon at maximum verbosity, its log in `<home>/daemon.log`.
-fn loud_daemon(home: &Home, extra_env: Vec<(String, String)>) -> (TestDaemon, std::path::PathBuf) {
+fn loud_daemon(home: &Home) -> (TestDaemon, std::path::PathBuf) {
     let log = home.dir.path().join("daemon.log");
     let file = std::fs::File::create(&log).expect("create the log file");
-    let mut env = vec![("SANDBOXD_LOG".to_owned(), "trace".to_owned())];
-    env.extend(extra_env);
+    let env = vec![("SANDBOXD_LOG".to_owned(), "trace".to_owned())];
     let daemon = spawn_daemon_with(
         home,
         Launch {
@@ -283,16 +281,16 @@ fn assert_no_secret_in(path: &Path, tokens: &Tokens, secrets: &Secrets, markers:
 /// stopped daemon keeps its sandboxes for the next start, so nothing else would).
 struct Cleanup<'a> {
     home: &'a Home,
-    /// The environment that reaches the backend the daemon provisioned on.
-    env: Vec<(String, String)>,
+    /// The daemon that made them: the CLI tears down only the instances of the maker it names.
+    maker: String,
     owners: Mutex<Vec<String>>,
 }
 
 impl<'a> Cleanup<'a> {
-    fn new(home: &'a Home, env: Vec<(String, String)>) -> Self {
+    fn new(home: &'a Home, maker: String) -> Self {
         Self {
             home,
-            env,
+            maker,
             owners: Mutex::default(),
         }
     }
@@ -305,8 +303,7 @@ impl Drop for Cleanup<'_> {
             let _ = self
                 .home
                 .sandboxd()
-                .envs(self.env.clone())
-                .args(["teardown", "--owner", &owner])
+                .args(["teardown", "--owner", &owner, "--maker", &self.maker])
                 .output();
         }
     }
@@ -315,8 +312,8 @@ impl Drop for Cleanup<'_> {
 #[tokio::test]
 async fn a_trace_log_of_a_whole_process_flow_holds_no_credential() {
     let home = Home::new();
-    let cleanup = Cleanup::new(&home, vec![]);
-    let (mut daemon, log) = loud_daemon(&home, vec![]);
+    let (mut daemon, log) = loud_daemon(&home);
+    let cleanup = Cleanup::new(&home, daemon.daemon_id().await);
     let (tokens, secrets) = whole_flow(&home, &daemon, &cleanup.owners, false).await;
     // 3 handed out + 3 stored agent passwords (the same) + the superusers that use one.
     assert!(secrets.len() >= 6, "{}", secrets.len());
@@ -332,9 +329,9 @@ async fn a_trace_log_of_a_whole_docker_flow_holds_no_credential() {
     if sandboxd_testkit::docker_or_skip().await.is_none() {
         return;
     }
-    let home = Home::new();
-    let cleanup = Cleanup::new(&home, docker_env());
-    let (mut daemon, log) = loud_daemon(&home, docker_env());
+    let home = Home::on_docker();
+    let (mut daemon, log) = loud_daemon(&home);
+    let cleanup = Cleanup::new(&home, daemon.daemon_id().await);
     let (tokens, secrets) = whole_flow(&home, &daemon, &cleanup.owners, true).await;
     assert!(secrets.len() >= 6, "{}", secrets.len());
     daemon.stop();

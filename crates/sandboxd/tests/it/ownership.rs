@@ -11,7 +11,7 @@ use futures::FutureExt;
 use serde_json::{Value, json};
 use tokio::io::AsyncBufReadExt;
 
-use crate::support::{Home, TestDaemon, entry, spawn_daemon, teardown_everything, unique};
+use crate::support::{Home, TestDaemon, clean_up, entry, spawn_daemon, unique};
 
 async fn pg(url: &str, sql: &str) -> Result<Vec<tokio_postgres::SimpleQueryMessage>, String> {
     let (client, connection) = tokio_postgres::connect(url, tokio_postgres::NoTls)
@@ -43,16 +43,8 @@ async fn working_agent(
     slug: &str,
     project: &str,
 ) -> (crate::support::Agent, String) {
-    let (status, body) = daemon
-        .admin(
-            reqwest::Method::POST,
-            "/v1/agents",
-            Some(json!({"slug": slug, "role": "developer", "project": project})),
-        )
-        .await;
-    assert_eq!(status, 201, "{body}");
+    let (token, _) = daemon.spawn_agent_as(slug, "developer", project).await;
     daemon.task(project).await;
-    let token = body["token"].as_str().expect("token").to_owned();
     let agent = daemon.client(&token).await;
     agent.ok("give_me_work", json!({})).await;
     (agent, token)
@@ -75,10 +67,7 @@ async fn two_daemons_and_a_cli_sandbox_on_one_host_keep_each_others_sandboxes() 
         .catch_unwind()
         .await;
     drop(daemons);
-    teardown_everything(&home_a);
-    if let Err(panic) = outcome {
-        std::panic::resume_unwind(panic);
-    }
+    clean_up(&home_a, outcome);
 }
 
 async fn coexist(home_a: &Home, daemons: &[TestDaemon; 2], twin: &str) {
@@ -141,10 +130,7 @@ async fn coexist(home_a: &Home, daemons: &[TestDaemon; 2], twin: &str) {
     );
 
     // Each daemon lists the other's sandbox and the CLI's as foreign, and will not touch them.
-    let (_, settings) = daemons[0]
-        .admin(reqwest::Method::GET, "/v1/settings", None)
-        .await;
-    let id_a = settings["daemon_id"].as_str().expect("id").to_owned();
+    let id_a = daemons[0].daemon_id().await;
     let (_, own) = daemons[1]
         .admin(reqwest::Method::GET, "/v1/sandboxes", None)
         .await;
@@ -323,10 +309,7 @@ async fn a_daemon_killed_mid_provision_leaves_nothing_and_the_agent_goes_on_at_o
     for slug in &slugs {
         remove_containers_of(slug);
     }
-    teardown_everything(&home);
-    if let Err(panic) = outcome {
-        std::panic::resume_unwind(panic);
-    }
+    clean_up(&home, outcome);
 }
 
 async fn crash_at_each_point(home: &Home, slugs: &[String]) {

@@ -115,18 +115,6 @@ impl Default for Launch {
     }
 }
 
-/// The environment that puts a daemon or a CLI command on Docker with the locally built images.
-pub fn docker_env() -> Vec<(String, String)> {
-    let mut env = vec![("SANDBOXD_BACKEND".to_owned(), "docker".to_owned())];
-    for (engine, image) in sandboxd_testkit::local_images() {
-        env.push((
-            format!("SANDBOXD_ENGINES__{}__IMAGE", engine.to_uppercase()),
-            image,
-        ));
-    }
-    env
-}
-
 /// Starts `sandboxd serve` on `listen` (`127.0.0.1:0` for a fresh port) and waits for its
 /// address line.
 pub fn spawn_daemon_at(home: &Home, listen: &str) -> TestDaemon {
@@ -202,6 +190,15 @@ impl TestDaemon {
         }
     }
 
+    /// The daemon's id: the maker of every sandbox it provisions.
+    pub async fn daemon_id(&self) -> String {
+        let (_, settings) = self.admin(reqwest::Method::GET, "/v1/settings", None).await;
+        settings["daemon_id"]
+            .as_str()
+            .expect("daemon_id")
+            .to_owned()
+    }
+
     pub async fn admin(
         &self,
         method: reqwest::Method,
@@ -249,7 +246,12 @@ impl TestDaemon {
 
     /// Spawns an agent; returns its token and the spawn answer.
     pub async fn spawn_agent(&self, role: &str, project: &str) -> (String, Value) {
-        let slug = unique(&role.replace('_', "-"));
+        self.spawn_agent_as(&unique(&role.replace('_', "-")), role, project)
+            .await
+    }
+
+    /// Spawns the agent `slug`; returns its token and the spawn answer.
+    pub async fn spawn_agent_as(&self, slug: &str, role: &str, project: &str) -> (String, Value) {
         let (status, body) = self
             .admin(
                 reqwest::Method::POST,
@@ -426,6 +428,12 @@ pub fn python_venv(name: &str) -> Option<PathBuf> {
 /// passes on the body's panic, if any.
 pub fn stop_and_clean_up(mut daemon: TestDaemon, home: &Home, outcome: std::thread::Result<()>) {
     daemon.stop();
+    clean_up(home, outcome);
+}
+
+/// After a test's body ran (`outcome`): tears down whatever it left under `home`, then passes
+/// on the body's panic, if any.
+pub fn clean_up(home: &Home, outcome: std::thread::Result<()>) {
     teardown_everything(home);
     if let Err(panic) = outcome {
         std::panic::resume_unwind(panic);

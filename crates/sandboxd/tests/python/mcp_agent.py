@@ -14,7 +14,6 @@ import os
 import sys
 
 import jsonschema
-import mcp
 
 URL, MODE = sys.argv[1], sys.argv[2]
 TOKEN = os.environ["SANDBOXD_AGENT_TOKEN"]
