@@ -11,13 +11,16 @@ if docker info >/dev/null 2>&1; then
   for kind in container network volume; do
     case $kind in
       container) ids=$(docker ps -aq --filter label=sandboxd.sandbox=1) ;;
-      network) ids=$(docker network ls -q --filter label=sandboxd.sandbox=1) ;;
+      # Set networks carry sandboxd.sandbox-network=1 (containers carry sandboxd.sandbox=1).
+      network) ids=$( (docker network ls -q --filter label=sandboxd.sandbox=1;
+                       docker network ls -q --filter label=sandboxd.sandbox-network=1) | sort -u) ;;
       volume) ids=$(docker volume ls -q --filter label=sandboxd.sandbox=1) ;;
     esac
     n=$(printf '%s' "$ids" | grep -c . || true)
     if [ "$n" -gt 0 ]; then
-      say "LEAK: $n ${kind}(s) labeled sandboxd.sandbox=1"; leaks=1
+      say "LEAK: $n sandboxd-labeled ${kind}(s)"; leaks=1
       [ $kind = container ] && docker ps -a --filter label=sandboxd.sandbox=1
+      [ $kind = network ] && docker network ls --filter label=sandboxd.sandbox-network=1
     fi
   done
   n=$(docker volume ls -q --filter dangling=true | grep -c . || true)

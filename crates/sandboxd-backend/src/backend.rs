@@ -124,6 +124,13 @@ pub trait Backend: Send + Sync + fmt::Debug {
     /// Every instance this backend created, found by label or metadata.
     async fn list(&self) -> Result<Vec<ListedInstance>, BackendError>;
 
+    /// Removes what `maker`'s instances left behind beside themselves (the Docker backend's
+    /// per-set networks whose containers are gone, e.g. after a crash). Returns how many things
+    /// it removed; never touches another maker's.
+    async fn sweep(&self, _maker: &DaemonId) -> Result<usize, BackendError> {
+        Ok(0)
+    }
+
     async fn doctor(&self) -> Vec<DoctorCheck>;
 
     /// The image that runs `engine` on this backend now (the first of its candidates present),

@@ -63,9 +63,16 @@ async fn docker_run(
     for (path, options) in tmpfs_of(&recipe) {
         cmd.arg("--tmpfs").arg(format!("{path}:{options}"));
     }
-    // `-e KEY` takes the value from the docker CLI's environment: no secret on a command line.
     for (key, value) in &recipe.env {
-        cmd.arg("-e").arg(key).env(key, value.expose_secret());
+        cmd.arg("-e").arg(format!("{key}={value}"));
+    }
+    // The floor is plain `docker run`: the superuser's password goes in the env as the images
+    // document it. `-e KEY` takes the value from the docker CLI's environment, so it is on no
+    // command line.
+    if let Some(secret) = &recipe.secret {
+        cmd.arg("-e")
+            .arg(secret.var)
+            .env(secret.var, secret.value.expose_secret());
     }
     if let Some(user) = recipe.user {
         cmd.args(["--user", user]);

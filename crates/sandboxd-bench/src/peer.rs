@@ -296,7 +296,11 @@ async fn start_one(
             )]));
         });
     for (key, value) in &recipe.env {
-        request = request.with_env_var(key.clone(), value.expose_secret().to_owned());
+        request = request.with_env_var(key.clone(), value.clone());
+    }
+    // A peer runs the images as their documentation says: the password in the env.
+    if let Some(secret) = &recipe.secret {
+        request = request.with_env_var(secret.var, secret.value.expose_secret().to_owned());
     }
     if let Some(user) = recipe.user {
         request = request.with_user(user);

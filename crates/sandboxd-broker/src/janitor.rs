@@ -65,6 +65,8 @@ pub struct JanitorReport {
     pub foreign: usize,
     /// Stored sandbox rows whose instances no backend lists any more.
     pub forgotten: usize,
+    /// Things this daemon's instances left beside themselves (a set network without members).
+    pub swept: usize,
 }
 
 fn since(at_ms: i64, now: i64) -> Duration {
@@ -144,6 +146,15 @@ impl Broker {
                 continue;
             }
             report.reaped.push((instance.handle.name.clone(), reason));
+        }
+        // What this daemon's reaped or crashed instances left beside themselves.
+        for backend in self.inner.backends.all() {
+            match backend.sweep(&self.inner.daemon).await {
+                Ok(swept) => report.swept += swept,
+                Err(err) => {
+                    tracing::warn!(backend = %backend.kind(), error = %err, "janitor: sweeping failed");
+                }
+            }
         }
         // Rows of instances their backend no longer lists (removed out of band, host rebooted).
         // A backend that could not list says nothing about its instances: keep their rows.

@@ -38,6 +38,9 @@ pub fn docker(settings: &Settings) -> Result<DockerBackend, BackendError> {
     DockerBackend::new(DockerConfig {
         socket: docker.socket.clone(),
         network: docker.network.clone(),
+        subnet_pool: docker.subnet_pool.clone(),
+        subnet_prefix: docker.subnet_prefix,
+        network_settle: DockerConfig::default().network_settle,
         label_namespace: docker.label_namespace.clone(),
         memory_mb: docker.memory_mb,
         cpus: docker.cpus,

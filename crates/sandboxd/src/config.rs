@@ -244,8 +244,13 @@ impl Default for ProcessSettings {
 pub struct DockerSettings {
     /// `unix:///var/run/docker.sock`, or Podman's compatible socket.
     pub socket: String,
-    /// A network to attach instances to (nothing published; host = container name).
+    /// A network to attach instances to (nothing published; host = container name). Unset:
+    /// each sandbox set gets a network of its own from `subnet_pool`.
     pub network: Option<String>,
+    /// The IPv4 range the per-set networks' subnets come from.
+    pub subnet_pool: String,
+    /// Prefix length of each per-set subnet.
+    pub subnet_prefix: u8,
     /// Label namespace: labels are `<ns>.sandbox`, `<ns>.owner`, …
     pub label_namespace: String,
     pub memory_mb: u64,
@@ -263,6 +268,8 @@ impl Default for DockerSettings {
         Self {
             socket: base.socket,
             network: base.network,
+            subnet_pool: base.subnet_pool,
+            subnet_prefix: base.subnet_prefix,
             label_namespace: base.label_namespace,
             memory_mb: base.memory_mb,
             cpus: base.cpus,

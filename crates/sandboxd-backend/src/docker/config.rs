@@ -14,10 +14,20 @@ pub struct DockerConfig {
     /// The Engine API socket: `unix:///var/run/docker.sock`, or Podman's compatible socket
     /// (`unix:///run/podman/podman.sock`). A bare path works too.
     pub socket: String,
-    /// A network to attach instances to. None: the engine port is published on 127.0.0.1 only.
-    /// Some: the container joins it, nothing is published, and the host handed out is the
+    /// A network to attach instances to. None: each sandbox set gets a bridge network of its
+    /// own (no other tenant's container is on it) and the engine port is published on 127.0.0.1
+    /// only. Some: the container joins it, nothing is published, and the host handed out is the
     /// container's name (the agent's container must be on the same network).
     pub network: Option<String>,
+    /// The IPv4 range the per-set networks' subnets are carved from (not Docker's default
+    /// pools, which hold only ~31 bridge networks). Must not overlap the host's other networks.
+    pub subnet_pool: String,
+    /// The prefix length of each per-set subnet: /28 gives 11 container addresses per set and
+    /// 4096 sets in a /16.
+    pub subnet_prefix: u8,
+    /// A set network without members is removed by the janitor only past this age: a
+    /// provision may be between creating it and creating its first container.
+    pub network_settle: Duration,
     /// Labels are `<ns>.sandbox`, `<ns>.owner`, `<ns>.engine`, `<ns>.created`, …
     pub label_namespace: String,
     /// Memory cap per container; swap is set equal, so the container cannot swap.
@@ -42,6 +52,9 @@ impl Default for DockerConfig {
         Self {
             socket: "unix:///var/run/docker.sock".to_owned(),
             network: None,
+            subnet_pool: "10.213.0.0/16".to_owned(),
+            subnet_prefix: 28,
+            network_settle: Duration::from_secs(60),
             label_namespace: "sandboxd".to_owned(),
             memory_mb: 512,
             cpus: 1.0,
@@ -112,6 +125,13 @@ impl DockerConfig {
                 return Err(invalid(format!("network name {network:?} is not valid")));
             }
         }
+        let pool = super::network::SubnetPool::parse(&self.subnet_pool, self.subnet_prefix)
+            .map_err(invalid)?;
+        if pool.len() == 0 {
+            return Err(invalid(
+                "subnet_pool holds no subnet of subnet_prefix".into(),
+            ));
+        }
         if self.memory_mb < 64 {
             return Err(invalid("memory_mb must be at least 64".into()));
         }
@@ -161,6 +181,15 @@ mod tests {
             },
             DockerConfig {
                 network: Some("a b".into()),
+                ..DockerConfig::default()
+            },
+            DockerConfig {
+                subnet_pool: "10.213.0.0/33".into(),
+                ..DockerConfig::default()
+            },
+            DockerConfig {
+                subnet_pool: "10.213.0.0/24".into(),
+                subnet_prefix: 31,
                 ..DockerConfig::default()
             },
             DockerConfig {

@@ -6,18 +6,22 @@
 //! - `labels`: the labels that find instances again after any restart.
 //! - `spec`: an engine's recipe turned into the hardened create body (pure, unit-tested).
 //! - `images`: image presence; sandboxd never pulls.
-//! - `network`: the configured network exists before anything joins it.
+//! - `network`: each sandbox set's own bridge network (subnets from sandboxd's pool), or the
+//!   operator's configured network, checked before anything joins it.
 //! - `provision`, `list`, `teardown`: the lifecycle verbs, in the step names both backends use;
 //!   `state`: what an inspect says about a container.
 //!
 //! **Invariants:** a container never gets a bind mount, a volume, the docker socket, privileged
-//! mode or a port on anything but 127.0.0.1; the handed-out account's password never appears in
-//! a container's config, command line or labels (it is set over the wire after start); only
-//! containers carrying `<ns>.sandbox=1` are ever stopped or removed.
+//! mode, a writable root filesystem or a port on anything but 127.0.0.1; no password of any kind
+//! appears in a container's config, command line or labels (the handed-out account is created
+//! over the wire after start, the superuser's password reaches the entrypoint on stdin); no two
+//! sandbox sets share a network unless the operator configured one; only containers carrying
+//! `<ns>.sandbox=1` and networks carrying `<ns>.sandbox-network=1` and this daemon's id are ever
+//! removed.
 
 use async_trait::async_trait;
 use sandboxd_domain::instance::{BackendKind, Instance, instance_name};
-use sandboxd_domain::{EngineRef, engines};
+use sandboxd_domain::{DaemonId, EngineRef, engines};
 
 use crate::backend::{Backend, DoctorCheck, InstanceHandle, InstanceRequest, ListedInstance};
 use crate::error::BackendError;
@@ -34,6 +38,7 @@ mod state;
 mod teardown;
 
 pub use config::DockerConfig;
+
 use labels::Labels;
 use teardown::Target;
 
@@ -41,6 +46,10 @@ pub struct DockerBackend {
     config: DockerConfig,
     labels: Labels,
     client: client::Client,
+    subnets: network::SubnetPool,
+    /// Serializes creating and removing set networks in this process: the members of a set
+    /// are provisioned in parallel, and the engine accepts two networks of one name.
+    networks: tokio::sync::Mutex<()>,
 }
 
 impl std::fmt::Debug for DockerBackend {
@@ -56,9 +65,16 @@ impl DockerBackend {
     /// later; `ping` tells whether it answers.
     pub fn new(config: DockerConfig) -> Result<Self, BackendError> {
         config.validate()?;
+        let subnets = network::SubnetPool::parse(&config.subnet_pool, config.subnet_prefix)
+            .map_err(|detail| BackendError::Unavailable {
+                backend: "docker",
+                detail,
+            })?;
         Ok(Self {
             labels: Labels::new(&config.label_namespace),
             client: client::Client::new(config.socket_path()),
+            subnets,
+            networks: tokio::sync::Mutex::new(()),
             config,
         })
     }
@@ -179,6 +195,32 @@ impl Backend for DockerBackend {
             &self.labels,
             Target { name: &name, id },
             self.config.stop_timeout,
+        )
+        .await?;
+        // The container is gone; a network that cannot be removed now is left to the sweep.
+        if self.config.network.is_none()
+            && let Err(err) = network::remove_set_network_if_unused(
+                docker,
+                &self.labels,
+                &self.networks,
+                &handle.owner,
+                &handle.maker,
+            )
+            .await
+        {
+            tracing::warn!(error = %err, "removing the set network; the janitor's sweep will");
+        }
+        Ok(())
+    }
+
+    async fn sweep(&self, maker: &DaemonId) -> Result<usize, BackendError> {
+        let docker = self.client.get().await?;
+        network::sweep(
+            docker,
+            &self.labels,
+            &self.networks,
+            maker,
+            self.config.network_settle,
         )
         .await
     }

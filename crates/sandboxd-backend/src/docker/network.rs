@@ -1,10 +1,281 @@
-//! The configured network, checked before anything is created on it: a missing network is a
-//! configuration error with a fix, not an engine message after the fact.
+//! Networks. Without a configured network, every sandbox set gets a bridge network of its own,
+//! `sandboxd-net-<owner>-<maker>`, so no other tenant's container shares its segment (Docker
+//! drops traffic between bridge networks). Its subnet comes from sandboxd's own pool
+//! (`subnet_pool`, `/subnet_prefix` each), not Docker's default pools, which run out after ~31
+//! networks. The network is labeled like the containers (`<ns>.sandbox-network=1`, owner,
+//! daemon, created), created by the set's first member and removed with its last one; the
+//! janitor's `sweep` removes the ones a crash left without members. Only networks this daemon
+//! made are ever removed.
+//!
+//! With a configured network (the operator's), it is only checked before anything joins it: a
+//! missing network is a configuration error with a fix, not an engine message after the fact.
+
+use std::net::Ipv4Addr;
+use std::time::Duration;
 
 use bollard::Docker;
+use bollard::models::{Ipam, IpamConfig, NetworkCreateRequest};
+use bollard::query_parameters::{ListContainersOptions, ListNetworksOptions};
+use rand::Rng;
+use sandboxd_domain::clock::{age_of, now_ms};
+use sandboxd_domain::{AgentSlug, DaemonId};
+use tokio::sync::Mutex;
 
 use super::client;
+use super::labels::Labels;
 use crate::error::BackendError;
+
+/// How many subnets a create tries before giving up (each overlap answer moves to the next).
+const CREATE_ATTEMPTS: usize = 32;
+
+/// The network a sandbox set's containers join.
+pub(super) fn set_network_name(owner: &AgentSlug, maker: &DaemonId) -> String {
+    format!("sandboxd-net-{owner}-{maker}")
+}
+
+/// The IPv4 range per-set subnets are carved from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct SubnetPool {
+    base: u32,
+    pool_prefix: u8,
+    prefix: u8,
+}
+
+impl SubnetPool {
+    /// `10.213.0.0/16` carved into `/prefix` subnets.
+    pub fn parse(pool: &str, prefix: u8) -> Result<Self, String> {
+        let (base, pool_prefix) = parse_cidr(pool).ok_or_else(|| {
+            format!("subnet_pool {pool:?} is not an IPv4 CIDR like 10.213.0.0/16")
+        })?;
+        if !(pool_prefix..=29).contains(&prefix) {
+            return Err(format!(
+                "subnet_prefix must be between the pool's /{pool_prefix} and /29, got /{prefix}"
+            ));
+        }
+        Ok(Self {
+            base: base & mask(pool_prefix),
+            pool_prefix,
+            prefix,
+        })
+    }
+
+    /// How many subnets the pool holds.
+    pub fn len(&self) -> u32 {
+        1u32.checked_shl(u32::from(self.prefix - self.pool_prefix))
+            .unwrap_or(u32::MAX)
+    }
+
+    /// The `index`th subnet, as (network address, prefix).
+    fn nth(&self, index: u32) -> (u32, u8) {
+        let size = 1u64 << (32 - u32::from(self.prefix));
+        let offset = u64::from(index % self.len()) * size;
+        (self.base.wrapping_add(offset as u32), self.prefix)
+    }
+}
+
+fn mask(prefix: u8) -> u32 {
+    u32::MAX.checked_shl(32 - u32::from(prefix)).unwrap_or(0)
+}
+
+fn parse_cidr(cidr: &str) -> Option<(u32, u8)> {
+    let (address, prefix) = cidr.split_once('/')?;
+    let address: Ipv4Addr = address.parse().ok()?;
+    let prefix: u8 = prefix.parse().ok()?;
+    (prefix <= 32).then_some((u32::from(address), prefix))
+}
+
+fn overlaps(a: (u32, u8), b: (u32, u8)) -> bool {
+    let m = mask(a.1.min(b.1));
+    a.0 & m == b.0 & m
+}
+
+fn cidr((address, prefix): (u32, u8)) -> String {
+    format!("{}/{prefix}", Ipv4Addr::from(address))
+}
+
+/// A free subnet of `pool`, starting the search at `start` (random, so two daemons sharing an
+/// engine rarely race for the same one), or None when every one overlaps `taken`.
+fn free_subnet(pool: &SubnetPool, taken: &[(u32, u8)], start: u32) -> Option<(u32, u8)> {
+    (0..pool.len())
+        .map(|i| pool.nth(start.wrapping_add(i)))
+        .find(|candidate| !taken.iter().any(|t| overlaps(*t, *candidate)))
+}
+
+/// The per-set network of `owner`'s set made by `maker`, created when missing. `lock`
+/// serializes creation in this process: the members of a set are provisioned in parallel and
+/// the engine does not refuse a second network of the same name.
+pub(super) async fn ensure_set_network(
+    docker: &Docker,
+    labels: &Labels,
+    pool: &SubnetPool,
+    lock: &Mutex<()>,
+    owner: &AgentSlug,
+    maker: &DaemonId,
+) -> Result<String, BackendError> {
+    let name = set_network_name(owner, maker);
+    let _turn = lock.lock().await;
+    match docker.inspect_network(&name, None).await {
+        Ok(found) => {
+            return if labels
+                .parse_set_network(found.labels.as_ref(), maker)
+                .is_some()
+            {
+                Ok(name)
+            } else {
+                Err(BackendError::Docker {
+                    operation: "creating",
+                    name: format!("network {name}"),
+                    detail: "a network with this name exists that sandboxd did not make for this \
+                             set; remove or rename it"
+                        .into(),
+                })
+            };
+        }
+        Err(err) if client::is_not_found(&err) => {}
+        Err(err) => return Err(client::error("inspecting", &format!("network {name}"), err)),
+    }
+    let mut taken = subnets_in_use(docker).await?;
+    let start = rand::rng().random_range(0..pool.len());
+    for _ in 0..CREATE_ATTEMPTS {
+        let Some(subnet) = free_subnet(pool, &taken, start) else {
+            break;
+        };
+        let request = NetworkCreateRequest {
+            name: name.clone(),
+            driver: Some("bridge".to_owned()),
+            internal: Some(false),
+            attachable: Some(false),
+            ipam: Some(Ipam {
+                driver: Some("default".to_owned()),
+                config: Some(vec![IpamConfig {
+                    subnet: Some(cidr(subnet)),
+                    ..IpamConfig::default()
+                }]),
+                options: None,
+            }),
+            labels: Some(labels.for_set_network(owner, maker, now_ms())),
+            ..NetworkCreateRequest::default()
+        };
+        match docker.create_network(request).await {
+            Ok(_) => {
+                tracing::debug!(network = %name, subnet = %cidr(subnet), "created a set network");
+                return Ok(name);
+            }
+            // Another daemon took that subnet since the listing: try the next free one.
+            Err(err) if is_overlap(&err) => taken.push(subnet),
+            Err(err) => return Err(client::error("creating", &format!("network {name}"), err)),
+        }
+    }
+    Err(BackendError::Docker {
+        operation: "creating",
+        name: format!("network {name}"),
+        detail: format!(
+            "no free /{} subnet left in [docker] subnet_pool {}; widen the pool or remove unused \
+             networks",
+            pool.prefix,
+            cidr((pool.base, pool.pool_prefix))
+        ),
+    })
+}
+
+fn is_overlap(err: &bollard::errors::Error) -> bool {
+    matches!(
+        err,
+        bollard::errors::Error::DockerResponseServerError { message, .. }
+            if message.contains("overlap")
+    )
+}
+
+/// Every IPv4 subnet any network on the engine uses (ours, the operator's, Docker's own).
+async fn subnets_in_use(docker: &Docker) -> Result<Vec<(u32, u8)>, BackendError> {
+    let networks = docker
+        .list_networks(None::<ListNetworksOptions>)
+        .await
+        .map_err(|err| client::error("listing", "networks", err))?;
+    Ok(networks
+        .iter()
+        .filter_map(|n| n.ipam.as_ref()?.config.as_ref())
+        .flatten()
+        .filter_map(|c| parse_cidr(c.subnet.as_deref()?))
+        .collect())
+}
+
+/// Removes `owner`'s set network when no container of the set is left. Quiet when it is gone,
+/// still in use, or not ours.
+pub(super) async fn remove_set_network_if_unused(
+    docker: &Docker,
+    labels: &Labels,
+    lock: &Mutex<()>,
+    owner: &AgentSlug,
+    maker: &DaemonId,
+) -> Result<bool, BackendError> {
+    let name = set_network_name(owner, maker);
+    let _turn = lock.lock().await;
+    let found = match docker.inspect_network(&name, None).await {
+        Ok(found) => found,
+        Err(err) if client::is_not_found(&err) => return Ok(false),
+        Err(err) => return Err(client::error("inspecting", &format!("network {name}"), err)),
+    };
+    if labels
+        .parse_set_network(found.labels.as_ref(), maker)
+        .is_none()
+    {
+        return Ok(false);
+    }
+    let members = docker
+        .list_containers(Some(ListContainersOptions {
+            all: true,
+            filters: Some(labels.members_filter(owner, maker)),
+            ..ListContainersOptions::default()
+        }))
+        .await
+        .map_err(|err| client::error("listing", "containers", err))?;
+    let attached = found.containers.as_ref().is_some_and(|c| !c.is_empty());
+    if !members.is_empty() || attached {
+        return Ok(false);
+    }
+    let id = found.id.as_deref().unwrap_or(name.as_str());
+    match docker.remove_network(id).await {
+        Ok(()) => Ok(true),
+        Err(err) if client::is_not_found(&err) => Ok(false),
+        // Active endpoints: a member joined since the check; it removes the network later.
+        Err(err) if matches!(client::status(&err), Some(403 | 409)) => Ok(false),
+        Err(err) => Err(client::error("removing", &format!("network {name}"), err)),
+    }
+}
+
+/// Removes the set networks `maker` made that no container uses any more and that are older
+/// than `settle` (younger ones may belong to a provision between network and container
+/// creation). Returns how many it removed.
+pub(super) async fn sweep(
+    docker: &Docker,
+    labels: &Labels,
+    lock: &Mutex<()>,
+    maker: &DaemonId,
+    settle: Duration,
+) -> Result<usize, BackendError> {
+    let networks = docker
+        .list_networks(Some(ListNetworksOptions {
+            filters: Some(labels.set_network_filter(maker)),
+        }))
+        .await
+        .map_err(|err| client::error("listing", "networks", err))?;
+    let mut removed = 0;
+    for network in networks {
+        let Some((owner, created)) = labels.parse_set_network(network.labels.as_ref(), maker)
+        else {
+            continue;
+        };
+        if age_of(created) < settle {
+            continue;
+        }
+        if remove_set_network_if_unused(docker, labels, lock, &owner, maker).await? {
+            tracing::info!(network = %set_network_name(&owner, maker), "removed an unused set network");
+            removed += 1;
+        }
+    }
+    Ok(removed)
+}
 
 /// Succeeds when `network` exists on the engine.
 pub(super) async fn ensure_exists(docker: &Docker, network: &str) -> Result<(), BackendError> {
@@ -48,5 +319,44 @@ mod tests {
             message.contains("docker network create agents"),
             "{message}"
         );
+    }
+
+    #[test]
+    fn the_pool_is_carved_into_small_subnets() {
+        let pool = SubnetPool::parse("10.213.0.0/16", 28).expect("valid");
+        assert_eq!(pool.len(), 4096);
+        assert_eq!(cidr(pool.nth(0)), "10.213.0.0/28");
+        assert_eq!(cidr(pool.nth(1)), "10.213.0.16/28");
+        assert_eq!(cidr(pool.nth(4095)), "10.213.255.240/28");
+        assert_eq!(cidr(pool.nth(4096)), "10.213.0.0/28", "wraps around");
+        // A base with host bits set is normalized.
+        assert_eq!(SubnetPool::parse("10.213.7.9/16", 28).expect("valid"), pool);
+        assert!(SubnetPool::parse("10.213.0.0/16", 30).is_err());
+        assert!(SubnetPool::parse("10.213.0.0/16", 8).is_err());
+        assert!(SubnetPool::parse("fd00::/64", 28).is_err());
+    }
+
+    #[test]
+    fn a_free_subnet_overlaps_nothing_in_use() {
+        let pool = SubnetPool::parse("10.213.0.0/24", 28).expect("valid");
+        let taken = [
+            parse_cidr("10.213.0.0/28").expect("cidr"),
+            parse_cidr("10.213.0.16/28").expect("cidr"),
+            // A wider network covering four of ours.
+            parse_cidr("10.213.0.64/26").expect("cidr"),
+            parse_cidr("172.17.0.0/16").expect("cidr"),
+        ];
+        assert_eq!(
+            free_subnet(&pool, &taken, 0).map(cidr).as_deref(),
+            Some("10.213.0.32/28")
+        );
+        assert_eq!(
+            free_subnet(&pool, &taken, 4).map(cidr).as_deref(),
+            Some("10.213.0.128/28"),
+            "the search starts where asked and skips the wide one"
+        );
+        // A network covering the whole pool leaves nothing.
+        let all = [parse_cidr("10.0.0.0/8").expect("cidr")];
+        assert_eq!(free_subnet(&pool, &all, 3), None);
     }
 }

@@ -3,19 +3,23 @@
 //! hardened spec, fresh accounts) → `start` (and learn where it answers) → `bring_up` (the flow
 //! every backend shares: superuser login, setup steps, the handed-out account's own round trip)
 //! → `activate` (features). When any step after `create` fails, the container is removed
-//! before the error is returned, so nothing is left behind.
+//! before the error is returned (and its set network when no member is left), so nothing is
+//! left behind. The superuser's password, when the image needs one, is written to the
+//! container's stdin as it starts (`<VAR>_FILE=/dev/stdin`): it is in no config or file.
 
 use std::collections::BTreeSet;
 
 use bollard::Docker;
-use bollard::query_parameters::CreateContainerOptions;
+use bollard::query_parameters::{AttachContainerOptions, CreateContainerOptions};
 use sandboxd_domain::clock::{age_of, now_ms};
 use sandboxd_domain::engine::AdminAccess;
 use sandboxd_domain::instance::{BackendKind, Instance, instance_name};
 use sandboxd_domain::{Credentials, EngineRef};
+use secrecy::{ExposeSecret, SecretString};
+use tokio::io::AsyncWriteExt;
 
 use super::images::ImageFacts;
-use super::spec::{self, Limits, PUBLISH_IP, Spec};
+use super::spec::{self, Attach, Limits, PUBLISH_IP, Spec};
 use super::teardown::{self, Target};
 use super::{DockerBackend, client, images, network, state};
 use crate::backend::{Backend, InstanceRequest};
@@ -31,6 +35,8 @@ struct Created {
     created_at_ms: i64,
     admin: Credentials,
     agent: Credentials,
+    /// What the entrypoint reads from stdin (`<VAR>_FILE=/dev/stdin`), written once at start.
+    secret: Option<SecretString>,
 }
 
 impl DockerBackend {
@@ -51,7 +57,13 @@ impl DockerBackend {
         }
         let name = instance_name(engine, &request.owner, &request.maker);
         self.clear_stale(docker, &name).await?;
-        let created = self.create(docker, request, name, &image, &facts).await?;
+        let created = match self.create(docker, request, &name, &image, &facts).await {
+            Ok(created) => created,
+            Err(err) => {
+                self.drop_set_network(docker, request).await;
+                return Err(err);
+            }
+        };
         let (name, id) = (created.name.clone(), created.id.clone());
         let outcome = self.provision_steps(docker, request, created).await;
         if outcome.is_err() {
@@ -64,8 +76,27 @@ impl DockerBackend {
             {
                 tracing::warn!(container = %name, error = %err, "removing a failed container");
             }
+            self.drop_set_network(docker, request).await;
         }
         outcome
+    }
+
+    /// After a failed provision: the set's network goes when no member is left.
+    async fn drop_set_network(&self, docker: &Docker, request: &InstanceRequest) {
+        if self.config.network.is_some() {
+            return;
+        }
+        if let Err(err) = network::remove_set_network_if_unused(
+            docker,
+            &self.labels,
+            &self.networks,
+            &request.owner,
+            &request.maker,
+        )
+        .await
+        {
+            tracing::warn!(error = %err, "removing the set network of a failed provision");
+        }
     }
 
     /// `start` → `bring_up` → `activate`; the caller removes the container after a failure.
@@ -103,12 +134,12 @@ impl DockerBackend {
     }
 
     /// Creates the container from the engine's recipe with fresh accounts, hardened (`spec`),
-    /// labeled so any later process finds it.
+    /// labeled so any later process finds it, on its set's network (created when missing).
     async fn create(
         &self,
         docker: &Docker,
         request: &InstanceRequest,
-        name: String,
+        name: &str,
         image: &str,
         facts: &ImageFacts,
     ) -> Result<Created, BackendError> {
@@ -117,41 +148,66 @@ impl DockerBackend {
         let agent = Credentials::generate(engine.agent_user);
         let recipe = engine.container(&admin, &agent);
         let created_at_ms = now_ms();
-        let network = self.config.network.as_deref();
-        let body = spec::create_body(&Spec {
-            image,
-            recipe: &recipe,
-            port: engine.port,
-            labels: self.labels.for_instance(
-                engine,
-                &request.owner,
-                &request.maker,
-                created_at_ms,
-                network,
-            ),
-            limits: Limits {
-                memory_mb: self.config.memory_mb,
-                cpus: self.config.cpus,
-                pids_limit: self.config.pids_limit,
-            },
-            network,
-            image_volumes: &facts.volumes,
-        });
-        let options = CreateContainerOptions {
-            name: Some(name.clone()),
-            ..CreateContainerOptions::default()
+        let named = self.config.network.as_deref();
+        // A set network removed between our ensure and the create (its last member's
+        // teardown) is created again once.
+        let mut attempts = 0;
+        let id = loop {
+            attempts += 1;
+            let set_network;
+            let attach = match named {
+                Some(network) => Attach::Named(network),
+                None => {
+                    set_network = network::ensure_set_network(
+                        docker,
+                        &self.labels,
+                        &self.subnets,
+                        &self.networks,
+                        &request.owner,
+                        &request.maker,
+                    )
+                    .await?;
+                    Attach::SetNetwork(&set_network)
+                }
+            };
+            let body = spec::create_body(&Spec {
+                image,
+                recipe: &recipe,
+                port: engine.port,
+                labels: self.labels.for_instance(
+                    engine,
+                    &request.owner,
+                    &request.maker,
+                    created_at_ms,
+                    named,
+                ),
+                limits: Limits {
+                    memory_mb: self.config.memory_mb,
+                    cpus: self.config.cpus,
+                    pids_limit: self.config.pids_limit,
+                },
+                network: attach,
+                image_volumes: &facts.volumes,
+            });
+            let options = CreateContainerOptions {
+                name: Some(name.to_owned()),
+                ..CreateContainerOptions::default()
+            };
+            match docker.create_container(Some(options), body).await {
+                Ok(response) => break response.id,
+                Err(err) if client::is_not_found(&err) && named.is_none() && attempts < 2 => {
+                    tracing::debug!(container = name, "the set network went away; again");
+                }
+                Err(err) => return Err(client::error("creating", name, err)),
+            }
         };
-        let id = docker
-            .create_container(Some(options), body)
-            .await
-            .map_err(|err| client::error("creating", &name, err))?
-            .id;
         Ok(Created {
-            name,
+            name: name.to_owned(),
             id,
             created_at_ms,
             admin,
             agent,
+            secret: recipe.secret.map(|s| s.value),
         })
     }
 
@@ -162,10 +218,46 @@ impl DockerBackend {
         engine: EngineRef,
         created: &Created,
     ) -> Result<Reachability, BackendError> {
+        // Attach before starting, so the entrypoint's first read of stdin gets the secret.
+        let stdin = match &created.secret {
+            Some(_) => Some(
+                docker
+                    .attach_container(
+                        &created.id,
+                        Some(AttachContainerOptions {
+                            stdin: true,
+                            stream: true,
+                            ..AttachContainerOptions::default()
+                        }),
+                    )
+                    .await
+                    .map_err(|err| client::error("attaching to", &created.name, err))?,
+            ),
+            None => None,
+        };
         docker
             .start_container(&created.id, None)
             .await
             .map_err(|err| client::error("starting", &created.name, err))?;
+        if let (Some(mut attached), Some(secret)) = (stdin, &created.secret) {
+            let written = async {
+                attached
+                    .input
+                    .write_all(secret.expose_secret().as_bytes())
+                    .await?;
+                attached.input.flush().await?;
+                attached.input.shutdown().await
+            }
+            .await;
+            // Dropping the attachment ends it; `stdin_once` then closes the container's stdin,
+            // so the entrypoint reads end of file after the secret.
+            drop(attached);
+            written.map_err(|err| BackendError::Docker {
+                operation: "handing the superuser's password to",
+                name: created.name.clone(),
+                detail: format!("writing to its stdin failed: {err}"),
+            })?;
+        }
         self.reach_of(docker, engine, &created.name, &created.id)
             .await
     }

@@ -1,10 +1,11 @@
 //! An engine's `ContainerRecipe` turned into the Engine API's create body, with the hardening
-//! every sandbox gets: tmpfs data, no volumes, memory (= swap), CPU and pids caps,
-//! `no-new-privileges`, every capability dropped but the recipe's, never privileged, no binds,
-//! and the engine port published on 127.0.0.1 only (or nothing published on a named network).
+//! every sandbox gets: a read-only root filesystem with tmpfs data (and `/tmp`), no volumes,
+//! memory (= swap), CPU and pids caps, `no-new-privileges`, every capability dropped but the
+//! recipe's, never privileged, no binds, its sandbox set's own network with the engine port
+//! published on 127.0.0.1 only (or the operator's named network and nothing published).
 //!
-//! Pure: no I/O, so the whole spec is unit-tested. The body holds the superuser's secrets (the
-//! image's environment contract takes them from there): never log or `Debug` it.
+//! Pure: no I/O, so the whole spec is unit-tested. The body holds no secret: the superuser's
+//! password reaches the entrypoint through `<VAR>_FILE=/dev/stdin` (see `provision`).
 
 use std::collections::HashMap;
 
@@ -12,12 +13,16 @@ use bollard::models::{
     ContainerCreateBody, HostConfig, PortBinding, RestartPolicy, RestartPolicyNameEnum,
 };
 use sandboxd_domain::engine::ContainerRecipe;
-use secrecy::ExposeSecret;
 
 /// Where the published port listens on the host: loopback only, never 0.0.0.0.
 pub(super) const PUBLISH_IP: &str = "127.0.0.1";
 /// A tmpfs for an image-declared volume the recipe does not cover.
 const EXTRA_VOLUME_MB: u64 = 64;
+/// `/tmp` on a read-only root, when the recipe does not size it.
+const TMP_MB: u64 = 16;
+/// Where an entrypoint reads its `<VAR>_FILE` secret: the container's stdin, written once at
+/// start and closed.
+pub(super) const SECRET_FILE: &str = "/dev/stdin";
 
 /// Resource caps of one container.
 #[derive(Debug, Clone, Copy)]
@@ -35,7 +40,7 @@ pub(super) struct Spec<'a> {
     pub port: u16,
     pub labels: HashMap<String, String>,
     pub limits: Limits,
-    pub network: Option<&'a str>,
+    pub network: Attach<'a>,
     /// `VOLUME`s the image declares. Each gets a tmpfs (unless the recipe mounts one there
     /// already), so the engine never creates an anonymous volume.
     pub image_volumes: &'a [String],
@@ -49,6 +54,15 @@ impl std::fmt::Debug for Spec<'_> {
             .field("network", &self.network)
             .finish_non_exhaustive()
     }
+}
+
+/// Which network a container joins.
+#[derive(Debug, Clone, Copy)]
+pub(super) enum Attach<'a> {
+    /// Its sandbox set's own bridge network; the port is published on 127.0.0.1.
+    SetNetwork(&'a str),
+    /// The operator's network; nothing is published.
+    Named(&'a str),
 }
 
 /// `5432/tcp`
@@ -81,6 +95,12 @@ pub(super) fn create_body(spec: &Spec<'_>) -> ContainerCreateBody {
             )
         })
         .collect();
+    if !tmpfs.contains_key("/tmp") {
+        tmpfs.insert(
+            "/tmp".to_owned(),
+            tmpfs_options(TMP_MB, "1777", None, limits.memory_mb),
+        );
+    }
     for volume in spec.image_volumes {
         let path = volume.trim_end_matches('/');
         let path = if path.is_empty() { "/" } else { path };
@@ -91,16 +111,19 @@ pub(super) fn create_body(spec: &Spec<'_>) -> ContainerCreateBody {
             );
         }
     }
-    let port_bindings = match spec.network {
-        Some(_) => None,
-        None => Some(HashMap::from([(
-            port_key(spec.port),
-            Some(vec![PortBinding {
-                host_ip: Some(PUBLISH_IP.to_owned()),
-                // Empty: the engine picks a free host port, read back by inspect.
-                host_port: Some(String::new()),
-            }]),
-        )])),
+    let (network_mode, port_bindings) = match spec.network {
+        Attach::Named(network) => (network, None),
+        Attach::SetNetwork(network) => (
+            network,
+            Some(HashMap::from([(
+                port_key(spec.port),
+                Some(vec![PortBinding {
+                    host_ip: Some(PUBLISH_IP.to_owned()),
+                    // Empty: the engine picks a free host port, read back by inspect.
+                    host_port: Some(String::new()),
+                }]),
+            )])),
+        ),
     };
     let host_config = HostConfig {
         memory: Some(mb(limits.memory_mb)),
@@ -118,12 +141,13 @@ pub(super) fn create_body(spec: &Spec<'_>) -> ContainerCreateBody {
                 .collect(),
         ),
         privileged: Some(false),
+        readonly_rootfs: Some(true),
         publish_all_ports: Some(false),
         tmpfs: Some(tmpfs),
         binds: Some(vec![]),
         mounts: Some(vec![]),
         port_bindings,
-        network_mode: spec.network.map(str::to_owned),
+        network_mode: Some(network_mode.to_owned()),
         restart_policy: Some(RestartPolicy {
             name: Some(RestartPolicyNameEnum::NO),
             maximum_retry_count: None,
@@ -138,9 +162,19 @@ pub(super) fn create_body(spec: &Spec<'_>) -> ContainerCreateBody {
             recipe
                 .env
                 .iter()
-                .map(|(key, value)| format!("{key}={}", value.expose_secret()))
+                .map(|(key, value)| format!("{key}={value}"))
+                .chain(
+                    recipe
+                        .secret
+                        .as_ref()
+                        .map(|secret| format!("{}={SECRET_FILE}", secret.file_var())),
+                )
                 .collect(),
         ),
+        // The secret's only way in: written once to stdin at start, then closed (`stdin_once`).
+        open_stdin: Some(recipe.secret.is_some()),
+        stdin_once: Some(recipe.secret.is_some()),
+        attach_stdin: Some(recipe.secret.is_some()),
         user: recipe.user.map(str::to_owned),
         labels: Some(spec.labels.clone()),
         exposed_ports: Some(vec![port_key(spec.port)]),
@@ -153,8 +187,11 @@ pub(super) fn create_body(spec: &Spec<'_>) -> ContainerCreateBody {
 mod tests {
     use sandboxd_domain::engine::AdminStep;
     use sandboxd_domain::{Credentials, EngineRef, engines};
+    use secrecy::ExposeSecret;
 
     use super::*;
+
+    const SET: Attach<'static> = Attach::SetNetwork("sandboxd-net-dev-1-cli");
 
     const LIMITS: Limits = Limits {
         memory_mb: 512,
@@ -164,7 +201,7 @@ mod tests {
 
     fn body(
         engine: &str,
-        network: Option<&str>,
+        network: Attach<'_>,
         volumes: &[String],
     ) -> (ContainerCreateBody, Credentials, Credentials) {
         let engine = EngineRef::parse(engine).expect("registered");
@@ -195,7 +232,7 @@ mod tests {
     #[test]
     fn every_engine_is_hardened_and_capped() {
         for engine in engines::all() {
-            let (body, _, _) = body(engine.name, None, &[]);
+            let (body, _, _) = body(engine.name, SET, &[]);
             let host = body.host_config.expect("host config");
             assert_eq!(host.memory, Some(512 * 1024 * 1024), "{engine}");
             assert_eq!(host.memory_swap, host.memory, "{engine}");
@@ -207,6 +244,12 @@ mod tests {
             );
             assert_eq!(host.cap_drop, Some(vec!["ALL".to_owned()]));
             assert_eq!(host.privileged, Some(false));
+            assert_eq!(host.readonly_rootfs, Some(true), "{engine}");
+            assert_eq!(
+                host.network_mode.as_deref(),
+                Some("sandboxd-net-dev-1-cli"),
+                "{engine} joins its set's network"
+            );
             assert_eq!(host.binds, Some(vec![]));
             assert_eq!(host.mounts, Some(vec![]));
             assert!(
@@ -214,7 +257,10 @@ mod tests {
                 "{engine} runs as its image's non-root user"
             );
             let tmpfs = host.tmpfs.expect("tmpfs");
-            assert!(!tmpfs.is_empty());
+            assert!(
+                tmpfs.contains_key("/tmp"),
+                "{engine}: /tmp on a read-only root"
+            );
             for options in tmpfs.values() {
                 assert!(options.starts_with("rw,nosuid,nodev"), "{options}");
                 let size: u64 = options
@@ -239,20 +285,31 @@ mod tests {
     }
 
     #[test]
-    fn the_agent_password_is_never_in_the_container_spec() {
+    fn no_password_is_ever_in_the_container_spec() {
         for engine in engines::all() {
-            let (body, _, agent) = body(engine.name, None, &[]);
+            let (body, admin, agent) = body(engine.name, SET, &[]);
             let json = serde_json::to_string(&body).expect("serializes");
-            assert!(
-                !json.contains(agent.password.expose_secret()),
-                "{engine}: the agent's password is in the create body"
-            );
+            for (who, secret) in [("agent", &agent.password), ("superuser", &admin.password)] {
+                assert!(
+                    !json.contains(secret.expose_secret()),
+                    "{engine}: the {who}'s password is in the create body"
+                );
+            }
+            // An image that needs the superuser's password reads it from stdin.
+            let recipe = engine.container(&admin, &agent);
+            if let Some(secret) = &recipe.secret {
+                let env = env_of(&body);
+                assert_eq!(env[&secret.file_var()], SECRET_FILE, "{engine}");
+                assert!(!env.contains_key(secret.var), "{engine}");
+                assert_eq!(body.open_stdin, Some(true));
+                assert_eq!(body.stdin_once, Some(true));
+            }
         }
     }
 
     #[test]
     fn redis_carries_only_password_hashes() {
-        let (body, admin, _) = body("redis", None, &[]);
+        let (body, admin, _) = body("redis", SET, &[]);
         let json = serde_json::to_string(&body).expect("serializes");
         assert!(!json.contains(admin.password.expose_secret()));
         let cmd = body.cmd.expect("command").join(" ");
@@ -265,7 +322,7 @@ mod tests {
 
     #[test]
     fn on_a_named_network_nothing_is_published() {
-        let (body, _, _) = body("postgres", Some("agents"), &[]);
+        let (body, _, _) = body("postgres", Attach::Named("agents"), &[]);
         let host = body.host_config.expect("host config");
         assert_eq!(host.network_mode.as_deref(), Some("agents"));
         assert!(host.port_bindings.is_none());
@@ -275,7 +332,7 @@ mod tests {
     #[test]
     fn image_volumes_get_a_tmpfs_so_no_anonymous_volume_is_created() {
         let volumes = vec!["/var/lib/postgresql/data".to_owned(), "/extra/".to_owned()];
-        let (body, _, _) = body("postgres", None, &volumes);
+        let (body, _, _) = body("postgres", SET, &volumes);
         let tmpfs = body.host_config.expect("host").tmpfs.expect("tmpfs");
         // The recipe's own mount is kept as is; the undeclared one is added.
         assert!(tmpfs["/var/lib/postgresql/data"].contains("size=256m"));
@@ -284,13 +341,10 @@ mod tests {
 
     #[test]
     fn mongo_container_spec() {
-        let (body, admin, _) = body("mongo", None, &[]);
+        let (body, admin, _) = body("mongo", SET, &[]);
         let env = env_of(&body);
         assert_eq!(env["MONGO_INITDB_ROOT_USERNAME"], admin.user);
-        assert_eq!(
-            env["MONGO_INITDB_ROOT_PASSWORD"],
-            admin.password.expose_secret()
-        );
+        assert_eq!(env["MONGO_INITDB_ROOT_PASSWORD_FILE"], SECRET_FILE);
         let cmd = body.cmd.clone().expect("command");
         assert_eq!(cmd[0], "mongod");
         assert!(cmd.contains(&"--noscripting".to_owned()), "{cmd:?}");

@@ -2,7 +2,9 @@
 
 use std::time::Duration;
 
-use sandboxd_domain::engine::{Activation, AdminAccess, AdminStep, ServerFacts, pg_identifier};
+use sandboxd_domain::engine::{
+    Activation, AdminAccess, AdminStep, ServerFacts, pg_extension_activation,
+};
 use sandboxd_domain::{Credentials, Feature};
 use secrecy::ExposeSecret;
 use tokio_postgres::{Client, Config, NoTls};
@@ -123,10 +125,7 @@ pub(super) async fn activate(
         )));
     };
     let client = connect(&admin_config(admin, reach, database)).await?;
-    let statement = format!(
-        "CREATE EXTENSION IF NOT EXISTS {} CASCADE",
-        pg_identifier(extension)
-    );
+    let statement = pg_extension_activation(extension);
     match client.batch_execute(&statement).await {
         Ok(()) => Ok(()),
         Err(err)

@@ -13,8 +13,8 @@ use std::time::{Duration, Instant};
 use bollard::Docker;
 use bollard::models::ContainerCreateBody;
 use bollard::query_parameters::{
-    CreateContainerOptions, KillContainerOptions, ListContainersOptions, LogsOptions,
-    RemoveContainerOptions,
+    CreateContainerOptions, KillContainerOptions, ListContainersOptions, ListNetworksOptions,
+    LogsOptions, RemoveContainerOptions,
 };
 use futures::{FutureExt, StreamExt};
 use mysql_async::prelude::Queryable;
@@ -32,9 +32,9 @@ fn socket() -> String {
     std::env::var("SANDBOXD_TEST_DOCKER_SOCKET")
         .unwrap_or_else(|_| "/var/run/docker.sock".to_owned())
 }
-const POSTGRES: &str = "sandboxd-local/postgres:17";
-const REDIS: &str = "sandboxd-local/redis:8";
-const MARIADB: &str = "sandboxd-local/mariadb:11";
+pub(super) const POSTGRES: &str = "sandboxd-local/postgres:17";
+pub(super) const REDIS: &str = "sandboxd-local/redis:8";
+pub(super) const MARIADB: &str = "sandboxd-local/mariadb:11";
 const NEVER_READY: &str = "sandboxd-local/never-ready:1";
 const NS: &str = "sandboxd";
 
@@ -69,15 +69,15 @@ async fn image_present(docker: &Docker, image: &str) -> bool {
 }
 
 /// A Docker backend for one test, and the cleanup of every container of the test's owners.
-struct Harness {
+pub(super) struct Harness {
     tag: &'static str,
     docker: Docker,
-    backend: Arc<DockerBackend>,
+    pub(super) backend: Arc<DockerBackend>,
 }
 
 impl Harness {
     /// None (after printing why) when the engine or one of `images` is missing.
-    async fn new(
+    pub(super) async fn new(
         tag: &'static str,
         images: &[&str],
         tweak: impl FnOnce(&mut DockerConfig),
@@ -135,9 +135,34 @@ impl Harness {
             .collect()
     }
 
-    /// Runs `body`, then removes every container of this test's owners whatever happened,
-    /// asserts that nothing was left by the code under test, and re-raises a panic.
-    async fn run<F, Fut>(self, body: F)
+    /// Every set network whose owner label is one of this test's owners.
+    async fn leftover_networks(docker: &Docker, tag: &str) -> Vec<String> {
+        let prefix = support::owner_prefix(tag);
+        let options = ListNetworksOptions {
+            filters: Some(HashMap::from([(
+                "label".to_owned(),
+                vec![format!("{NS}.sandbox-network=1")],
+            )])),
+        };
+        docker
+            .list_networks(Some(options))
+            .await
+            .expect("list networks")
+            .into_iter()
+            .filter(|n| {
+                n.labels
+                    .as_ref()
+                    .and_then(|l| l.get(&format!("{NS}.owner")))
+                    .is_some_and(|o| o.starts_with(&prefix))
+            })
+            .filter_map(|n| n.id)
+            .collect()
+    }
+
+    /// Runs `body`, then removes every container and set network of this test's owners
+    /// whatever happened, asserts that nothing was left by the code under test, and re-raises a
+    /// panic.
+    pub(super) async fn run<F, Fut>(self, body: F)
     where
         F: FnOnce(Arc<DockerBackend>, Docker) -> Fut,
         Fut: Future<Output = ()>,
@@ -154,9 +179,18 @@ impl Harness {
             };
             let _ = self.docker.remove_container(id, Some(options)).await;
         }
+        let left_networks = Self::leftover_networks(&self.docker, self.tag).await;
+        for id in &left_networks {
+            let _ = self.docker.remove_network(id).await;
+        }
         if let Err(panic) = outcome {
             std::panic::resume_unwind(panic);
         }
+        assert!(
+            left_networks.is_empty(),
+            "{}: set networks left behind: {left_networks:?}",
+            self.tag
+        );
         assert!(
             left.is_empty(),
             "{}: containers left behind: {left:?}",
@@ -165,7 +199,7 @@ impl Harness {
     }
 }
 
-async fn provision(backend: &DockerBackend, name: &str, owner: &AgentSlug) -> Instance {
+pub(super) async fn provision(backend: &DockerBackend, name: &str, owner: &AgentSlug) -> Instance {
     let started = Instant::now();
     let instance = backend
         .provision(&request(name, owner, &[]))
@@ -179,7 +213,7 @@ async fn provision(backend: &DockerBackend, name: &str, owner: &AgentSlug) -> In
 }
 
 /// Everything the engine says about the container, as JSON.
-async fn inspect_json(docker: &Docker, id: &str) -> String {
+pub(super) async fn inspect_json(docker: &Docker, id: &str) -> String {
     let found = docker.inspect_container(id, None).await.expect("inspect");
     serde_json::to_string(&found).expect("inspect serializes")
 }
@@ -386,7 +420,7 @@ async fn postgres_on_docker_is_hardened_and_hands_out_a_non_superuser() {
 }
 
 /// The owners a test makes inside `run` share its tag, so cleanup finds them.
-fn harness_owner(tag: &str) -> AgentSlug {
+pub(super) fn harness_owner(tag: &str) -> AgentSlug {
     support::owner(tag)
 }
 

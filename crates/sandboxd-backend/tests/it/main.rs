@@ -1,5 +1,6 @@
 //! Black-box tests of the backends against real servers: one binary for the crate.
 
+mod attack_docker;
 mod attack_process;
 mod docker;
 mod process;

@@ -18,8 +18,8 @@ mod render;
 
 pub use quote::{mysql_identifier, pg_identifier, sql_literal};
 pub use recipe::{
-    AdminAccess, AdminStep, CommandPlan, ContainerRecipe, MYSQL_SOCKET_FILE, PlannedFile,
-    ProcessContext, ProcessRecipe, ServerFacts, Signal, TemplatePlan, Tmpfs,
+    AdminAccess, AdminStep, CommandPlan, ContainerRecipe, ContainerSecret, MYSQL_SOCKET_FILE,
+    PlannedFile, ProcessContext, ProcessRecipe, ServerFacts, Signal, TemplatePlan, Tmpfs,
 };
 pub use render::{Endpoint, EnvRendering, UrlPath};
 
@@ -141,7 +141,8 @@ pub struct FeatureSpec {
 
 #[derive(Debug)]
 pub enum Activation {
-    /// `CREATE EXTENSION IF NOT EXISTS "<extension>"` in the agent's database.
+    /// `CREATE EXTENSION IF NOT EXISTS "<extension>" SCHEMA extensions CASCADE` in the agent's
+    /// database ([`pg_extension_activation`]).
     PgExtension {
         extension: &'static str,
         /// The Debian package providing it; `{major}` stands for the server's major version.
@@ -167,4 +168,32 @@ impl Activation {
             None => package.to_owned(),
         }
     }
+}
+
+/// The schema allowlisted PostgreSQL extensions are created in: owned by the superuser, USAGE
+/// granted to everyone, on the agent database's `search_path`. The agent owns `public`, so an
+/// extension script running there (as superuser, with `CASCADE`) could call functions the
+/// agent planted; in this schema it cannot plant anything.
+pub const PG_EXTENSION_SCHEMA: &str = "extensions";
+
+/// The superuser's statements activating `extension`: make sure the extension schema exists and
+/// is the superuser's (an agent-made schema of that name is refused), pin `search_path` to
+/// `pg_catalog` and that schema, then create the extension and what it needs there.
+pub fn pg_extension_activation(extension: &str) -> String {
+    let schema = pg_identifier(PG_EXTENSION_SCHEMA);
+    let literal = sql_literal(PG_EXTENSION_SCHEMA);
+    format!(
+        "DO $sbx$ BEGIN \
+           IF NOT EXISTS (SELECT 1 FROM pg_catalog.pg_namespace WHERE nspname = {literal}) THEN \
+             CREATE SCHEMA {schema}; GRANT USAGE ON SCHEMA {schema} TO PUBLIC; \
+           END IF; \
+           IF (SELECT nspowner FROM pg_catalog.pg_namespace WHERE nspname = {literal}) \
+              <> (SELECT oid FROM pg_catalog.pg_roles WHERE rolname = current_user) THEN \
+             RAISE EXCEPTION 'schema {PG_EXTENSION_SCHEMA} is not owned by the superuser'; \
+           END IF; \
+         END $sbx$; \
+         SET search_path = pg_catalog, {schema}; \
+         CREATE EXTENSION IF NOT EXISTS {} SCHEMA {schema} CASCADE",
+        pg_identifier(extension)
+    )
 }

@@ -22,11 +22,17 @@ pub struct Tmpfs {
     pub uid: Option<u32>,
 }
 
-/// How to run an engine's image as a container. The secrets are the superuser's: the image's own
-/// environment contract takes them from the environment, as the official images document.
+/// How to run an engine's image as a container. No secret is part of its configuration: `env`
+/// holds plain settings (they show in `docker inspect`), and the superuser's password, when the
+/// image needs one, travels as `secret`.
 #[derive(Debug)]
 pub struct ContainerRecipe {
-    pub env: Vec<(String, SecretString)>,
+    /// Plain settings, never a secret.
+    pub env: Vec<(String, String)>,
+    /// The superuser's password for images that read it from `<var>` or `<var>_FILE` (the
+    /// official images' contract). The Docker backend sets `<var>_FILE=/dev/stdin` and writes the
+    /// value to the container's stdin as it starts, so it sits in no config, file or env var.
+    pub secret: Option<ContainerSecret>,
     /// Arguments after the image's entrypoint.
     pub command: Vec<String>,
     /// The image's non-root user, when its entrypoint supports starting as it.
@@ -34,6 +40,21 @@ pub struct ContainerRecipe {
     pub tmpfs: Vec<Tmpfs>,
     /// Capabilities the entrypoint needs; empty when `user` is set.
     pub capabilities: Vec<&'static str>,
+}
+
+/// A secret handed to a container's entrypoint through `<var>_FILE`.
+#[derive(Debug)]
+pub struct ContainerSecret {
+    /// `POSTGRES_PASSWORD`: the entrypoint reads the file named by `POSTGRES_PASSWORD_FILE`.
+    pub var: &'static str,
+    pub value: SecretString,
+}
+
+impl ContainerSecret {
+    /// `POSTGRES_PASSWORD_FILE`
+    pub fn file_var(&self) -> String {
+        format!("{}_FILE", self.var)
+    }
 }
 
 /// The file name of a MySQL-protocol server's socket inside its private socket directory.

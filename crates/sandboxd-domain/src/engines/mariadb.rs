@@ -8,9 +8,9 @@ use secrecy::SecretString;
 
 use crate::credentials::{Credentials, mysql_native_hash};
 use crate::engine::{
-    AdminAccess, AdminStep, CommandPlan, ContainerRecipe, Engine, EngineRecipes, EnvRendering,
-    FeatureKind, MYSQL_SOCKET_FILE, PlannedFile, ProcessContext, ProcessRecipe, Protocol,
-    ServerFacts, Signal, TemplatePlan, Tmpfs, UrlPath, mysql_identifier, sql_literal,
+    AdminAccess, AdminStep, CommandPlan, ContainerRecipe, ContainerSecret, Engine, EngineRecipes,
+    EnvRendering, FeatureKind, MYSQL_SOCKET_FILE, PlannedFile, ProcessContext, ProcessRecipe,
+    Protocol, ServerFacts, Signal, TemplatePlan, Tmpfs, UrlPath, mysql_identifier, sql_literal,
 };
 
 #[derive(Debug, Default)]
@@ -56,18 +56,23 @@ impl EngineRecipes for MariaDb {
     fn container(&self, admin: &Credentials, _agent: &Credentials) -> ContainerRecipe {
         let mut command = vec!["mariadbd".to_owned()];
         command.extend(THROWAWAY_ARGS.iter().map(|a| (*a).to_owned()));
+        // A small redo log leaves the data tmpfs to the tenant's tables; the tmpfs itself stays
+        // well below the memory cap (its pages count against it), so a full tmpfs ends in
+        // "table is full" for the statement, not in an OOM kill of the server.
+        command.push("--innodb-log-file-size=16M".to_owned());
         ContainerRecipe {
-            env: vec![
-                ("MARIADB_ROOT_PASSWORD".into(), admin.password.clone()),
-                // Loading the zone tables takes seconds and no test suite of a sandbox needs them.
-                ("MARIADB_INITDB_SKIP_TZINFO".into(), SecretString::from("1")),
-            ],
+            // Loading the zone tables takes seconds and no test suite of a sandbox needs them.
+            env: vec![("MARIADB_INITDB_SKIP_TZINFO".into(), "1".into())],
+            secret: Some(ContainerSecret {
+                var: "MARIADB_ROOT_PASSWORD",
+                value: admin.password.clone(),
+            }),
             command,
             user: Some("mysql"),
             tmpfs: vec![
                 Tmpfs {
                     path: "/var/lib/mysql",
-                    size_mb: 320,
+                    size_mb: 256,
                     mode: "1777",
                     uid: Some(999),
                 },

@@ -9,9 +9,9 @@ use secrecy::{ExposeSecret, SecretString};
 
 use crate::credentials::Credentials;
 use crate::engine::{
-    AdminAccess, AdminStep, CommandPlan, ContainerRecipe, Engine, EngineRecipes, EnvRendering,
-    FeatureKind, PlannedFile, ProcessContext, ProcessRecipe, Protocol, ServerFacts, Signal, Tmpfs,
-    UrlPath,
+    AdminAccess, AdminStep, CommandPlan, ContainerRecipe, ContainerSecret, Engine, EngineRecipes,
+    EnvRendering, FeatureKind, PlannedFile, ProcessContext, ProcessRecipe, Protocol, ServerFacts,
+    Signal, Tmpfs, UrlPath,
 };
 
 #[derive(Debug, Default)]
@@ -51,13 +51,11 @@ impl EngineRecipes for Mongo {
         let mut command = vec!["mongod".to_owned()];
         command.extend(SERVER_ARGS.iter().map(|a| (*a).to_owned()));
         ContainerRecipe {
-            env: vec![
-                (
-                    "MONGO_INITDB_ROOT_USERNAME".into(),
-                    SecretString::from(admin.user.clone()),
-                ),
-                ("MONGO_INITDB_ROOT_PASSWORD".into(), admin.password.clone()),
-            ],
+            env: vec![("MONGO_INITDB_ROOT_USERNAME".into(), admin.user.clone())],
+            secret: Some(ContainerSecret {
+                var: "MONGO_INITDB_ROOT_PASSWORD",
+                value: admin.password.clone(),
+            }),
             command,
             user: Some("mongodb"),
             tmpfs: vec![

@@ -7,9 +7,9 @@ use secrecy::SecretString;
 
 use crate::credentials::{Credentials, pg_scram_verifier};
 use crate::engine::{
-    Activation, AdminAccess, AdminStep, CommandPlan, ContainerRecipe, Engine, EngineRecipes,
-    FeatureKind, FeatureSpec, PlannedFile, ProcessContext, ProcessRecipe, Protocol, ServerFacts,
-    Signal, TemplatePlan, Tmpfs, pg_identifier, sql_literal,
+    Activation, AdminAccess, AdminStep, CommandPlan, ContainerRecipe, ContainerSecret, Engine,
+    EngineRecipes, FeatureKind, FeatureSpec, PG_EXTENSION_SCHEMA, PlannedFile, ProcessContext,
+    ProcessRecipe, Protocol, ServerFacts, Signal, TemplatePlan, Tmpfs, pg_identifier, sql_literal,
 };
 use crate::engine::{EnvRendering, UrlPath};
 
@@ -19,6 +19,24 @@ pub struct Postgres;
 const DATA_MOUNT: &str = "/var/lib/postgresql/data";
 /// A subdirectory of the tmpfs, so initdb can own it while the mount itself stays root's.
 const PGDATA: &str = "/var/lib/postgresql/data/pgdata";
+/// The write-ahead log on a tmpfs of its own: when the data tmpfs fills, the statement that
+/// filled it fails ("could not extend file"), while the WAL still has room, so the server never
+/// PANICs on a WAL write.
+const WAL_MOUNT: &str = "/var/lib/postgresql/wal";
+const WALDIR: &str = "/var/lib/postgresql/wal/pg_wal";
+const DATA_MB: u32 = 256;
+/// Room for `max_wal_size` plus the segments written while a checkpoint catches up.
+const WAL_MB: u32 = 96;
+
+/// Sized to the container's tmpfs mounts: WAL is recycled well below `WAL_MB`, temporary files
+/// (sorts, hashes) are capped below the data tmpfs, and shared buffers stay small because the
+/// tmpfs pages count against the same memory cap.
+const CONTAINER_SPACE_SETTINGS: &[&str] = &[
+    "shared_buffers=32MB",
+    "min_wal_size=32MB",
+    "max_wal_size=48MB",
+    "temp_file_limit=64MB",
+];
 
 static FEATURES: &[FeatureSpec] = &[
     FeatureSpec {
@@ -101,29 +119,33 @@ pub static POSTGRES: Engine = Engine {
 impl EngineRecipes for Postgres {
     fn container(&self, admin: &Credentials, _agent: &Credentials) -> ContainerRecipe {
         let mut command = vec!["postgres".to_owned()];
-        for setting in THROWAWAY_SETTINGS {
+        for setting in THROWAWAY_SETTINGS.iter().chain(CONTAINER_SPACE_SETTINGS) {
             command.push("-c".to_owned());
             command.push((*setting).to_owned());
         }
         ContainerRecipe {
             env: vec![
-                (
-                    "POSTGRES_USER".into(),
-                    SecretString::from(admin.user.clone()),
-                ),
-                ("POSTGRES_PASSWORD".into(), admin.password.clone()),
-                (
-                    "POSTGRES_DB".into(),
-                    SecretString::from(POSTGRES.admin_database),
-                ),
-                ("PGDATA".into(), SecretString::from(PGDATA)),
+                ("POSTGRES_USER".into(), admin.user.clone()),
+                ("POSTGRES_DB".into(), POSTGRES.admin_database.into()),
+                ("PGDATA".into(), PGDATA.into()),
+                ("POSTGRES_INITDB_WALDIR".into(), WALDIR.into()),
             ],
+            secret: Some(ContainerSecret {
+                var: "POSTGRES_PASSWORD",
+                value: admin.password.clone(),
+            }),
             command,
             user: Some("postgres"),
             tmpfs: vec![
                 Tmpfs {
                     path: DATA_MOUNT,
-                    size_mb: 256,
+                    size_mb: DATA_MB,
+                    mode: "1777",
+                    uid: None,
+                },
+                Tmpfs {
+                    path: WAL_MOUNT,
+                    size_mb: WAL_MB,
                     mode: "1777",
                     uid: None,
                 },
@@ -167,6 +189,7 @@ impl EngineRecipes for Postgres {
         };
         // A SCRAM verifier, never the password: the statement may be logged by a driver.
         let password = sql_literal(&pg_scram_verifier(&agent.password));
+        let extensions = pg_identifier(PG_EXTENSION_SCHEMA);
         vec![
             AdminStep::Sql {
                 database: None,
@@ -182,6 +205,21 @@ impl EngineRecipes for Postgres {
             AdminStep::Sql {
                 database: Some(POSTGRES.agent_database.to_owned()),
                 statement: SecretString::from(format!("ALTER SCHEMA public OWNER TO {role}")),
+            },
+            // Before the agent gets access: the schema allowlisted extensions go into is the
+            // superuser's, so the agent can neither claim its name nor plant objects in it.
+            AdminStep::Sql {
+                database: Some(POSTGRES.agent_database.to_owned()),
+                statement: SecretString::from(format!(
+                    "CREATE SCHEMA IF NOT EXISTS {extensions}; \
+                     GRANT USAGE ON SCHEMA {extensions} TO PUBLIC"
+                )),
+            },
+            AdminStep::Sql {
+                database: None,
+                statement: SecretString::from(format!(
+                    "ALTER DATABASE {database} SET search_path = \"$user\", public, {extensions}"
+                )),
             },
         ]
     }

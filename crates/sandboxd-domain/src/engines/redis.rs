@@ -151,8 +151,15 @@ impl EngineRecipes for Redis {
             command.push(format!("--{directive}"));
             command.extend(args);
         }
+        // Below the container's memory cap: a full instance refuses writes with an OOM error
+        // instead of being killed, and never evicts the tenant's keys behind its back.
+        for (directive, value) in [("maxmemory", "256mb"), ("maxmemory-policy", "noeviction")] {
+            command.push(format!("--{directive}"));
+            command.push(value.to_owned());
+        }
         ContainerRecipe {
             env: vec![],
+            secret: None,
             command,
             user: Some("redis"),
             tmpfs: vec![Tmpfs {

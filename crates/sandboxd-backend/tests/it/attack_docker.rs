@@ -1,0 +1,591 @@
+//! The attack suite for the Docker backend (issue 14): what one tenant — or a tenant that
+//! escaped into its own container — tries against another's sandbox and against the host. Every
+//! case asserts the refusal *and* that the victim sandbox still answers with its data. Every
+//! test removes its containers and set networks through the `Harness`, even when it fails.
+
+use std::collections::{BTreeSet, HashMap};
+use std::time::Duration;
+
+use bollard::Docker;
+use bollard::exec::{CreateExecOptions, StartExecResults};
+use bollard::models::NetworkCreateRequest;
+use futures::StreamExt;
+use mysql_async::prelude::Queryable;
+use sandboxd_backend::Backend;
+use sandboxd_backend::InstanceHandle;
+use sandboxd_domain::{DaemonId, Instance};
+use secrecy::ExposeSecret;
+
+use crate::docker::{Harness, MARIADB, POSTGRES, REDIS, harness_owner, inspect_json, provision};
+use crate::support;
+
+const VICTIM_DATA: &str = "victim-data-42";
+
+/// Runs `cmd` inside a container (as `user`, or the image's user); exit code and output.
+async fn exec(docker: &Docker, id: &str, user: Option<&str>, cmd: &[&str]) -> (i64, String) {
+    let created = docker
+        .create_exec(
+            id,
+            CreateExecOptions {
+                cmd: Some(cmd.iter().map(|c| (*c).to_owned()).collect()),
+                attach_stdout: Some(true),
+                attach_stderr: Some(true),
+                user: user.map(str::to_owned),
+                ..CreateExecOptions::default()
+            },
+        )
+        .await
+        .expect("create exec");
+    let mut output = String::new();
+    if let StartExecResults::Attached {
+        output: mut stream, ..
+    } = docker
+        .start_exec(&created.id, None)
+        .await
+        .expect("start exec")
+    {
+        while let Some(Ok(chunk)) = stream.next().await {
+            output.push_str(&chunk.to_string());
+        }
+    }
+    let code = docker
+        .inspect_exec(&created.id)
+        .await
+        .expect("inspect exec")
+        .exit_code
+        .unwrap_or(-1);
+    (code, output)
+}
+
+/// The container's address on its set network.
+async fn address(docker: &Docker, instance: &Instance) -> (String, String) {
+    let found = docker
+        .inspect_container(&instance.backend_id, None)
+        .await
+        .expect("inspect");
+    let networks = found
+        .network_settings
+        .and_then(|n| n.networks)
+        .expect("networks");
+    assert_eq!(networks.len(), 1, "one network per container: {networks:?}");
+    let (name, endpoint) = networks.into_iter().next().expect("one");
+    (name, endpoint.ip_address.expect("an address"))
+}
+
+/// Neither the superuser's nor the handed-out password is anywhere in `docker inspect` (the
+/// real secrets are searched for, not just variable names), and no variable carries one.
+async fn assert_no_secret_in_config(docker: &Docker, instance: &Instance) {
+    let inspected = inspect_json(docker, &instance.backend_id).await;
+    assert!(
+        !inspected.contains(instance.agent.password.expose_secret()),
+        "{}: the handed-out password is in docker inspect",
+        instance.name
+    );
+    let sandboxd_domain::engine::AdminAccess::Password(admin) = &instance.admin else {
+        panic!("docker instances are reached with a superuser password");
+    };
+    assert!(
+        !inspected.contains(admin.password.expose_secret()),
+        "{}: the superuser's password is in docker inspect",
+        instance.name
+    );
+    let found = docker
+        .inspect_container(&instance.backend_id, None)
+        .await
+        .expect("inspect");
+    for var in found.config.and_then(|c| c.env).unwrap_or_default() {
+        let (key, value) = var.split_once('=').unwrap_or((var.as_str(), ""));
+        if key.contains("PASSWORD") {
+            assert!(
+                key.ends_with("_FILE") && value == "/dev/stdin",
+                "{}: {key} holds a value in the container's env",
+                instance.name
+            );
+        }
+    }
+}
+
+/// As the image's user and as root: the root filesystem refuses writes.
+async fn assert_root_read_only(docker: &Docker, instance: &Instance) {
+    for user in [None, Some("0")] {
+        for path in [
+            "/sandboxd-probe",
+            "/etc/sandboxd-probe",
+            "/usr/sandboxd-probe",
+        ] {
+            let (code, output) = exec(
+                docker,
+                &instance.backend_id,
+                user,
+                &["sh", "-c", &format!("echo x > {path}")],
+            )
+            .await;
+            assert_ne!(code, 0, "{}: {path} written as {user:?}", instance.name);
+            assert!(
+                output.contains("Read-only file system"),
+                "{}: {output}",
+                instance.name
+            );
+        }
+    }
+}
+
+async fn pg_victim_data(instance: &Instance) {
+    let client = support::pg(instance).await;
+    let row = client
+        .query_one("SELECT v FROM secrets", &[])
+        .await
+        .expect("the victim answers");
+    assert_eq!(row.get::<_, String>(0), VICTIM_DATA);
+}
+
+async fn redis_victim_data(instance: &Instance) {
+    let mut conn = support::redis(instance).await;
+    let value: String = redis::cmd("GET")
+        .arg("secret")
+        .query_async(&mut conn)
+        .await
+        .expect("the victim answers");
+    assert_eq!(value, VICTIM_DATA);
+}
+
+#[tokio::test]
+async fn one_tenant_reaches_nothing_of_anothers_on_docker() {
+    let Some(harness) = Harness::new("atk-net", &[POSTGRES, REDIS], |_| {}).await else {
+        return;
+    };
+    harness
+        .run(|backend, docker| async move {
+            let victim_owner = harness_owner("atk-net");
+            let attacker_owner = harness_owner("atk-net");
+            let (pg, victim_redis, attacker) = tokio::join!(
+                provision(&backend, "postgres", &victim_owner),
+                provision(&backend, "redis", &victim_owner),
+                provision(&backend, "redis", &attacker_owner),
+            );
+            let client = support::pg(&pg).await;
+            client
+                .batch_execute(&format!(
+                    "CREATE TABLE secrets (v text); INSERT INTO secrets VALUES ('{VICTIM_DATA}')"
+                ))
+                .await
+                .expect("victim writes");
+            let mut conn = support::redis(&victim_redis).await;
+            let _: () = redis::cmd("SET")
+                .arg("secret")
+                .arg(VICTIM_DATA)
+                .query_async(&mut conn)
+                .await
+                .expect("victim writes");
+
+            // One network per set: the victim's two members share one, the attacker's is apart.
+            let (pg_net, pg_ip) = address(&docker, &pg).await;
+            let (redis_net, redis_ip) = address(&docker, &victim_redis).await;
+            let (attacker_net, attacker_ip) = address(&docker, &attacker).await;
+            assert_eq!(pg_net, redis_net);
+            assert_ne!(pg_net, attacker_net);
+            assert_ne!(pg_net, "bridge");
+
+            // The probe works: from inside, the attacker reaches its own server's address.
+            let probe = |ip: &str, port: u16| {
+                format!("timeout 3 bash -c '</dev/tcp/{ip}/{port}' && echo OPEN")
+            };
+            let (code, out) = exec(
+                &docker,
+                &attacker.backend_id,
+                None,
+                &["bash", "-c", &probe(&attacker_ip, 6379)],
+            )
+            .await;
+            assert_eq!((code, out.trim()), (0, "OPEN"), "the probe itself works");
+            // …but none of the victim's, on any port it serves.
+            for (ip, port) in [(&pg_ip, 5432), (&redis_ip, 6379)] {
+                let (code, out) = exec(
+                    &docker,
+                    &attacker.backend_id,
+                    None,
+                    &["bash", "-c", &probe(ip, port)],
+                )
+                .await;
+                assert_ne!(code, 0, "{ip}:{port} reachable from another tenant: {out}");
+                assert!(!out.contains("OPEN"), "{out}");
+            }
+
+            // Cross-tenant logins: the attacker's password opens nothing of the victim's.
+            let stolen = attacker.agent.password.expose_secret();
+            assert!(support::redis_connect(&victim_redis, stolen).await.is_err());
+            assert!(support::pg_connect(&pg, stolen).await.is_err());
+
+            for instance in [&pg, &victim_redis, &attacker] {
+                assert_no_secret_in_config(&docker, instance).await;
+                assert_root_read_only(&docker, instance).await;
+            }
+            pg_victim_data(&pg).await;
+            redis_victim_data(&victim_redis).await;
+            drop((client, conn));
+            for instance in [&pg, &victim_redis, &attacker] {
+                backend
+                    .teardown(&InstanceHandle::of(instance))
+                    .await
+                    .expect("teardown");
+            }
+        })
+        .await;
+}
+
+#[tokio::test]
+async fn postgres_escapes_and_a_full_tmpfs_fail_the_statement_not_the_server() {
+    let Some(harness) = Harness::new("atk-pg", &[POSTGRES], |_| {}).await else {
+        return;
+    };
+    harness
+        .run(|backend, docker| async move {
+            let pg = provision(&backend, "postgres", &harness_owner("atk-pg")).await;
+            let client = support::pg(&pg).await;
+            client
+                .batch_execute(&format!(
+                    "CREATE TABLE secrets (v text); INSERT INTO secrets VALUES ('{VICTIM_DATA}')"
+                ))
+                .await
+                .expect("writes");
+            for escape in [
+                "COPY (SELECT 1) TO PROGRAM 'id'",
+                "COPY secrets FROM PROGRAM 'id'",
+                "SELECT pg_read_file('/etc/passwd')",
+                "SELECT lo_import('/etc/passwd')",
+                "CREATE EXTENSION plpython3u",
+                "CREATE LANGUAGE plperlu",
+                "ALTER SYSTEM SET log_min_messages = debug5",
+                "SET ROLE sandboxd_admin",
+                "SET ROLE pg_execute_server_program",
+                "GRANT pg_read_server_files TO sandbox",
+                // The extension schema is the superuser's: nothing planted, nothing altered.
+                "CREATE FUNCTION extensions.f() RETURNS int LANGUAGE sql AS 'SELECT 1'",
+                "DROP SCHEMA extensions",
+                "ALTER SCHEMA extensions OWNER TO sandbox",
+            ] {
+                let err = client
+                    .batch_execute(escape)
+                    .await
+                    .expect_err(&format!("{escape} must be refused"));
+                let text = err
+                    .as_db_error()
+                    .map(|e| e.message().to_owned())
+                    .unwrap_or_else(|| err.to_string());
+                assert!(
+                    text.contains("permission denied")
+                        || text.contains("must be")
+                        || text.contains("not allowed")
+                        || text.contains("does not exist")
+                        || text.contains("not available")
+                        || text.contains("not supported"),
+                    "{escape}: {text}"
+                );
+            }
+            pg_victim_data(&pg).await;
+
+            // Fill the data tmpfs: the statement fails, the server lives on.
+            client
+                .batch_execute("CREATE TABLE fill (x text)")
+                .await
+                .expect("create");
+            let mut refused = None;
+            for _ in 0..40 {
+                if let Err(err) = client
+                    .batch_execute(
+                        "INSERT INTO fill SELECT repeat('x', 1000) FROM generate_series(1, 20000)",
+                    )
+                    .await
+                {
+                    refused = Some(
+                        err.as_db_error()
+                            .map(|e| e.message().to_owned())
+                            .unwrap_or_else(|| err.to_string()),
+                    );
+                    break;
+                }
+            }
+            let refused = refused.expect("filling the tmpfs ends in an error");
+            assert!(refused.contains("No space left on device"), "{refused}");
+            // Temporary files are capped too.
+            let err = client
+                .batch_execute("SELECT g FROM generate_series(1, 5000000) g ORDER BY random()")
+                .await
+                .expect_err("a huge sort fails");
+            assert!(err.as_db_error().is_some(), "a clean SQL error: {err}");
+            // Same connection, next query; then a fresh connection.
+            client
+                .query_one("SELECT 1", &[])
+                .await
+                .expect("the next query answers");
+            pg_victim_data(&pg).await;
+            let found = docker
+                .inspect_container(&pg.backend_id, None)
+                .await
+                .expect("inspect");
+            assert_eq!(
+                found.state.and_then(|s| s.running),
+                Some(true),
+                "the container still runs"
+            );
+            drop(client);
+            backend
+                .teardown(&InstanceHandle::of(&pg))
+                .await
+                .expect("teardown");
+        })
+        .await;
+}
+
+#[tokio::test]
+async fn redis_escapes_and_memory_exhaustion_are_refused() {
+    let Some(harness) = Harness::new("atk-redis", &[REDIS], |_| {}).await else {
+        return;
+    };
+    harness
+        .run(|backend, docker| async move {
+            let instance = provision(&backend, "redis", &harness_owner("atk-redis")).await;
+            let mut conn = support::redis(&instance).await;
+            let _: () = redis::cmd("SET")
+                .arg("secret")
+                .arg(VICTIM_DATA)
+                .query_async(&mut conn)
+                .await
+                .expect("writes");
+            for args in [
+                &["CONFIG", "SET", "dir", "/tmp"][..],
+                &["CONFIG", "GET", "*"],
+                &["MODULE", "LOAD", "/tmp/x.so"],
+                &["DEBUG", "SEGFAULT"],
+                &["ACL", "SETUSER", "sandbox", "+@all"],
+                &["SHUTDOWN", "NOSAVE"],
+                &["REPLICAOF", "10.0.0.1", "6379"],
+            ] {
+                let mut cmd = redis::cmd(args[0]);
+                for a in &args[1..] {
+                    cmd.arg(*a);
+                }
+                let err = support::redis_denied(cmd.query_async::<redis::Value>(&mut conn).await)
+                    .to_ascii_lowercase();
+                assert!(
+                    err.contains("noperm")
+                        || err.contains("no permissions")
+                        || err.contains("not allowed"),
+                    "{args:?}: {err}"
+                );
+            }
+            // Memory: writes past maxmemory are refused, nothing is evicted, nothing is killed.
+            let mut refused = None;
+            for i in 0..8 {
+                let result: redis::RedisResult<i64> = redis::cmd("SETRANGE")
+                    .arg(format!("big{i}"))
+                    .arg(60_000_000)
+                    .arg("x")
+                    .query_async(&mut conn)
+                    .await;
+                if let Err(err) = result {
+                    refused = Some(err.to_string());
+                    break;
+                }
+            }
+            let refused = refused.expect("filling memory ends in an error");
+            assert!(refused.contains("OOM"), "{refused}");
+            redis_victim_data(&instance).await;
+            let found = docker
+                .inspect_container(&instance.backend_id, None)
+                .await
+                .expect("inspect");
+            let state = found.state.expect("state");
+            assert_eq!(state.running, Some(true));
+            assert_eq!(state.oom_killed, Some(false));
+            drop(conn);
+            backend
+                .teardown(&InstanceHandle::of(&instance))
+                .await
+                .expect("teardown");
+        })
+        .await;
+}
+
+#[tokio::test]
+async fn mariadb_escapes_secrets_and_a_full_tmpfs_are_refused() {
+    let Some(harness) = Harness::new("atk-maria", &[MARIADB], |_| {}).await else {
+        return;
+    };
+    harness
+        .run(|backend, docker| async move {
+            let instance = provision(&backend, "mariadb", &harness_owner("atk-maria")).await;
+            assert_no_secret_in_config(&docker, &instance).await;
+            assert_root_read_only(&docker, &instance).await;
+            let mut conn = support::mysql(&instance).await;
+            conn.query_drop(format!(
+                "CREATE TABLE secrets (v text); INSERT INTO secrets VALUES ('{VICTIM_DATA}')"
+            ))
+            .await
+            .expect("writes");
+            let read: Option<Option<String>> = conn
+                .query_first("SELECT LOAD_FILE('/etc/passwd')")
+                .await
+                .expect("LOAD_FILE answers NULL without FILE");
+            assert_eq!(read, Some(None), "LOAD_FILE read a file");
+            for escape in [
+                "SELECT 1 INTO OUTFILE '/tmp/sandboxd-x'",
+                "CREATE FUNCTION sys_exec RETURNS INT SONAME 'lib_mysqludf_sys.so'",
+                "SET GLOBAL max_connections = 1",
+                "GRANT ALL ON *.* TO sandbox",
+                "INSTALL SONAME 'ha_connect'",
+            ] {
+                let err = conn
+                    .query_drop(escape)
+                    .await
+                    .expect_err(&format!("{escape} must be refused"));
+                let text = err.to_string();
+                assert!(
+                    text.contains("denied") || text.contains("privilege"),
+                    "{escape}: {text}"
+                );
+            }
+            // Fill the data tmpfs: the statement fails, the server lives on.
+            conn.query_drop("CREATE TABLE fill (x longtext)")
+                .await
+                .expect("create");
+            let mut refused = None;
+            for _ in 0..40 {
+                if let Err(err) = conn
+                    .query_drop("INSERT INTO fill SELECT REPEAT('x', 10000) FROM seq_1_to_2000")
+                    .await
+                {
+                    refused = Some(err.to_string());
+                    break;
+                }
+            }
+            let refused = refused.expect("filling the tmpfs ends in an error");
+            assert!(refused.contains("is full"), "{refused}");
+            let answer: Option<String> = conn
+                .query_first("SELECT v FROM secrets")
+                .await
+                .expect("the next query answers");
+            assert_eq!(answer.as_deref(), Some(VICTIM_DATA));
+            let found = docker
+                .inspect_container(&instance.backend_id, None)
+                .await
+                .expect("inspect");
+            assert_eq!(found.state.and_then(|s| s.running), Some(true));
+            drop(conn);
+            backend
+                .teardown(&InstanceHandle::of(&instance))
+                .await
+                .expect("teardown");
+        })
+        .await;
+}
+
+/// 100 live sandboxes, each on its own network (Docker's default pools stop at ~31), all
+/// torn down with their networks.
+#[tokio::test]
+async fn a_hundred_sandbox_sets_each_get_their_own_network() {
+    let Some(harness) = Harness::new("atk-100", &[REDIS], |_| {}).await else {
+        return;
+    };
+    harness
+        .run(|backend, docker| async move {
+            let owners: Vec<_> = (0..100).map(|_| harness_owner("atk-100")).collect();
+            let instances: Vec<Instance> = futures::stream::iter(owners.iter())
+                .map(|owner| {
+                    let backend = backend.clone();
+                    async move { provision(&backend, "redis", owner).await }
+                })
+                .buffer_unordered(6)
+                .collect()
+                .await;
+            let mut networks = BTreeSet::new();
+            for instance in &instances {
+                let (network, _) = address(&docker, instance).await;
+                networks.insert(network);
+            }
+            assert_eq!(networks.len(), 100, "one network per set");
+            futures::stream::iter(instances.iter())
+                .map(|instance| {
+                    let backend = backend.clone();
+                    async move {
+                        backend
+                            .teardown(&InstanceHandle::of(instance))
+                            .await
+                            .expect("teardown");
+                    }
+                })
+                .buffer_unordered(6)
+                .for_each(|()| async {})
+                .await;
+            for network in &networks {
+                assert!(
+                    docker.inspect_network(network, None).await.is_err(),
+                    "{network} outlived its set"
+                );
+            }
+        })
+        .await;
+}
+
+/// A crash leaves a set network without members: the sweep removes this daemon's, never a
+/// foreign daemon's.
+#[tokio::test]
+async fn the_sweep_removes_leftover_set_networks_of_its_own_maker_only() {
+    let Some(harness) = Harness::new("atk-sweep", &[REDIS], |config| {
+        config.network_settle = Duration::ZERO;
+    })
+    .await
+    else {
+        return;
+    };
+    harness
+        .run(|backend, docker| async move {
+            let owner = harness_owner("atk-sweep");
+            let instance = provision(&backend, "redis", &owner).await;
+            let (network, _) = address(&docker, &instance).await;
+            // The crash: the container goes out of band, its network stays.
+            docker
+                .remove_container(
+                    &instance.backend_id,
+                    Some(bollard::query_parameters::RemoveContainerOptions {
+                        force: true,
+                        ..Default::default()
+                    }),
+                )
+                .await
+                .expect("remove out of band");
+            // A foreign daemon's set network, labeled like ours but with another maker.
+            let foreign_owner = harness_owner("atk-sweep");
+            let foreign = DaemonId::generate();
+            let foreign_name = format!("sandboxd-net-{foreign_owner}-{foreign}");
+            docker
+                .create_network(NetworkCreateRequest {
+                    name: foreign_name.clone(),
+                    labels: Some(HashMap::from([
+                        ("sandboxd.sandbox-network".to_owned(), "1".to_owned()),
+                        ("sandboxd.owner".to_owned(), foreign_owner.to_string()),
+                        ("sandboxd.daemon".to_owned(), foreign.to_string()),
+                        ("sandboxd.created".to_owned(), "0".to_owned()),
+                    ])),
+                    ..NetworkCreateRequest::default()
+                })
+                .await
+                .expect("a foreign network");
+            assert!(docker.inspect_network(&network, None).await.is_ok());
+            let swept = backend.sweep(&support::maker()).await.expect("sweep");
+            assert!(swept >= 1, "swept {swept}");
+            assert!(
+                docker.inspect_network(&network, None).await.is_err(),
+                "the memberless network of our own maker is gone"
+            );
+            assert!(
+                docker.inspect_network(&foreign_name, None).await.is_ok(),
+                "a foreign daemon's network is never touched"
+            );
+            docker
+                .remove_network(&foreign_name)
+                .await
+                .expect("remove the foreign network");
+        })
+        .await;
+}
