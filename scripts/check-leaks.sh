@@ -11,7 +11,7 @@ if docker info >/dev/null 2>&1; then
   for kind in container network volume; do
     case $kind in
       container) ids=$(docker ps -aq --filter label=sandboxd.sandbox=1) ;;
-      # Set networks carry sandboxd.sandbox-network=1 (containers carry sandboxd.sandbox=1).
+      # Daemon networks carry sandboxd.sandbox-network=1 (containers carry sandboxd.sandbox=1).
       network) ids=$( (docker network ls -q --filter label=sandboxd.sandbox=1;
                        docker network ls -q --filter label=sandboxd.sandbox-network=1) | sort -u) ;;
       volume) ids=$(docker volume ls -q --filter label=sandboxd.sandbox=1) ;;

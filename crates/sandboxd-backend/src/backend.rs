@@ -101,6 +101,15 @@ impl DoctorCheck {
     }
 }
 
+/// How eagerly [`Backend::sweep`] removes what is unused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Sweep {
+    /// The janitor's pass: only what has been unused past the backend's settle time.
+    Settled,
+    /// Everything unused now: the maker is stopping, or an operator tore its instances down.
+    Now,
+}
+
 #[async_trait]
 pub trait Backend: Send + Sync + fmt::Debug {
     fn kind(&self) -> BackendKind;
@@ -124,10 +133,11 @@ pub trait Backend: Send + Sync + fmt::Debug {
     /// Every instance this backend created, found by label or metadata.
     async fn list(&self) -> Result<Vec<ListedInstance>, BackendError>;
 
-    /// Removes what `maker`'s instances left behind beside themselves (the Docker backend's
-    /// per-set networks whose containers are gone, e.g. after a crash). Returns how many things
-    /// it removed; never touches another maker's.
-    async fn sweep(&self, _maker: &DaemonId) -> Result<usize, BackendError> {
+    /// Removes what `maker`'s instances shared and no instance uses any more (the Docker
+    /// backend's daemon network). `Sweep::Settled` leaves what was made recently (a provision
+    /// may be about to use it); `Sweep::Now` does not wait. Returns how many things it removed;
+    /// never touches another maker's.
+    async fn sweep(&self, _maker: &DaemonId, _when: Sweep) -> Result<usize, BackendError> {
         Ok(0)
     }
 

@@ -9,7 +9,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
 
-use sandboxd_backend::ListedInstance;
+use sandboxd_backend::{ListedInstance, Sweep};
 use sandboxd_domain::AgentSlug;
 use sandboxd_domain::clock::now_ms;
 use sandboxd_domain::envelope::ErrorCode;
@@ -65,7 +65,7 @@ pub struct JanitorReport {
     pub foreign: usize,
     /// Stored sandbox rows whose instances no backend lists any more.
     pub forgotten: usize,
-    /// Things this daemon's instances left beside themselves (a set network without members).
+    /// Things this daemon's instances left beside themselves (a daemon network none of its containers uses).
     pub swept: usize,
 }
 
@@ -149,7 +149,7 @@ impl Broker {
         }
         // What this daemon's reaped or crashed instances left beside themselves.
         for backend in self.inner.backends.all() {
-            match backend.sweep(&self.inner.daemon).await {
+            match backend.sweep(&self.inner.daemon, Sweep::Settled).await {
                 Ok(swept) => report.swept += swept,
                 Err(err) => {
                     tracing::warn!(backend = %backend.kind(), error = %err, "janitor: sweeping failed");
@@ -273,6 +273,17 @@ impl Broker {
             Err(err) => {
                 tracing::warn!(instance = %instance.handle.name, error = %err, "janitor: reading the idle clock failed");
                 false
+            }
+        }
+    }
+
+    /// At a clean stop: removes what this daemon's instances shared when none is left (its
+    /// Docker network), so a stopped daemon with no sandbox leaves nothing behind. Sandboxes
+    /// that are still up keep it.
+    pub async fn sweep_at_stop(&self) {
+        for backend in self.inner.backends.all() {
+            if let Err(err) = backend.sweep(&self.inner.daemon, Sweep::Now).await {
+                tracing::warn!(backend = %backend.kind(), error = %err, "sweeping at stop failed");
             }
         }
     }

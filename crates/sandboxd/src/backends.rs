@@ -42,6 +42,8 @@ pub fn docker(settings: &Settings) -> Result<DockerBackend, BackendError> {
         subnet_prefix: docker.subnet_prefix,
         network_settle: DockerConfig::default().network_settle,
         label_namespace: docker.label_namespace.clone(),
+        uid_base: docker.uid_base,
+        uid_count: docker.uid_count,
         memory_mb: docker.memory_mb,
         cpus: docker.cpus,
         pids_limit: docker.pids_limit,

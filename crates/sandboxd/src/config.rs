@@ -245,14 +245,19 @@ pub struct DockerSettings {
     /// `unix:///var/run/docker.sock`, or Podman's compatible socket.
     pub socket: String,
     /// A network to attach instances to (nothing published; host = container name). Unset:
-    /// each sandbox set gets a network of its own from `subnet_pool`.
+    /// the daemon's instances join its own network (inter-container traffic off), whose
+    /// subnet comes from `subnet_pool`.
     pub network: Option<String>,
-    /// The IPv4 range the per-set networks' subnets come from.
+    /// The IPv4 range daemon networks' subnets come from.
     pub subnet_pool: String,
-    /// Prefix length of each per-set subnet.
+    /// Prefix length of each daemon network's subnet.
     pub subnet_prefix: u8,
     /// Label namespace: labels are `<ns>.sandbox`, `<ns>.owner`, …
     pub label_namespace: String,
+    /// Containers run as a uid from `uid_base .. uid_base + uid_count`, a range no host
+    /// account uses; 0: the image's own user.
+    pub uid_base: u32,
+    pub uid_count: u32,
     pub memory_mb: u64,
     pub cpus: f64,
     pub pids_limit: i64,
@@ -271,6 +276,8 @@ impl Default for DockerSettings {
             subnet_pool: base.subnet_pool,
             subnet_prefix: base.subnet_prefix,
             label_namespace: base.label_namespace,
+            uid_base: base.uid_base,
+            uid_count: base.uid_count,
             memory_mb: base.memory_mb,
             cpus: base.cpus,
             pids_limit: base.pids_limit,

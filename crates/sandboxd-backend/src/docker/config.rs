@@ -14,22 +14,28 @@ pub struct DockerConfig {
     /// The Engine API socket: `unix:///var/run/docker.sock`, or Podman's compatible socket
     /// (`unix:///run/podman/podman.sock`). A bare path works too.
     pub socket: String,
-    /// A network to attach instances to. None: each sandbox set gets a bridge network of its
-    /// own (no other tenant's container is on it) and the engine port is published on 127.0.0.1
-    /// only. Some: the container joins it, nothing is published, and the host handed out is the
+    /// A network to attach instances to. None: the daemon's instances join its own bridge
+    /// network, on which inter-container traffic is off (no container reaches another), and the
+    /// engine port is published on 127.0.0.1 only. Some: the container joins it, nothing is published, and the host handed out is the
     /// container's name (the agent's container must be on the same network).
     pub network: Option<String>,
-    /// The IPv4 range the per-set networks' subnets are carved from (not Docker's default
-    /// pools, which hold only ~31 bridge networks). Must not overlap the host's other networks.
+    /// The IPv4 range daemon networks' subnets are carved from (not Docker's default pools,
+    /// which hold only ~31 bridge networks). Must not overlap the host's other networks.
     pub subnet_pool: String,
-    /// The prefix length of each per-set subnet: /28 gives 11 container addresses per set and
-    /// 4096 sets in a /16.
+    /// The prefix length of each daemon network's subnet: /22 gives 1021 container addresses
+    /// per daemon and room for 64 daemons' networks in a /16.
     pub subnet_prefix: u8,
-    /// A set network without members is removed by the janitor only past this age: a
+    /// A daemon network without containers is removed by the janitor only past this age: a
     /// provision may be between creating it and creating its first container.
     pub network_settle: Duration,
     /// Labels are `<ns>.sandbox`, `<ns>.owner`, `<ns>.engine`, `<ns>.created`, …
     pub label_namespace: String,
+    /// Each container runs as a uid (and gid) drawn from `uid_base .. uid_base + uid_count`,
+    /// a range no host account uses, instead of the image's user (999 in the official `mysql`,
+    /// `redis` and `mongo` images, the uid `useradd --system` hands out first on the host).
+    /// 0 runs the image's own user.
+    pub uid_base: u32,
+    pub uid_count: u32,
     /// Memory cap per container; swap is set equal, so the container cannot swap.
     pub memory_mb: u64,
     /// CPUs per container (`NanoCpus`).
@@ -53,9 +59,11 @@ impl Default for DockerConfig {
             socket: "unix:///var/run/docker.sock".to_owned(),
             network: None,
             subnet_pool: "10.213.0.0/16".to_owned(),
-            subnet_prefix: 28,
+            subnet_prefix: 22,
             network_settle: Duration::from_secs(60),
             label_namespace: "sandboxd".to_owned(),
+            uid_base: 1_500_000_000,
+            uid_count: 65_536,
             memory_mb: 512,
             cpus: 1.0,
             pids_limit: 256,
@@ -81,6 +89,11 @@ impl DockerConfig {
             .get(engine.name)
             .copied()
             .unwrap_or_else(|| engine.readiness_deadline)
+    }
+
+    /// The uids containers run as, or None when they run as their image's user.
+    pub fn uids(&self) -> Option<std::ops::Range<u32>> {
+        (self.uid_base != 0).then(|| self.uid_base..self.uid_base + self.uid_count)
     }
 
     /// The socket path without its `unix://` scheme.
@@ -130,6 +143,17 @@ impl DockerConfig {
         if pool.len() == 0 {
             return Err(invalid(
                 "subnet_pool holds no subnet of subnet_prefix".into(),
+            ));
+        }
+        if self.uid_base != 0
+            && (self.uid_base < 65_536
+                || self.uid_count == 0
+                || self.uid_base.checked_add(self.uid_count).is_none_or(|end| end > 0x7FFF_FFFF))
+        {
+            return Err(invalid(
+                "uid_base must be 0 (the image's user) or at least 65536, with uid_count above 0 \
+                 and the range below 2147483648"
+                    .into(),
             ));
         }
         if self.memory_mb < 64 {
@@ -194,6 +218,15 @@ mod tests {
             },
             DockerConfig {
                 cpus: 0.0,
+                ..DockerConfig::default()
+            },
+            DockerConfig {
+                uid_base: 999,
+                ..DockerConfig::default()
+            },
+            DockerConfig {
+                uid_base: 0x7FFF_0000,
+                uid_count: 0x10_0000,
                 ..DockerConfig::default()
             },
         ] {

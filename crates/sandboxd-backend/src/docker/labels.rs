@@ -16,8 +16,8 @@ const CREATED: &str = "created";
 const PORT: &str = "port";
 /// The network the container joined, when it publishes nothing.
 const NETWORK: &str = "network";
-/// Marks a sandbox set's own network (which also carries owner, daemon and created).
-const SET_NETWORK: &str = "sandbox-network";
+/// Marks a daemon's own network (which also carries daemon and created).
+const DAEMON_NETWORK: &str = "sandbox-network";
 
 /// What the labels of one container say.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -80,66 +80,37 @@ impl Labels {
         labels
     }
 
-    /// The labels of a sandbox set's own network.
-    pub fn for_set_network(
-        &self,
-        owner: &AgentSlug,
-        maker: &DaemonId,
-        created_at_ms: i64,
-    ) -> HashMap<String, String> {
+    /// The labels of a daemon's own network.
+    pub fn for_daemon_network(&self, maker: &DaemonId, created_at_ms: i64) -> HashMap<String, String> {
         HashMap::from([
-            (self.key(SET_NETWORK), "1".to_owned()),
-            (self.key(OWNER), owner.to_string()),
+            (self.key(DAEMON_NETWORK), "1".to_owned()),
             (self.key(DAEMON), maker.to_string()),
             (self.key(CREATED), created_at_ms.to_string()),
         ])
     }
 
-    /// The filter selecting the set networks `maker` made.
-    pub fn set_network_filter(&self, maker: &DaemonId) -> HashMap<String, Vec<String>> {
+    /// The filter selecting every container `maker` made.
+    pub fn made_by_filter(&self, maker: &DaemonId) -> HashMap<String, Vec<String>> {
         HashMap::from([(
             "label".to_owned(),
-            vec![
-                format!("{}=1", self.key(SET_NETWORK)),
-                format!("{}={maker}", self.key(DAEMON)),
-            ],
+            vec![self.marker(), format!("{}={maker}", self.key(DAEMON))],
         )])
     }
 
-    /// The filter selecting every container of one sandbox set.
-    pub fn members_filter(
-        &self,
-        owner: &AgentSlug,
-        maker: &DaemonId,
-    ) -> HashMap<String, Vec<String>> {
-        HashMap::from([(
-            "label".to_owned(),
-            vec![
-                self.marker(),
-                format!("{}={owner}", self.key(OWNER)),
-                format!("{}={maker}", self.key(DAEMON)),
-            ],
-        )])
-    }
-
-    /// Owner and creation time of a set network `maker` made; None for any other network.
-    pub fn parse_set_network(
+    /// Creation time of the network `maker` made; None for any other network.
+    pub fn parse_daemon_network(
         &self,
         labels: Option<&HashMap<String, String>>,
         maker: &DaemonId,
-    ) -> Option<(AgentSlug, i64)> {
+    ) -> Option<i64> {
         let labels = labels?;
         let get = |name: &str| labels.get(&self.key(name));
-        if get(SET_NETWORK).map(String::as_str) != Some("1")
+        if get(DAEMON_NETWORK).map(String::as_str) != Some("1")
             || get(DAEMON).map(String::as_str) != Some(maker.as_str())
         {
             return None;
         }
-        let owner = AgentSlug::parse(get(OWNER)?).ok()?;
-        Some((
-            owner,
-            get(CREATED).and_then(|v| v.parse().ok()).unwrap_or(0),
-        ))
+        Some(get(CREATED).and_then(|v| v.parse().ok()).unwrap_or(0))
     }
 
     /// True when the container carries `<ns>.sandbox=1`.
@@ -203,22 +174,18 @@ mod tests {
     }
 
     #[test]
-    fn set_networks_are_found_only_by_their_maker() {
+    fn daemon_networks_are_found_only_by_their_maker() {
         let labels = Labels::new("sandboxd");
-        let owner = AgentSlug::parse("dev-1").expect("valid");
         let (mine, other) = (DaemonId::generate(), DaemonId::generate());
-        let map = labels.for_set_network(&owner, &mine, 42);
-        assert_eq!(
-            labels.parse_set_network(Some(&map), &mine),
-            Some((owner, 42))
-        );
-        assert_eq!(labels.parse_set_network(Some(&map), &other), None);
-        // A set network is not a container: `parse` never mistakes it for an instance.
+        let map = labels.for_daemon_network(&mine, 42);
+        assert_eq!(labels.parse_daemon_network(Some(&map), &mine), Some(42));
+        assert_eq!(labels.parse_daemon_network(Some(&map), &other), None);
+        // A daemon network is not a container: `parse` never mistakes it for an instance.
         assert!(labels.parse(Some(&map)).is_none());
         assert_eq!(
-            labels.set_network_filter(&mine)["label"],
+            labels.made_by_filter(&mine)["label"],
             [
-                "sandboxd.sandbox-network=1".to_owned(),
+                "sandboxd.sandbox=1".to_owned(),
                 format!("sandboxd.daemon={mine}")
             ]
         );

@@ -6,24 +6,27 @@
 //! - `labels`: the labels that find instances again after any restart.
 //! - `spec`: an engine's recipe turned into the hardened create body (pure, unit-tested).
 //! - `images`: image presence; sandboxd never pulls.
-//! - `network`: each sandbox set's own bridge network (subnets from sandboxd's pool), or the
-//!   operator's configured network, checked before anything joins it.
+//! - `network`: the daemon's own bridge network with inter-container traffic off (its subnet
+//!   from sandboxd's pool), or the operator's configured network, checked before anything
+//!   joins it.
 //! - `provision`, `list`, `teardown`: the lifecycle verbs, in the step names both backends use;
 //!   `state`: what an inspect says about a container.
 //!
 //! **Invariants:** a container never gets a bind mount, a volume, the docker socket, privileged
 //! mode, a writable root filesystem or a port on anything but 127.0.0.1; no password of any kind
 //! appears in a container's config, command line or labels (the handed-out account is created
-//! over the wire after start, the superuser's password reaches the entrypoint on stdin); no two
-//! sandbox sets share a network unless the operator configured one; only containers carrying
-//! `<ns>.sandbox=1` and networks carrying `<ns>.sandbox-network=1` and this daemon's id are ever
-//! removed.
+//! over the wire after start, the superuser's password reaches the entrypoint on stdin); no
+//! container reaches another on the daemon's network (inter-container traffic is off on it);
+//! only containers carrying `<ns>.sandbox=1` and networks carrying `<ns>.sandbox-network=1` and
+//! this daemon's id are ever removed.
 
 use async_trait::async_trait;
 use sandboxd_domain::instance::{BackendKind, Instance, instance_name};
 use sandboxd_domain::{DaemonId, EngineRef, engines};
 
-use crate::backend::{Backend, DoctorCheck, InstanceHandle, InstanceRequest, ListedInstance};
+use crate::backend::{
+    Backend, DoctorCheck, InstanceHandle, InstanceRequest, ListedInstance, Sweep,
+};
 use crate::error::BackendError;
 
 mod client;
@@ -47,9 +50,47 @@ pub struct DockerBackend {
     labels: Labels,
     client: client::Client,
     subnets: network::SubnetPool,
-    /// Serializes creating and removing set networks in this process: the members of a set
-    /// are provisioned in parallel, and the engine accepts two networks of one name.
+    /// Serializes creating and removing the daemon network in this process: instances are
+    /// provisioned in parallel, and the engine accepts two networks of one name.
     networks: tokio::sync::Mutex<()>,
+}
+
+impl DockerBackend {
+    /// Whether the uids containers run as are free of host accounts (this host's
+    /// `/etc/passwd`: a daemon in a container sees its own).
+    fn uid_check(&self) -> DoctorCheck {
+        let subject = "docker container uids";
+        let Some(uids) = self.config.uids() else {
+            return DoctorCheck::ok(
+                subject,
+                "containers run as their images' users (docker.uid_base = 0): a host account \
+                 with the same uid (999 is common) can signal their processes",
+            );
+        };
+        let passwd = std::fs::read_to_string("/etc/passwd").unwrap_or_default();
+        let clashes: Vec<&str> = passwd
+            .lines()
+            .filter_map(|line| {
+                let mut fields = line.split(':');
+                let name = fields.next()?;
+                let uid: u32 = fields.nth(1)?.parse().ok()?;
+                uids.contains(&uid).then_some(name)
+            })
+            .collect();
+        let range = format!("{}..{}", uids.start, uids.end);
+        if clashes.is_empty() {
+            DoctorCheck::ok(
+                subject,
+                format!("each container runs as its own uid from {range}, no host account's"),
+            )
+        } else {
+            DoctorCheck::missing(
+                subject,
+                format!("host accounts in {range}: {}", clashes.join(", ")),
+                "set docker.uid_base to a range no host account uses",
+            )
+        }
+    }
 }
 
 impl std::fmt::Debug for DockerBackend {
@@ -197,32 +238,20 @@ impl Backend for DockerBackend {
             self.config.stop_timeout,
         )
         .await?;
-        // The container is gone; a network that cannot be removed now is left to the sweep.
-        if self.config.network.is_none()
-            && let Err(err) = network::remove_set_network_if_unused(
-                docker,
-                &self.labels,
-                &self.networks,
-                &handle.owner,
-                &handle.maker,
-            )
-            .await
-        {
-            tracing::warn!(error = %err, "removing the set network; the janitor's sweep will");
-        }
         Ok(())
     }
 
-    async fn sweep(&self, maker: &DaemonId) -> Result<usize, BackendError> {
+    async fn sweep(&self, maker: &DaemonId, when: Sweep) -> Result<usize, BackendError> {
+        if self.config.network.is_some() {
+            return Ok(0);
+        }
         let docker = self.client.get().await?;
-        network::sweep(
-            docker,
-            &self.labels,
-            &self.networks,
-            maker,
-            self.config.network_settle,
-        )
-        .await
+        let settle = match when {
+            Sweep::Settled => self.config.network_settle,
+            Sweep::Now => std::time::Duration::ZERO,
+        };
+        let removed = network::sweep(docker, &self.labels, &self.networks, maker, settle).await?;
+        Ok(usize::from(removed))
     }
 
     async fn list(&self) -> Result<Vec<ListedInstance>, BackendError> {
@@ -249,6 +278,7 @@ impl Backend for DockerBackend {
             subject,
             format!("{version} at {}", self.config.socket),
         )];
+        checks.push(self.uid_check());
         if let Some(network) = &self.config.network {
             let subject = format!("docker network {network}");
             let present = match self.client.get().await {

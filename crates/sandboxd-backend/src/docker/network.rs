@@ -1,15 +1,23 @@
-//! Networks. Without a configured network, every sandbox set gets a bridge network of its own,
-//! `sandboxd-net-<owner>-<maker>`, so no other tenant's container shares its segment (Docker
-//! drops traffic between bridge networks). Its subnet comes from sandboxd's own pool
-//! (`subnet_pool`, `/subnet_prefix` each), not Docker's default pools, which run out after ~31
-//! networks. The network is labeled like the containers (`<ns>.sandbox-network=1`, owner,
-//! daemon, created), created by the set's first member and removed with its last one; the
-//! janitor's `sweep` removes the ones a crash left without members. Only networks this daemon
-//! made are ever removed.
+//! Networks. Without a configured network, every container a daemon makes joins that daemon's
+//! own bridge network, `sandboxd-net-<daemon>`, created with inter-container traffic off
+//! (`com.docker.network.bridge.enable_icc=false`): the engine drops every packet from one
+//! container to another on it, so no tenant's container reaches another's, whatever networks
+//! come and go meanwhile. (A network per sandbox set was tried first: Docker's rules between
+//! bridge networks have short gaps while it reprograms them as other networks are created and
+//! removed, and 3 probes of 100 got through during such churn; the rule inside one network held
+//! for every probe.) Its subnet comes from sandboxd's own pool (`subnet_pool`, `/subnet_prefix`
+//! each), not Docker's default pools, which run out after ~31 networks.
+//!
+//! The network is labeled (`<ns>.sandbox-network=1`, daemon, created) and owned like the
+//! containers: only the daemon that made it removes it, when none of its containers is left —
+//! by the janitor's `sweep` once it has been unused for `network_settle`, or at once by
+//! `sweep_now` (the CLI's teardown, a daemon's clean stop). It is not removed with every last
+//! container, so sandboxes coming and going do not churn networks.
 //!
 //! With a configured network (the operator's), it is only checked before anything joins it: a
 //! missing network is a configuration error with a fix, not an engine message after the fact.
 
+use std::collections::HashMap;
 use std::net::Ipv4Addr;
 use std::time::Duration;
 
@@ -18,7 +26,7 @@ use bollard::models::{Ipam, IpamConfig, NetworkCreateRequest};
 use bollard::query_parameters::{ListContainersOptions, ListNetworksOptions};
 use rand::Rng;
 use sandboxd_domain::clock::{age_of, now_ms};
-use sandboxd_domain::{AgentSlug, DaemonId};
+use sandboxd_domain::DaemonId;
 use tokio::sync::Mutex;
 
 use super::client;
@@ -28,12 +36,15 @@ use crate::error::BackendError;
 /// How many subnets a create tries before giving up (each overlap answer moves to the next).
 const CREATE_ATTEMPTS: usize = 32;
 
-/// The network a sandbox set's containers join.
-pub(super) fn set_network_name(owner: &AgentSlug, maker: &DaemonId) -> String {
-    format!("sandboxd-net-{owner}-{maker}")
+/// The network the containers `maker` makes join.
+pub(super) fn daemon_network_name(maker: &DaemonId) -> String {
+    format!("sandboxd-net-{maker}")
 }
 
-/// The IPv4 range per-set subnets are carved from.
+/// The option that turns inter-container traffic off on a bridge network.
+const ICC_OPTION: &str = "com.docker.network.bridge.enable_icc";
+
+/// The IPv4 range daemon networks' subnets are carved from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) struct SubnetPool {
     base: u32,
@@ -101,32 +112,36 @@ fn free_subnet(pool: &SubnetPool, taken: &[(u32, u8)], start: u32) -> Option<(u3
         .find(|candidate| !taken.iter().any(|t| overlaps(*t, *candidate)))
 }
 
-/// The per-set network of `owner`'s set made by `maker`, created when missing. `lock`
-/// serializes creation in this process: the members of a set are provisioned in parallel and
-/// the engine does not refuse a second network of the same name.
-pub(super) async fn ensure_set_network(
+/// `maker`'s network, created when missing. `lock` serializes creation in this process: the
+/// instances of a set are provisioned in parallel and the engine does not refuse a second
+/// network of the same name.
+pub(super) async fn ensure_daemon_network(
     docker: &Docker,
     labels: &Labels,
     pool: &SubnetPool,
     lock: &Mutex<()>,
-    owner: &AgentSlug,
     maker: &DaemonId,
 ) -> Result<String, BackendError> {
-    let name = set_network_name(owner, maker);
+    let name = daemon_network_name(maker);
     let _turn = lock.lock().await;
     match docker.inspect_network(&name, None).await {
         Ok(found) => {
-            return if labels
-                .parse_set_network(found.labels.as_ref(), maker)
-                .is_some()
-            {
+            let ours = labels
+                .parse_daemon_network(found.labels.as_ref(), maker)
+                .is_some();
+            let icc_off = found
+                .options
+                .as_ref()
+                .and_then(|o| o.get(ICC_OPTION))
+                .is_some_and(|v| v == "false");
+            return if ours && icc_off {
                 Ok(name)
             } else {
                 Err(BackendError::Docker {
                     operation: "creating",
                     name: format!("network {name}"),
-                    detail: "a network with this name exists that sandboxd did not make for this \
-                             set; remove or rename it"
+                    detail: "a network with this name exists that this daemon did not make (or \
+                             one with inter-container traffic on); remove or rename it"
                         .into(),
                 })
             };
@@ -153,12 +168,13 @@ pub(super) async fn ensure_set_network(
                 }]),
                 options: None,
             }),
-            labels: Some(labels.for_set_network(owner, maker, now_ms())),
+            options: Some(HashMap::from([(ICC_OPTION.to_owned(), "false".to_owned())])),
+            labels: Some(labels.for_daemon_network(maker, now_ms())),
             ..NetworkCreateRequest::default()
         };
         match docker.create_network(request).await {
             Ok(_) => {
-                tracing::debug!(network = %name, subnet = %cidr(subnet), "created a set network");
+                tracing::debug!(network = %name, subnet = %cidr(subnet), "created the daemon network");
                 return Ok(name);
             }
             // Another daemon took that subnet since the listing: try the next free one.
@@ -200,32 +216,33 @@ async fn subnets_in_use(docker: &Docker) -> Result<Vec<(u32, u8)>, BackendError>
         .collect())
 }
 
-/// Removes `owner`'s set network when no container of the set is left. Quiet when it is gone,
-/// still in use, or not ours.
-pub(super) async fn remove_set_network_if_unused(
+/// Removes `maker`'s network when none of its containers is left and it is older than
+/// `settle` (a younger one may belong to a provision between network and container creation).
+/// Quiet when it is gone, still in use, or not ours; true when it was removed.
+pub(super) async fn sweep(
     docker: &Docker,
     labels: &Labels,
     lock: &Mutex<()>,
-    owner: &AgentSlug,
     maker: &DaemonId,
+    settle: Duration,
 ) -> Result<bool, BackendError> {
-    let name = set_network_name(owner, maker);
+    let name = daemon_network_name(maker);
     let _turn = lock.lock().await;
     let found = match docker.inspect_network(&name, None).await {
         Ok(found) => found,
         Err(err) if client::is_not_found(&err) => return Ok(false),
         Err(err) => return Err(client::error("inspecting", &format!("network {name}"), err)),
     };
-    if labels
-        .parse_set_network(found.labels.as_ref(), maker)
-        .is_none()
-    {
+    let Some(created) = labels.parse_daemon_network(found.labels.as_ref(), maker) else {
+        return Ok(false);
+    };
+    if age_of(created) < settle {
         return Ok(false);
     }
     let members = docker
         .list_containers(Some(ListContainersOptions {
             all: true,
-            filters: Some(labels.members_filter(owner, maker)),
+            filters: Some(labels.made_by_filter(maker)),
             ..ListContainersOptions::default()
         }))
         .await
@@ -236,45 +253,15 @@ pub(super) async fn remove_set_network_if_unused(
     }
     let id = found.id.as_deref().unwrap_or(name.as_str());
     match docker.remove_network(id).await {
-        Ok(()) => Ok(true),
+        Ok(()) => {
+            tracing::info!(network = %name, "removed the daemon network: none of its sandboxes is left");
+            Ok(true)
+        }
         Err(err) if client::is_not_found(&err) => Ok(false),
-        // Active endpoints: a member joined since the check; it removes the network later.
+        // Active endpoints: a container joined since the check; a later sweep removes it.
         Err(err) if matches!(client::status(&err), Some(403 | 409)) => Ok(false),
         Err(err) => Err(client::error("removing", &format!("network {name}"), err)),
     }
-}
-
-/// Removes the set networks `maker` made that no container uses any more and that are older
-/// than `settle` (younger ones may belong to a provision between network and container
-/// creation). Returns how many it removed.
-pub(super) async fn sweep(
-    docker: &Docker,
-    labels: &Labels,
-    lock: &Mutex<()>,
-    maker: &DaemonId,
-    settle: Duration,
-) -> Result<usize, BackendError> {
-    let networks = docker
-        .list_networks(Some(ListNetworksOptions {
-            filters: Some(labels.set_network_filter(maker)),
-        }))
-        .await
-        .map_err(|err| client::error("listing", "networks", err))?;
-    let mut removed = 0;
-    for network in networks {
-        let Some((owner, created)) = labels.parse_set_network(network.labels.as_ref(), maker)
-        else {
-            continue;
-        };
-        if age_of(created) < settle {
-            continue;
-        }
-        if remove_set_network_if_unused(docker, labels, lock, &owner, maker).await? {
-            tracing::info!(network = %set_network_name(&owner, maker), "removed an unused set network");
-            removed += 1;
-        }
-    }
-    Ok(removed)
 }
 
 /// Succeeds when `network` exists on the engine.

@@ -3,14 +3,15 @@
 //! hardened spec, fresh accounts) → `start` (and learn where it answers) → `bring_up` (the flow
 //! every backend shares: superuser login, setup steps, the handed-out account's own round trip)
 //! → `activate` (features). When any step after `create` fails, the container is removed
-//! before the error is returned (and its set network when no member is left), so nothing is
-//! left behind. The superuser's password, when the image needs one, is written to the
+//! before the error is returned, so nothing is left behind (the daemon network stays for the
+//! next provision; the janitor's sweep removes it once unused). The superuser's password, when the image needs one, is written to the
 //! container's stdin as it starts (`<VAR>_FILE=/dev/stdin`): it is in no config or file.
 
 use std::collections::BTreeSet;
 
 use bollard::Docker;
 use bollard::query_parameters::{AttachContainerOptions, CreateContainerOptions};
+use rand::Rng;
 use sandboxd_domain::clock::{age_of, now_ms};
 use sandboxd_domain::engine::AdminAccess;
 use sandboxd_domain::instance::{BackendKind, Instance, instance_name};
@@ -57,13 +58,7 @@ impl DockerBackend {
         }
         let name = instance_name(engine, &request.owner, &request.maker);
         self.clear_stale(docker, &name).await?;
-        let created = match self.create(docker, request, &name, &image, &facts).await {
-            Ok(created) => created,
-            Err(err) => {
-                self.drop_set_network(docker, request).await;
-                return Err(err);
-            }
-        };
+        let created = self.create(docker, request, &name, &image, &facts).await?;
         let (name, id) = (created.name.clone(), created.id.clone());
         let outcome = self.provision_steps(docker, request, created).await;
         if outcome.is_err() {
@@ -76,27 +71,8 @@ impl DockerBackend {
             {
                 tracing::warn!(container = %name, error = %err, "removing a failed container");
             }
-            self.drop_set_network(docker, request).await;
         }
         outcome
-    }
-
-    /// After a failed provision: the set's network goes when no member is left.
-    async fn drop_set_network(&self, docker: &Docker, request: &InstanceRequest) {
-        if self.config.network.is_some() {
-            return;
-        }
-        if let Err(err) = network::remove_set_network_if_unused(
-            docker,
-            &self.labels,
-            &self.networks,
-            &request.owner,
-            &request.maker,
-        )
-        .await
-        {
-            tracing::warn!(error = %err, "removing the set network of a failed provision");
-        }
     }
 
     /// `start` → `bring_up` → `activate`; the caller removes the container after a failure.
@@ -149,25 +125,30 @@ impl DockerBackend {
         let recipe = engine.container(&admin, &agent);
         let created_at_ms = now_ms();
         let named = self.config.network.as_deref();
-        // A set network removed between our ensure and the create (its last member's
-        // teardown) is created again once.
+        // A uid of its own (by chance shared with 1 in `uid_count` others), owned by no host
+        // account: nothing on the host can signal its processes or read its files.
+        let run_as = self
+            .config
+            .uids()
+            .map(|uids| rand::rng().random_range(uids));
+        // A daemon network removed between our ensure and the create (by a sweep that found
+        // no container of ours) is created again once.
         let mut attempts = 0;
         let id = loop {
             attempts += 1;
-            let set_network;
+            let daemon_network;
             let attach = match named {
                 Some(network) => Attach::Named(network),
                 None => {
-                    set_network = network::ensure_set_network(
+                    daemon_network = network::ensure_daemon_network(
                         docker,
                         &self.labels,
                         &self.subnets,
                         &self.networks,
-                        &request.owner,
                         &request.maker,
                     )
                     .await?;
-                    Attach::SetNetwork(&set_network)
+                    Attach::DaemonNetwork(&daemon_network)
                 }
             };
             let body = spec::create_body(&Spec {
@@ -188,6 +169,7 @@ impl DockerBackend {
                 },
                 network: attach,
                 image_volumes: &facts.volumes,
+                run_as,
             });
             let options = CreateContainerOptions {
                 name: Some(name.to_owned()),
@@ -196,7 +178,7 @@ impl DockerBackend {
             match docker.create_container(Some(options), body).await {
                 Ok(response) => break response.id,
                 Err(err) if client::is_not_found(&err) && named.is_none() && attempts < 2 => {
-                    tracing::debug!(container = name, "the set network went away; again");
+                    tracing::debug!(container = name, "the daemon network went away; again");
                 }
                 Err(err) => return Err(client::error("creating", name, err)),
             }

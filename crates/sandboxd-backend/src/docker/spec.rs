@@ -44,6 +44,9 @@ pub(super) struct Spec<'a> {
     /// `VOLUME`s the image declares. Each gets a tmpfs (unless the recipe mounts one there
     /// already), so the engine never creates an anonymous volume.
     pub image_volumes: &'a [String],
+    /// The uid (and gid) the container runs as, owning the recipe's tmpfs mounts; None: the
+    /// image's own user from the recipe.
+    pub run_as: Option<u32>,
 }
 
 impl std::fmt::Debug for Spec<'_> {
@@ -59,8 +62,9 @@ impl std::fmt::Debug for Spec<'_> {
 /// Which network a container joins.
 #[derive(Debug, Clone, Copy)]
 pub(super) enum Attach<'a> {
-    /// Its sandbox set's own bridge network; the port is published on 127.0.0.1.
-    SetNetwork(&'a str),
+    /// The daemon's own bridge network (inter-container traffic off); the port is published
+    /// on 127.0.0.1.
+    DaemonNetwork(&'a str),
     /// The operator's network; nothing is published.
     Named(&'a str),
 }
@@ -91,7 +95,12 @@ pub(super) fn create_body(spec: &Spec<'_>) -> ContainerCreateBody {
         .map(|t| {
             (
                 t.path.to_owned(),
-                tmpfs_options(u64::from(t.size_mb), t.mode, t.uid, limits.memory_mb),
+                tmpfs_options(
+                    u64::from(t.size_mb),
+                    t.mode,
+                    spec.run_as.or(t.uid),
+                    limits.memory_mb,
+                ),
             )
         })
         .collect();
@@ -113,7 +122,7 @@ pub(super) fn create_body(spec: &Spec<'_>) -> ContainerCreateBody {
     }
     let (network_mode, port_bindings) = match spec.network {
         Attach::Named(network) => (network, None),
-        Attach::SetNetwork(network) => (
+        Attach::DaemonNetwork(network) => (
             network,
             Some(HashMap::from([(
                 port_key(spec.port),
@@ -175,7 +184,10 @@ pub(super) fn create_body(spec: &Spec<'_>) -> ContainerCreateBody {
         open_stdin: Some(recipe.secret.is_some()),
         stdin_once: Some(recipe.secret.is_some()),
         attach_stdin: Some(recipe.secret.is_some()),
-        user: recipe.user.map(str::to_owned),
+        user: match spec.run_as {
+            Some(uid) => Some(format!("{uid}:{uid}")),
+            None => recipe.user.map(str::to_owned),
+        },
         labels: Some(spec.labels.clone()),
         exposed_ports: Some(vec![port_key(spec.port)]),
         host_config: Some(host_config),
@@ -191,7 +203,7 @@ mod tests {
 
     use super::*;
 
-    const SET: Attach<'static> = Attach::SetNetwork("sandboxd-net-dev-1-cli");
+    const SET: Attach<'static> = Attach::DaemonNetwork("sandboxd-net-cli");
 
     const LIMITS: Limits = Limits {
         memory_mb: 512,
@@ -216,6 +228,7 @@ mod tests {
             limits: LIMITS,
             network,
             image_volumes: volumes,
+            run_as: Some(1_500_000_123),
         };
         (create_body(&spec), admin, agent)
     }
@@ -247,22 +260,29 @@ mod tests {
             assert_eq!(host.readonly_rootfs, Some(true), "{engine}");
             assert_eq!(
                 host.network_mode.as_deref(),
-                Some("sandboxd-net-dev-1-cli"),
-                "{engine} joins its set's network"
+                Some("sandboxd-net-cli"),
+                "{engine} joins the daemon's network"
             );
             assert_eq!(host.binds, Some(vec![]));
             assert_eq!(host.mounts, Some(vec![]));
-            assert!(
-                body.user.is_some(),
-                "{engine} runs as its image's non-root user"
+            assert_eq!(
+                body.user.as_deref(),
+                Some("1500000123:1500000123"),
+                "{engine} runs as the uid sandboxd chose, not its image's user"
             );
             let tmpfs = host.tmpfs.expect("tmpfs");
             assert!(
                 tmpfs.contains_key("/tmp"),
                 "{engine}: /tmp on a read-only root"
             );
-            for options in tmpfs.values() {
+            for (path, options) in &tmpfs {
                 assert!(options.starts_with("rw,nosuid,nodev"), "{options}");
+                if path != "/tmp" || engine.name == "mariadb" {
+                    assert!(
+                        options.ends_with(",uid=1500000123"),
+                        "{engine}: {path} owned by the container's uid: {options}"
+                    );
+                }
                 let size: u64 = options
                     .split(',')
                     .find_map(|o| o.strip_prefix("size="))
@@ -356,7 +376,7 @@ mod tests {
         let host = body.host_config.expect("host");
         assert!(host.tmpfs.expect("tmpfs").contains_key("/data/db"));
         assert_eq!(host.cap_drop, Some(vec!["ALL".to_owned()]));
-        assert_eq!(body.user.as_deref(), Some("mongodb"));
+        assert_eq!(body.user.as_deref(), Some("1500000123:1500000123"));
         assert_eq!(body.exposed_ports, Some(vec!["27017/tcp".to_owned()]));
     }
 

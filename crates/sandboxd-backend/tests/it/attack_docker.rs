@@ -1,18 +1,17 @@
 //! The attack suite for the Docker backend (issue 14): what one tenant — or a tenant that
 //! escaped into its own container — tries against another's sandbox and against the host. Every
 //! case asserts the refusal *and* that the victim sandbox still answers with its data. Every
-//! test removes its containers and set networks through the `Harness`, even when it fails.
+//! test removes its containers and its daemon network through the `Harness`, even when it fails.
 
 use std::collections::{BTreeSet, HashMap};
-use std::time::Duration;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use bollard::Docker;
 use bollard::exec::{CreateExecOptions, StartExecResults};
 use bollard::models::NetworkCreateRequest;
 use futures::StreamExt;
 use mysql_async::prelude::Queryable;
-use sandboxd_backend::Backend;
-use sandboxd_backend::InstanceHandle;
+use sandboxd_backend::{Backend, InstanceHandle, Sweep};
 use sandboxd_domain::{DaemonId, Instance};
 use secrecy::ExposeSecret;
 
@@ -57,7 +56,7 @@ async fn exec(docker: &Docker, id: &str, user: Option<&str>, cmd: &[&str]) -> (i
     (code, output)
 }
 
-/// The container's address on its set network.
+/// The container's network and its address on it.
 async fn address(docker: &Docker, instance: &Instance) -> (String, String) {
     let found = docker
         .inspect_container(&instance.backend_id, None)
@@ -130,6 +129,35 @@ async fn assert_root_read_only(docker: &Docker, instance: &Instance) {
     }
 }
 
+/// The container's server runs as a uid of sandboxd's range that no host account has, not the
+/// image's user (999 for redis and mysql, which `useradd --system` hands out first on a host).
+async fn assert_runs_as_no_host_account(docker: &Docker, instance: &Instance) {
+    let found = docker
+        .inspect_container(&instance.backend_id, None)
+        .await
+        .expect("inspect");
+    let pid = found.state.and_then(|s| s.pid).expect("a running pid");
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("its status");
+    let uid: u32 = status
+        .lines()
+        .find_map(|l| l.strip_prefix("Uid:"))
+        .and_then(|l| l.split_whitespace().next())
+        .and_then(|u| u.parse().ok())
+        .expect("a uid");
+    let uids = sandboxd_backend::docker::DockerConfig::default()
+        .uids()
+        .expect("a uid range by default");
+    assert!(uids.contains(&uid), "{}: runs as {uid}", instance.name);
+    let passwd = std::fs::read_to_string("/etc/passwd").expect("passwd");
+    assert!(
+        !passwd
+            .lines()
+            .any(|l| l.split(':').nth(2) == Some(uid.to_string().as_str())),
+        "{}: uid {uid} is a host account's",
+        instance.name
+    );
+}
+
 async fn pg_victim_data(instance: &Instance) {
     let client = support::pg(instance).await;
     let row = client
@@ -178,15 +206,33 @@ async fn one_tenant_reaches_nothing_of_anothers_on_docker() {
                 .await
                 .expect("victim writes");
 
-            // One network per set: the victim's two members share one, the attacker's is apart.
+            // One network for the daemon's containers, with inter-container traffic off.
             let (pg_net, pg_ip) = address(&docker, &pg).await;
             let (redis_net, redis_ip) = address(&docker, &victim_redis).await;
             let (attacker_net, attacker_ip) = address(&docker, &attacker).await;
-            assert_eq!(pg_net, redis_net);
-            assert_ne!(pg_net, attacker_net);
-            assert_ne!(pg_net, "bridge");
+            assert_eq!(pg_net, format!("sandboxd-net-{}", support::maker()));
+            assert_eq!((&redis_net, &attacker_net), (&pg_net, &pg_net));
+            let options = docker
+                .inspect_network(&pg_net, None)
+                .await
+                .expect("inspect the network")
+                .options
+                .unwrap_or_default();
+            assert_eq!(
+                options
+                    .get("com.docker.network.bridge.enable_icc")
+                    .map(String::as_str),
+                Some("false"),
+                "{options:?}"
+            );
 
-            // The probe works: from inside, the attacker reaches its own server's address.
+            // The addresses are live: the host (through the bridge) reaches the victim's
+            // servers, and from inside, the attacker reaches its own.
+            for (ip, port) in [(&pg_ip, 5432), (&redis_ip, 6379)] {
+                tokio::net::TcpStream::connect((ip.as_str(), port))
+                    .await
+                    .unwrap_or_else(|err| panic!("the host reaches {ip}:{port}: {err}"));
+            }
             let probe = |ip: &str, port: u16| {
                 format!("timeout 3 bash -c '</dev/tcp/{ip}/{port}' && echo OPEN")
             };
@@ -210,6 +256,17 @@ async fn one_tenant_reaches_nothing_of_anothers_on_docker() {
                 assert_ne!(code, 0, "{ip}:{port} reachable from another tenant: {out}");
                 assert!(!out.contains("OPEN"), "{out}");
             }
+            // Not even within one tenant's set: the victim's Redis does not reach its Postgres
+            // (agents reach their servers through the published ports, never container to
+            // container).
+            let (code, out) = exec(
+                &docker,
+                &victim_redis.backend_id,
+                None,
+                &["bash", "-c", &probe(&pg_ip, 5432)],
+            )
+            .await;
+            assert_ne!(code, 0, "container-to-container traffic is on: {out}");
 
             // Cross-tenant logins: the attacker's password opens nothing of the victim's.
             let stolen = attacker.agent.password.expose_secret();
@@ -219,6 +276,7 @@ async fn one_tenant_reaches_nothing_of_anothers_on_docker() {
             for instance in [&pg, &victim_redis, &attacker] {
                 assert_no_secret_in_config(&docker, instance).await;
                 assert_root_read_only(&docker, instance).await;
+                assert_runs_as_no_host_account(&docker, instance).await;
             }
             pg_victim_data(&pg).await;
             redis_victim_data(&victim_redis).await;
@@ -417,6 +475,7 @@ async fn mariadb_escapes_secrets_and_a_full_tmpfs_are_refused() {
             let instance = provision(&backend, "mariadb", &harness_owner("atk-maria")).await;
             assert_no_secret_in_config(&docker, &instance).await;
             assert_root_read_only(&docker, &instance).await;
+            assert_runs_as_no_host_account(&docker, &instance).await;
             let mut conn = support::mysql(&instance).await;
             conn.query_drop(format!(
                 "CREATE TABLE secrets (v text); INSERT INTO secrets VALUES ('{VICTIM_DATA}')"
@@ -480,62 +539,137 @@ async fn mariadb_escapes_secrets_and_a_full_tmpfs_are_refused() {
         .await;
 }
 
-/// 100 live sandboxes, each on its own network (Docker's default pools stop at ~31), all
-/// torn down with their networks.
+/// 100 live sandbox sets of 100 owners, all on the daemon's one network (a /22 of sandboxd's
+/// pool; Docker's default pools would stop at ~31 networks): while they come and go, and while
+/// other daemons' networks are created and removed beside them, an attacker's container never
+/// reaches the victim's server — the gap a network per set left open during such churn.
 #[tokio::test]
-async fn a_hundred_sandbox_sets_each_get_their_own_network() {
+async fn isolation_holds_for_a_hundred_sets_while_sets_and_networks_come_and_go() {
     let Some(harness) = Harness::new("atk-100", &[REDIS], |_| {}).await else {
         return;
     };
     harness
         .run(|backend, docker| async move {
-            let owners: Vec<_> = (0..100).map(|_| harness_owner("atk-100")).collect();
-            let instances: Vec<Instance> = futures::stream::iter(owners.iter())
-                .map(|owner| {
-                    let backend = backend.clone();
-                    async move { provision(&backend, "redis", owner).await }
-                })
-                .buffer_unordered(6)
-                .collect()
-                .await;
-            let mut networks = BTreeSet::new();
-            for instance in &instances {
-                let (network, _) = address(&docker, instance).await;
-                networks.insert(network);
-            }
-            assert_eq!(networks.len(), 100, "one network per set");
-            futures::stream::iter(instances.iter())
-                .map(|instance| {
-                    let backend = backend.clone();
-                    async move {
-                        backend
-                            .teardown(&InstanceHandle::of(instance))
-                            .await
-                            .expect("teardown");
+            let (victim_owner, attacker_owner) = (harness_owner("atk-100"), harness_owner("atk-100"));
+            let (victim, attacker) = tokio::join!(
+                provision(&backend, "redis", &victim_owner),
+                provision(&backend, "redis", &attacker_owner),
+            );
+            let (_, victim_ip) = address(&docker, &victim).await;
+            let done = AtomicBool::new(false);
+            let churning = async {
+                let live = churn(&backend, &docker).await;
+                done.store(true, Ordering::SeqCst);
+                live
+            };
+            let probing = async {
+                let (mut probes, mut reached) = (0, Vec::new());
+                while !done.load(Ordering::SeqCst) {
+                    let (code, out) = exec(
+                        &docker,
+                        &attacker.backend_id,
+                        None,
+                        &[
+                            "bash",
+                            "-c",
+                            &format!(
+                                "timeout 1 bash -c '</dev/tcp/{victim_ip}/6379' && echo OPEN"
+                            ),
+                        ],
+                    )
+                    .await;
+                    probes += 1;
+                    if code == 0 || out.contains("OPEN") {
+                        reached.push(probes);
                     }
-                })
-                .buffer_unordered(6)
-                .for_each(|()| async {})
-                .await;
-            for network in &networks {
-                assert!(
-                    docker.inspect_network(network, None).await.is_err(),
-                    "{network} outlived its set"
-                );
+                }
+                (probes, reached)
+            };
+            let (live, (probes, reached)) = tokio::join!(churning, probing);
+            assert_eq!(live, 100, "100 sets were live at once");
+            assert!(probes >= 5, "only {probes} probes ran during the churn");
+            assert!(
+                reached.is_empty(),
+                "the victim was reached by probes {reached:?} of {probes}"
+            );
+            let mut conn = support::redis(&victim).await;
+            let pong: String = redis::cmd("PING")
+                .query_async(&mut conn)
+                .await
+                .expect("the victim answers");
+            assert_eq!(pong, "PONG");
+            for instance in [&victim, &attacker] {
+                backend
+                    .teardown(&InstanceHandle::of(instance))
+                    .await
+                    .expect("teardown");
             }
         })
         .await;
 }
 
-/// A crash leaves a set network without members: the sweep removes this daemon's, never a
-/// foreign daemon's.
+/// Brings 98 more sets up (100 live with the two of the test), checks they share the one
+/// network with distinct addresses, and tears them down, while a foreign daemon's network is
+/// created and removed over and over. Returns how many sets were live at the peak.
+async fn churn(backend: &std::sync::Arc<sandboxd_backend::docker::DockerBackend>, docker: &Docker) -> usize {
+    let networks = {
+        let docker = docker.clone();
+        tokio::spawn(async move {
+            let name = format!("sandboxd-test-churn-{}", std::process::id());
+            for _ in 0..20 {
+                docker
+                    .create_network(NetworkCreateRequest {
+                        name: name.clone(),
+                        labels: Some(HashMap::from([(
+                            "sandboxd.test".to_owned(),
+                            "1".to_owned(),
+                        )])),
+                        ..NetworkCreateRequest::default()
+                    })
+                    .await
+                    .expect("a foreign network");
+                docker.remove_network(&name).await.expect("removed again");
+            }
+        })
+    };
+    let owners: Vec<_> = (0..98).map(|_| harness_owner("atk-100")).collect();
+    let instances: Vec<Instance> = futures::stream::iter(owners.iter())
+        .map(|owner| {
+            let backend = backend.clone();
+            async move { provision(&backend, "redis", owner).await }
+        })
+        .buffer_unordered(6)
+        .collect()
+        .await;
+    let mut addresses = BTreeSet::new();
+    for instance in &instances {
+        let (network, ip) = address(docker, instance).await;
+        assert_eq!(network, format!("sandboxd-net-{}", support::maker()));
+        addresses.insert(ip);
+    }
+    assert_eq!(addresses.len(), instances.len(), "distinct addresses");
+    futures::stream::iter(instances.iter())
+        .map(|instance| {
+            let backend = backend.clone();
+            async move {
+                backend
+                    .teardown(&InstanceHandle::of(instance))
+                    .await
+                    .expect("teardown");
+            }
+        })
+        .buffer_unordered(6)
+        .for_each(|()| async {})
+        .await;
+    networks.await.expect("the network churn");
+    instances.len() + 2
+}
+
+/// A crash leaves the daemon network without containers: the sweep removes this daemon's once
+/// it has settled, never a foreign daemon's, and a network that is still used stays.
 #[tokio::test]
-async fn the_sweep_removes_leftover_set_networks_of_its_own_maker_only() {
-    let Some(harness) = Harness::new("atk-sweep", &[REDIS], |config| {
-        config.network_settle = Duration::ZERO;
-    })
-    .await
-    else {
+async fn the_sweep_removes_the_unused_network_of_its_own_maker_only() {
+    let Some(harness) = Harness::new("atk-sweep", &[REDIS], |_| {}).await else {
         return;
     };
     harness
@@ -543,7 +677,10 @@ async fn the_sweep_removes_leftover_set_networks_of_its_own_maker_only() {
             let owner = harness_owner("atk-sweep");
             let instance = provision(&backend, "redis", &owner).await;
             let (network, _) = address(&docker, &instance).await;
-            // The crash: the container goes out of band, its network stays.
+            let maker = support::maker();
+            // In use: no sweep removes it.
+            assert_eq!(backend.sweep(&maker, Sweep::Now).await.expect("sweep"), 0);
+            // The crash: the container goes out of band, the network stays.
             docker
                 .remove_container(
                     &instance.backend_id,
@@ -554,16 +691,14 @@ async fn the_sweep_removes_leftover_set_networks_of_its_own_maker_only() {
                 )
                 .await
                 .expect("remove out of band");
-            // A foreign daemon's set network, labeled like ours but with another maker.
-            let foreign_owner = harness_owner("atk-sweep");
+            // A foreign daemon's network, labeled like ours but with another maker.
             let foreign = DaemonId::generate();
-            let foreign_name = format!("sandboxd-net-{foreign_owner}-{foreign}");
+            let foreign_name = format!("sandboxd-net-{foreign}");
             docker
                 .create_network(NetworkCreateRequest {
                     name: foreign_name.clone(),
                     labels: Some(HashMap::from([
                         ("sandboxd.sandbox-network".to_owned(), "1".to_owned()),
-                        ("sandboxd.owner".to_owned(), foreign_owner.to_string()),
                         ("sandboxd.daemon".to_owned(), foreign.to_string()),
                         ("sandboxd.created".to_owned(), "0".to_owned()),
                     ])),
@@ -571,12 +706,17 @@ async fn the_sweep_removes_leftover_set_networks_of_its_own_maker_only() {
                 })
                 .await
                 .expect("a foreign network");
+            // The janitor's pass leaves a network younger than the settle time (60 s)…
+            assert_eq!(
+                backend.sweep(&maker, Sweep::Settled).await.expect("sweep"),
+                0
+            );
             assert!(docker.inspect_network(&network, None).await.is_ok());
-            let swept = backend.sweep(&support::maker()).await.expect("sweep");
-            assert!(swept >= 1, "swept {swept}");
+            // …a stop does not wait.
+            assert_eq!(backend.sweep(&maker, Sweep::Now).await.expect("sweep"), 1);
             assert!(
                 docker.inspect_network(&network, None).await.is_err(),
-                "the memberless network of our own maker is gone"
+                "the unused network of our own maker is gone"
             );
             assert!(
                 docker.inspect_network(&foreign_name, None).await.is_ok(),

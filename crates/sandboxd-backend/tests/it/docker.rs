@@ -19,7 +19,7 @@ use bollard::query_parameters::{
 use futures::{FutureExt, StreamExt};
 use mysql_async::prelude::Queryable;
 use sandboxd_backend::docker::{DockerBackend, DockerConfig};
-use sandboxd_backend::{Backend, BackendError, InstanceHandle, provision_set};
+use sandboxd_backend::{Backend, BackendError, InstanceHandle, Sweep, provision_set};
 use sandboxd_domain::instance::instance_name;
 use sandboxd_domain::{AgentSlug, Instance};
 use secrecy::ExposeSecret;
@@ -135,13 +135,15 @@ impl Harness {
             .collect()
     }
 
-    /// Every set network whose owner label is one of this test's owners.
-    async fn leftover_networks(docker: &Docker, tag: &str) -> Vec<String> {
-        let prefix = support::owner_prefix(tag);
+    /// Every network this test process's maker made.
+    async fn leftover_networks(docker: &Docker) -> Vec<String> {
         let options = ListNetworksOptions {
             filters: Some(HashMap::from([(
                 "label".to_owned(),
-                vec![format!("{NS}.sandbox-network=1")],
+                vec![
+                    format!("{NS}.sandbox-network=1"),
+                    format!("{NS}.daemon={}", support::maker()),
+                ],
             )])),
         };
         docker
@@ -149,19 +151,13 @@ impl Harness {
             .await
             .expect("list networks")
             .into_iter()
-            .filter(|n| {
-                n.labels
-                    .as_ref()
-                    .and_then(|l| l.get(&format!("{NS}.owner")))
-                    .is_some_and(|o| o.starts_with(&prefix))
-            })
             .filter_map(|n| n.id)
             .collect()
     }
 
-    /// Runs `body`, then removes every container and set network of this test's owners
-    /// whatever happened, asserts that nothing was left by the code under test, and re-raises a
-    /// panic.
+    /// Runs `body`, then removes every container of this test's owners whatever happened,
+    /// sweeps the maker's network the way a stopping daemon does, removes whatever is still
+    /// left, asserts that nothing was left by the code under test, and re-raises a panic.
     pub(super) async fn run<F, Fut>(self, body: F)
     where
         F: FnOnce(Arc<DockerBackend>, Docker) -> Fut,
@@ -179,16 +175,18 @@ impl Harness {
             };
             let _ = self.docker.remove_container(id, Some(options)).await;
         }
-        let left_networks = Self::leftover_networks(&self.docker, self.tag).await;
+        let swept = self.backend.sweep(&support::maker(), Sweep::Now).await;
+        let left_networks = Self::leftover_networks(&self.docker).await;
         for id in &left_networks {
             let _ = self.docker.remove_network(id).await;
         }
         if let Err(panic) = outcome {
             std::panic::resume_unwind(panic);
         }
+        swept.expect("sweeping the maker's network");
         assert!(
             left_networks.is_empty(),
-            "{}: set networks left behind: {left_networks:?}",
+            "{}: the sweep left networks behind: {left_networks:?}",
             self.tag
         );
         assert!(
@@ -290,16 +288,17 @@ async fn assert_hardened(docker: &Docker, instance: &Instance, config: &DockerCo
             "published on loopback only"
         );
     }
-    assert_eq!(
-        found.config.as_ref().and_then(|c| c.user.as_deref()),
-        instance
-            .engine
-            .container(
-                &sandboxd_domain::Credentials::generate("x"),
-                &sandboxd_domain::Credentials::generate("y")
-            )
-            .user,
-        "runs as the image's non-root user"
+    let user = found
+        .config
+        .as_ref()
+        .and_then(|c| c.user.as_deref())
+        .expect("a user");
+    let (uid, gid) = user.split_once(':').expect("uid:gid");
+    let uids = DockerConfig::default().uids().expect("a range by default");
+    assert_eq!(uid, gid, "{user}");
+    assert!(
+        uid.parse().is_ok_and(|uid: u32| uids.contains(&uid)),
+        "runs as a uid of sandboxd's range, not the image's user: {user}"
     );
 
     let secret = instance.agent.password.expose_secret();

@@ -34,9 +34,10 @@ pub fn engine(name: &str) -> EngineRef {
     EngineRef::parse(name).expect("registered")
 }
 
-/// The maker every instance of the backend tests carries.
+/// The maker every instance of this test process carries: one per process (nextest runs each
+/// test in its own), so each test's Docker network is its own to sweep.
 pub fn maker() -> DaemonId {
-    DaemonId::parse("btests").expect("valid")
+    DaemonId::parse(&format!("bt{}", std::process::id())).expect("valid")
 }
 
 /// A request for one `name` instance of `owner`, with allowlisted `features`.

@@ -6,7 +6,7 @@
 
 use std::process::{ExitCode, Stdio};
 
-use sandboxd_backend::{InstanceHandle, InstanceRequest, teardown_all};
+use sandboxd_backend::{InstanceHandle, InstanceRequest, Sweep, teardown_all};
 use sandboxd_domain::{AgentSlug, DaemonId, EngineRef, Protocol, ServiceEvidence, engines};
 use secrecy::ExposeSecret;
 
@@ -69,6 +69,10 @@ pub async fn run(args: Args, settings: &Settings) -> ExitCode {
         }
     }
     teardown_all(backend.as_ref(), instances.iter().map(InstanceHandle::of)).await;
+    // Other `sandboxd provision` instances may still use the CLI's network: sweep leaves it then.
+    if let Err(err) = backend.sweep(&DaemonId::cli(), Sweep::Now).await {
+        eprintln!("warning: sweeping the {} backend: {err}", backend.kind());
+    }
     println!("torn down");
     if ok {
         ExitCode::SUCCESS

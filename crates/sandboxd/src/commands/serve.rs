@@ -107,6 +107,7 @@ pub async fn run(args: Args, settings: &Settings) -> ExitCode {
         Ok(()) => tracing::info!("MCP session sweeper stopped"),
         Err(err) => tracing::error!(error = %err, "MCP session sweeper failed"),
     }
+    daemon.broker.sweep_at_stop().await;
     if served.is_ok() {
         ExitCode::SUCCESS
     } else {

@@ -1,10 +1,12 @@
 //! `sandboxd teardown --owner SLUG [--maker ID]`: removes every instance of an owner that one
 //! maker made, on every backend: `sandboxd provision`'s by default. A running daemon's instances
 //! are its own (its `sandboxd sandboxes rm` removes them, audited); `--maker <daemon id>` is for
-//! the leftovers of a daemon that is gone for good, store and all.
+//! the leftovers of a daemon that is gone for good, store and all. What the maker's instances
+//! shared (its Docker network) is removed once none of them is left.
 
 use std::process::ExitCode;
 
+use sandboxd_backend::Sweep;
 use sandboxd_domain::{AgentSlug, DaemonId};
 
 use crate::backends;
@@ -62,6 +64,12 @@ pub async fn run(args: Args, settings: &Settings) -> ExitCode {
                     eprintln!("error: {err}");
                 }
             }
+        }
+        // What the maker's instances shared (its Docker network) goes once none is left.
+        match backend.sweep(&maker, Sweep::Now).await {
+            Ok(0) => {}
+            Ok(swept) => println!("removed {swept} unused {} resource(s) of {maker}", backend.kind()),
+            Err(err) => eprintln!("warning: sweeping the {} backend: {err}", backend.kind()),
         }
     }
     if removed == 0 && !failed {
