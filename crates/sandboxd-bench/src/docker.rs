@@ -8,7 +8,9 @@ use std::time::{Duration, Instant, SystemTime};
 
 use anyhow::{Context, Result, bail};
 use sandboxd_backend::docker::{DockerBackend, DockerConfig};
-use sandboxd_backend::{Backend, InstanceHandle, InstanceRequest, provision_set, teardown_all};
+use sandboxd_backend::{
+    Backend, InstanceHandle, InstanceRequest, Sweep, provision_set, teardown_all,
+};
 use sandboxd_domain::{AgentSlug, DaemonId, EngineRef, engines};
 
 use crate::cleanup::Cleanup;
@@ -193,6 +195,10 @@ pub async fn cold_provision(
         }
     }
     drop(scenario.peer.take());
+    // The network the runs' containers joined goes with the last of them, as after a stop.
+    if let Err(err) = scenario.backend.sweep(&DaemonId::cli(), Sweep::Now).await {
+        eprintln!("sweeping the docker network: {err}");
+    }
     summarize(&samples, &subjects, report);
     Ok(())
 }
