@@ -110,7 +110,7 @@ impl DockerBackend {
     }
 
     /// Creates the container from the engine's recipe with fresh accounts, hardened (`spec`),
-    /// labeled so any later process finds it, on its set's network (created when missing).
+    /// labeled so any later process finds it, on the daemon's network (created when missing).
     async fn create(
         &self,
         docker: &Docker,

@@ -1,8 +1,9 @@
 //! An engine's `ContainerRecipe` turned into the Engine API's create body, with the hardening
 //! every sandbox gets: a read-only root filesystem with tmpfs data (and `/tmp`), no volumes,
 //! memory (= swap), CPU and pids caps, `no-new-privileges`, every capability dropped but the
-//! recipe's, never privileged, no binds, its sandbox set's own network with the engine port
-//! published on 127.0.0.1 only (or the operator's named network and nothing published).
+//! recipe's, never privileged, no binds, a uid of sandboxd's range instead of the image's user,
+//! the daemon's network (inter-container traffic off) with the engine port published on
+//! 127.0.0.1 only (or the operator's named network and nothing published).
 //!
 //! Pure: no I/O, so the whole spec is unit-tested. The body holds no secret: the superuser's
 //! password reaches the entrypoint through `<VAR>_FILE=/dev/stdin` (see `provision`).
