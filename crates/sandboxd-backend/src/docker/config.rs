@@ -148,7 +148,10 @@ impl DockerConfig {
         if self.uid_base != 0
             && (self.uid_base < 65_536
                 || self.uid_count == 0
-                || self.uid_base.checked_add(self.uid_count).is_none_or(|end| end > 0x7FFF_FFFF))
+                || self
+                    .uid_base
+                    .checked_add(self.uid_count)
+                    .is_none_or(|end| end > 0x7FFF_FFFF))
         {
             return Err(invalid(
                 "uid_base must be 0 (the image's user) or at least 65536, with uid_count above 0 \

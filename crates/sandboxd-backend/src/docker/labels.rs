@@ -81,7 +81,11 @@ impl Labels {
     }
 
     /// The labels of a daemon's own network.
-    pub fn for_daemon_network(&self, maker: &DaemonId, created_at_ms: i64) -> HashMap<String, String> {
+    pub fn for_daemon_network(
+        &self,
+        maker: &DaemonId,
+        created_at_ms: i64,
+    ) -> HashMap<String, String> {
         HashMap::from([
             (self.key(DAEMON_NETWORK), "1".to_owned()),
             (self.key(DAEMON), maker.to_string()),

@@ -25,8 +25,8 @@ use bollard::Docker;
 use bollard::models::{Ipam, IpamConfig, NetworkCreateRequest};
 use bollard::query_parameters::{ListContainersOptions, ListNetworksOptions};
 use rand::Rng;
-use sandboxd_domain::clock::{age_of, now_ms};
 use sandboxd_domain::DaemonId;
+use sandboxd_domain::clock::{age_of, now_ms};
 use tokio::sync::Mutex;
 
 use super::client;

@@ -550,7 +550,8 @@ async fn isolation_holds_for_a_hundred_sets_while_sets_and_networks_come_and_go(
     };
     harness
         .run(|backend, docker| async move {
-            let (victim_owner, attacker_owner) = (harness_owner("atk-100"), harness_owner("atk-100"));
+            let (victim_owner, attacker_owner) =
+                (harness_owner("atk-100"), harness_owner("atk-100"));
             let (victim, attacker) = tokio::join!(
                 provision(&backend, "redis", &victim_owner),
                 provision(&backend, "redis", &attacker_owner),
@@ -572,9 +573,7 @@ async fn isolation_holds_for_a_hundred_sets_while_sets_and_networks_come_and_go(
                         &[
                             "bash",
                             "-c",
-                            &format!(
-                                "timeout 1 bash -c '</dev/tcp/{victim_ip}/6379' && echo OPEN"
-                            ),
+                            &format!("timeout 1 bash -c '</dev/tcp/{victim_ip}/6379' && echo OPEN"),
                         ],
                     )
                     .await;
@@ -611,7 +610,10 @@ async fn isolation_holds_for_a_hundred_sets_while_sets_and_networks_come_and_go(
 /// Brings 98 more sets up (100 live with the two of the test), checks they share the one
 /// network with distinct addresses, and tears them down, while a foreign daemon's network is
 /// created and removed over and over. Returns how many sets were live at the peak.
-async fn churn(backend: &std::sync::Arc<sandboxd_backend::docker::DockerBackend>, docker: &Docker) -> usize {
+async fn churn(
+    backend: &std::sync::Arc<sandboxd_backend::docker::DockerBackend>,
+    docker: &Docker,
+) -> usize {
     let networks = {
         let docker = docker.clone();
         tokio::spawn(async move {

@@ -68,7 +68,10 @@ pub async fn run(args: Args, settings: &Settings) -> ExitCode {
         // What the maker's instances shared (its Docker network) goes once none is left.
         match backend.sweep(&maker, Sweep::Now).await {
             Ok(0) => {}
-            Ok(swept) => println!("removed {swept} unused {} resource(s) of {maker}", backend.kind()),
+            Ok(swept) => println!(
+                "removed {swept} unused {} resource(s) of {maker}",
+                backend.kind()
+            ),
             Err(err) => eprintln!("warning: sweeping the {} backend: {err}", backend.kind()),
         }
     }
