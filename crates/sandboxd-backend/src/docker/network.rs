@@ -239,30 +239,50 @@ pub(super) async fn sweep(
     if age_of(created) < settle {
         return Ok(false);
     }
-    let members = docker
-        .list_containers(Some(ListContainersOptions {
-            all: true,
-            filters: Some(labels.made_by_filter(maker)),
-            ..ListContainersOptions::default()
-        }))
-        .await
-        .map_err(|err| client::error("listing", "containers", err))?;
-    let attached = found.containers.as_ref().is_some_and(|c| !c.is_empty());
-    if !members.is_empty() || attached {
-        return Ok(false);
-    }
-    let id = found.id.as_deref().unwrap_or(name.as_str());
-    match docker.remove_network(id).await {
-        Ok(()) => {
-            tracing::info!(network = %name, "removed the daemon network: none of its sandboxes is left");
-            Ok(true)
+    let id = found.id.clone().unwrap_or_else(|| name.clone());
+    // A container just removed can keep its endpoint on the network for a moment on a busy
+    // engine: with no container of ours left, a stop or teardown (`settle` zero) looks a few
+    // more times before giving up; the janitor's pass does not hold up provisions for it.
+    let retries = if settle.is_zero() {
+        ENDPOINT_RETRIES
+    } else {
+        0
+    };
+    for attempt in 0..=retries {
+        let members = docker
+            .list_containers(Some(ListContainersOptions {
+                all: true,
+                filters: Some(labels.made_by_filter(maker)),
+                ..ListContainersOptions::default()
+            }))
+            .await
+            .map_err(|err| client::error("listing", "containers", err))?;
+        if !members.is_empty() {
+            return Ok(false);
         }
-        Err(err) if client::is_not_found(&err) => Ok(false),
-        // Active endpoints: a container joined since the check; a later sweep removes it.
-        Err(err) if matches!(client::status(&err), Some(403 | 409)) => Ok(false),
-        Err(err) => Err(client::error("removing", &format!("network {name}"), err)),
+        match docker.remove_network(&id).await {
+            Ok(()) => {
+                tracing::info!(network = %name, "removed the daemon network: none of its sandboxes is left");
+                return Ok(true);
+            }
+            Err(err) if client::is_not_found(&err) => return Ok(false),
+            // Active endpoints: a lingering one, or a container that joined since the check.
+            Err(err) if matches!(client::status(&err), Some(403 | 409)) => {
+                if attempt == retries {
+                    tracing::debug!(network = %name, "the daemon network still has endpoints; a later sweep removes it");
+                    return Ok(false);
+                }
+                tokio::time::sleep(ENDPOINT_PAUSE).await;
+            }
+            Err(err) => return Err(client::error("removing", &format!("network {name}"), err)),
+        }
     }
+    Ok(false)
 }
+
+/// How often, and how far apart, `sweep` looks again at a network whose endpoints linger.
+const ENDPOINT_RETRIES: usize = 10;
+const ENDPOINT_PAUSE: Duration = Duration::from_millis(200);
 
 /// Succeeds when `network` exists on the engine.
 pub(super) async fn ensure_exists(docker: &Docker, network: &str) -> Result<(), BackendError> {

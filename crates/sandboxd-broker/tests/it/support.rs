@@ -14,13 +14,13 @@ use async_trait::async_trait;
 use futures::FutureExt;
 use sandboxd_backend::process::{ProcessBackend, ProcessConfig};
 use sandboxd_backend::{
-    Backend, BackendError, DoctorCheck, InstanceHandle, InstanceRequest, ListedInstance,
+    Backend, BackendError, DoctorCheck, InstanceHandle, InstanceRequest, ListedInstance, Sweep,
 };
 use sandboxd_broker::{Agent, Backends, Broker, BrokerConfig, SecretCipher, Store};
 use sandboxd_domain::envelope::{Envelope, ErrorEnvelope, OkEnvelope};
 use sandboxd_domain::roles::Verb;
 use sandboxd_domain::{
-    AgentSlug, BackendKind, EngineRef, Feature, FeatureRequest, Instance, ProjectSlug,
+    AgentSlug, BackendKind, DaemonId, EngineRef, Feature, FeatureRequest, Instance, ProjectSlug,
 };
 
 pub use sandboxd_testkit::{docker_or_skip, show_logs, test_dir, unique};
@@ -128,6 +128,9 @@ impl Backend for Counting {
     }
     async fn teardown(&self, handle: &InstanceHandle) -> Result<(), BackendError> {
         self.inner.teardown(handle).await
+    }
+    async fn sweep(&self, maker: &DaemonId, when: Sweep) -> Result<usize, BackendError> {
+        self.inner.sweep(maker, when).await
     }
     async fn list(&self) -> Result<Vec<ListedInstance>, BackendError> {
         if self.listing_fails.load(Ordering::SeqCst) {
@@ -354,6 +357,8 @@ impl World {
             let left = world.listed(owner).await;
             assert!(left.is_empty(), "instances left for {owner}: {left:?}");
         }
+        // As a clean stop does: what the instances shared (a Docker network) goes too.
+        world.broker.sweep_at_stop().await;
         if let Err(panic) = outcome {
             std::panic::resume_unwind(panic);
         }

@@ -1,12 +1,12 @@
-//! `sandboxd teardown --owner SLUG [--maker ID]`: removes every instance of an owner that one
-//! maker made, on every backend: `sandboxd provision`'s by default. A running daemon's instances
+//! `sandboxd teardown [--owner SLUG] [--maker ID]`: removes every instance of an owner (or of
+//! every owner) that one maker made, on every backend: `sandboxd provision`'s by default. A running daemon's instances
 //! are its own (its `sandboxd sandboxes rm` removes them, audited); `--maker <daemon id>` is for
 //! the leftovers of a daemon that is gone for good, store and all. What the maker's instances
 //! shared (its Docker network) is removed once none of them is left.
 
 use std::process::ExitCode;
 
-use sandboxd_backend::Sweep;
+use sandboxd_backend::{ListedInstance, Sweep};
 use sandboxd_domain::{AgentSlug, DaemonId};
 
 use crate::backends;
@@ -16,8 +16,9 @@ use crate::output;
 
 #[derive(Debug, clap::Args)]
 pub struct Args {
+    /// Whose instances; leave out for every owner's.
     #[arg(long)]
-    pub owner: String,
+    pub owner: Option<String>,
     /// Whose instances: `cli` (made by `sandboxd provision`), or a daemon's id (`made by` in
     /// `sandboxd ls`).
     #[arg(long, default_value = "cli")]
@@ -25,8 +26,12 @@ pub struct Args {
 }
 
 pub async fn run(args: Args, settings: &Settings) -> ExitCode {
-    let parsed =
-        AgentSlug::parse(&args.owner).and_then(|owner| Ok((owner, DaemonId::parse(&args.maker)?)));
+    let parsed = args
+        .owner
+        .as_deref()
+        .map(AgentSlug::parse)
+        .transpose()
+        .and_then(|owner| Ok((owner, DaemonId::parse(&args.maker)?)));
     let (owner, maker) = match parsed {
         Ok(parsed) => parsed,
         Err(err) => {
@@ -45,8 +50,13 @@ pub async fn run(args: Args, settings: &Settings) -> ExitCode {
                 continue;
             }
         };
-        for instance in listed.into_iter().filter(|i| i.handle.owner == owner) {
+        let wanted = |i: &ListedInstance| owner.as_ref().is_none_or(|o| &i.handle.owner == o);
+        for instance in listed.into_iter().filter(wanted) {
             if instance.handle.maker != maker {
+                if owner.is_none() {
+                    continue;
+                }
+                let owner = &instance.handle.owner;
                 println!(
                     "left {}: made by {}, not by {maker} (a running daemon's: `sandboxd \
                      sandboxes rm {owner}`; else --maker {})",
@@ -76,7 +86,10 @@ pub async fn run(args: Args, settings: &Settings) -> ExitCode {
         }
     }
     if removed == 0 && !failed {
-        println!("nothing to remove for {owner}");
+        match &owner {
+            Some(owner) => println!("nothing to remove for {owner} made by {maker}"),
+            None => println!("nothing to remove made by {maker}"),
+        }
     }
     if failed {
         ExitCode::FAILURE

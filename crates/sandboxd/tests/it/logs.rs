@@ -15,7 +15,8 @@ use secrecy::ExposeSecret;
 use serde_json::{Value, json};
 
 use crate::support::{
-    ADMIN_TOKEN, Home, Launch, TestDaemon, spawn_daemon_with, teardown_everything, unique,
+    ADMIN_TOKEN, Home, Launch, TestDaemon, spawn_daemon_with, teardown_everything,
+    teardown_maker_on_docker, unique,
 };
 
 const ENGINES: [&str; 3] = ["postgres", "redis", "mariadb"];
@@ -345,4 +346,7 @@ async fn a_trace_log_of_a_whole_docker_flow_holds_no_credential() {
     daemon.stop();
     // The Engine API client and the HTTP client under it.
     assert_no_secret_in(&log, &tokens, &secrets, &["bollard::", "hyper_util::"]);
+    let maker = cleanup.maker.clone();
+    drop(cleanup);
+    teardown_maker_on_docker(&home, &maker);
 }

@@ -11,7 +11,9 @@ use futures::FutureExt;
 use serde_json::{Value, json};
 use tokio::io::AsyncBufReadExt;
 
-use crate::support::{Home, TestDaemon, clean_up, entry, spawn_daemon, unique};
+use crate::support::{
+    Home, TestDaemon, clean_up, entry, spawn_daemon, teardown_maker_on_docker, unique,
+};
 
 async fn pg(url: &str, sql: &str) -> Result<Vec<tokio_postgres::SimpleQueryMessage>, String> {
     let (client, connection) = tokio_postgres::connect(url, tokio_postgres::NoTls)
@@ -313,6 +315,7 @@ async fn a_daemon_killed_mid_provision_leaves_nothing_and_the_agent_goes_on_at_o
 }
 
 async fn crash_at_each_point(home: &Home, slugs: &[String]) {
+    let mut maker = None;
     for (point, slug) in ["create", "start", "ready"].into_iter().zip(slugs) {
         let mut daemon = spawn_daemon(home);
         let project = unique("p");
@@ -361,5 +364,8 @@ async fn crash_at_each_point(home: &Home, slugs: &[String]) {
             Vec::<String>::new(),
             "{point}: released"
         );
+        maker = Some(daemon.daemon_id().await);
     }
+    // The crashes left the daemon's network; an operator's teardown of the maker removes it.
+    teardown_maker_on_docker(home, &maker.expect("a daemon ran"));
 }

@@ -424,6 +424,27 @@ pub fn python_venv(name: &str) -> Option<PathBuf> {
     None
 }
 
+/// Removes whatever the daemon `maker` left on Docker the way an operator would
+/// (`sandboxd teardown --maker`, every owner), and asserts its network went with it.
+pub fn teardown_maker_on_docker(home: &Home, maker: &str) {
+    let out = home
+        .sandboxd()
+        .args(["teardown", "--maker", maker])
+        .output()
+        .expect("sandboxd teardown --maker");
+    assert!(out.status.success(), "{out:?}");
+    let network = format!("sandboxd-net-{maker}");
+    let inspected = Command::new("docker")
+        .args(["network", "inspect", &network])
+        .output()
+        .expect("docker network inspect");
+    assert!(
+        !inspected.status.success(),
+        "{network} outlived every sandbox of its daemon: {}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+}
+
 /// After a test's body ran (`outcome`): stops its daemon, tears down whatever it left, then
 /// passes on the body's panic, if any.
 pub fn stop_and_clean_up(mut daemon: TestDaemon, home: &Home, outcome: std::thread::Result<()>) {
