@@ -227,7 +227,6 @@ pub(super) async fn sweep(
     settle: Duration,
 ) -> Result<bool, BackendError> {
     let name = daemon_network_name(maker);
-    let _turn = lock.lock().await;
     let found = match docker.inspect_network(&name, None).await {
         Ok(found) => found,
         Err(err) if client::is_not_found(&err) => return Ok(false),
@@ -240,15 +239,21 @@ pub(super) async fn sweep(
         return Ok(false);
     }
     let id = found.id.clone().unwrap_or_else(|| name.clone());
-    // A container just removed can keep its endpoint on the network for a moment on a busy
-    // engine: with no container of ours left, a stop or teardown (`settle` zero) looks a few
-    // more times before giving up; the janitor's pass does not hold up provisions for it.
+    // A container just removed can keep its endpoint on the network for a while on a busy
+    // engine: with no container of ours left, a stop or teardown (`settle` zero) looks again
+    // for a few seconds before giving up; the janitor's pass leaves it to its next tick. The
+    // lock is held only for a look and a removal, never across a pause, so provisions in this
+    // process do not wait on it.
     let retries = if settle.is_zero() {
         ENDPOINT_RETRIES
     } else {
         0
     };
     for attempt in 0..=retries {
+        if attempt > 0 {
+            tokio::time::sleep(ENDPOINT_PAUSE).await;
+        }
+        let _turn = lock.lock().await;
         let members = docker
             .list_containers(Some(ListContainersOptions {
                 all: true,
@@ -266,22 +271,19 @@ pub(super) async fn sweep(
                 return Ok(true);
             }
             Err(err) if client::is_not_found(&err) => return Ok(false),
-            // Active endpoints: a lingering one, or a container that joined since the check.
+            // Active endpoints: a lingering one, or a container that joined since the look.
             Err(err) if matches!(client::status(&err), Some(403 | 409)) => {
-                if attempt == retries {
-                    tracing::debug!(network = %name, "the daemon network still has endpoints; a later sweep removes it");
-                    return Ok(false);
-                }
-                tokio::time::sleep(ENDPOINT_PAUSE).await;
+                tracing::debug!(network = %name, attempt, "the daemon network still has endpoints");
             }
             Err(err) => return Err(client::error("removing", &format!("network {name}"), err)),
         }
     }
+    tracing::warn!(network = %name, "the daemon network still has endpoints; a later sweep removes it");
     Ok(false)
 }
 
 /// How often, and how far apart, `sweep` looks again at a network whose endpoints linger.
-const ENDPOINT_RETRIES: usize = 10;
+const ENDPOINT_RETRIES: usize = 25;
 const ENDPOINT_PAUSE: Duration = Duration::from_millis(200);
 
 /// Succeeds when `network` exists on the engine.

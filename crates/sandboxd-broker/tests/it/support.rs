@@ -359,9 +359,20 @@ impl World {
         }
         // As a clean stop does: what the instances shared (a Docker network) goes too.
         world.broker.sweep_at_stop().await;
+        let network = format!("sandboxd-net-{}", world.broker.daemon_id());
+        let left = std::process::Command::new("docker")
+            .args(["network", "inspect", &network])
+            .output()
+            .is_ok_and(|out| out.status.success());
+        if left {
+            let _ = std::process::Command::new("docker")
+                .args(["network", "rm", &network])
+                .output();
+        }
         if let Err(panic) = outcome {
             std::panic::resume_unwind(panic);
         }
+        assert!(!left, "{network} outlived every instance of its daemon");
     }
 }
 
