@@ -104,3 +104,19 @@ pub async fn docker_or_skip() -> Option<DockerBackend> {
         }
     }
 }
+
+/// Whether the Docker network of daemon `maker` outlived the test that made it; removes it if
+/// so (a test asserts on the answer after cleaning up). False where Docker does not answer.
+pub fn daemon_network_left(maker: &str) -> bool {
+    let network = format!("sandboxd-net-{maker}");
+    let left = std::process::Command::new("docker")
+        .args(["network", "inspect", &network])
+        .output()
+        .is_ok_and(|out| out.status.success());
+    if left {
+        let _ = std::process::Command::new("docker")
+            .args(["network", "rm", &network])
+            .output();
+    }
+    left
+}

@@ -336,6 +336,14 @@ impl App {
             let left = self.listed(owner).await;
             assert!(left.is_empty(), "instances left for {owner}: {left:?}");
         }
+        // As a clean stop does: the daemon's Docker network goes with its last instance.
+        let broker = self.broker();
+        broker.sweep_at_stop().await;
+        let daemon = broker.daemon_id().to_string();
+        assert!(
+            !sandboxd_testkit::daemon_network_left(&daemon),
+            "daemon {daemon}'s network outlived every instance of it"
+        );
     }
 }
 

@@ -359,20 +359,15 @@ impl World {
         }
         // As a clean stop does: what the instances shared (a Docker network) goes too.
         world.broker.sweep_at_stop().await;
-        let network = format!("sandboxd-net-{}", world.broker.daemon_id());
-        let left = std::process::Command::new("docker")
-            .args(["network", "inspect", &network])
-            .output()
-            .is_ok_and(|out| out.status.success());
-        if left {
-            let _ = std::process::Command::new("docker")
-                .args(["network", "rm", &network])
-                .output();
-        }
+        let daemon = world.broker.daemon_id().to_string();
+        let left = sandboxd_testkit::daemon_network_left(&daemon);
         if let Err(panic) = outcome {
             std::panic::resume_unwind(panic);
         }
-        assert!(!left, "{network} outlived every instance of its daemon");
+        assert!(
+            !left,
+            "daemon {daemon}'s network outlived every instance of it"
+        );
     }
 }
 
