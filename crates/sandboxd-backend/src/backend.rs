@@ -209,4 +209,53 @@ pub trait Backend: Send + Sync + fmt::Debug {
             }),
         }
     }
+
+    /// The server's full version, asked as the handed-out account.
+    async fn server_version(&self, instance: &Instance) -> Result<String, BackendError> {
+        let (host, port) = self.admin_address(instance).await?;
+        wire::version(
+            instance.engine.get(),
+            Reach { host: &host, port },
+            &instance.agent,
+            &instance.database,
+        )
+        .await
+        .map_err(|err| BackendError::Wire {
+            operation: "asking the version of",
+            name: instance.name.clone(),
+            detail: err.to_string(),
+        })
+    }
+
+    /// Empties a live instance in place, as the service superuser (`reset_sandbox`): what the
+    /// agent made is dropped and the instance is as `provision` left it, with the same
+    /// endpoint and credentials and its features active again.
+    async fn reset(&self, instance: &Instance) -> Result<(), BackendError> {
+        let (host, port) = self.admin_address(instance).await?;
+        let reach = Reach { host: &host, port };
+        let engine = instance.engine.get();
+        let failed = |operation: &'static str, detail: String| BackendError::Wire {
+            operation,
+            name: instance.name.clone(),
+            detail,
+        };
+        let plan = engine.reset(&instance.agent.user);
+        wire::reset(engine, &instance.admin, reach, &plan)
+            .await
+            .map_err(|err| failed("resetting", err.to_string()))?;
+        wire::activate(
+            engine,
+            &instance.admin,
+            reach,
+            &instance.database,
+            &instance.features,
+        )
+        .await
+        .map_err(|(feature, err)| {
+            failed(
+                "activating a feature again after a reset",
+                format!("{}: {err}", feature.name()),
+            )
+        })
+    }
 }

@@ -5,7 +5,9 @@
 //! - [`Broker::call`] (`verbs.rs`): one agent verb — manifest check, the lifecycle state machine,
 //!   `request_sandbox`'s guard chain (`guards.rs`), release hooks — answered as an envelope.
 //! - `sandbox.rs`: whole-set sandboxes per agent, serialized per agent (`locks.rs`), re-verified
-//!   live on every cache hit, persisted with encrypted credentials so a restart keeps them.
+//!   live on every cache hit, persisted with encrypted credentials so a restart keeps them;
+//!   `sandbox_verbs.rs`: what an agent does with the sandbox it holds (`reset_sandbox`,
+//!   `sandbox_info`).
 //! - `janitor.rs`: reaps instances whose owner is gone, from what the backends list.
 //! - `operator.rs`: the operator's verbs (agents, projects, tasks, sandboxes, settings, audit).
 //! - `metrics.rs`, and the audit trail written by every verb and action.
@@ -31,6 +33,7 @@ mod locks;
 pub mod metrics;
 mod operator;
 mod sandbox;
+mod sandbox_verbs;
 mod sessions;
 mod verbs;
 

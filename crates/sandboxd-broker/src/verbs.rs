@@ -142,6 +142,11 @@ impl Broker {
                     format!("{released} instance(s) released"),
                 ))
             }
+            Verb::ResetSandbox => self.reset_sandbox(agent, parse(verb, args)?).await,
+            Verb::SandboxInfo => {
+                let _: NoArgs = parse(verb, args)?;
+                self.sandbox_info(agent).await
+            }
             Verb::Note => self.note(agent, role, verb, parse(verb, args)?).await,
             Verb::Evidence => self.evidence(agent, role, verb, parse(verb, args)?).await,
             _ => self.lifecycle(agent, role, verb, args).await,

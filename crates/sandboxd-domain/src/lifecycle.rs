@@ -134,7 +134,12 @@ pub fn plan(verb: Verb, held: Option<(&str, TaskState)>) -> Result<Move, OutOfOr
             }),
         },
         Verb::IAmIdle => must_be_free(Move::None),
-        Verb::RequestSandbox | Verb::ReleaseSandbox | Verb::Note | Verb::Evidence => Ok(Move::None),
+        Verb::RequestSandbox
+        | Verb::ReleaseSandbox
+        | Verb::ResetSandbox
+        | Verb::SandboxInfo
+        | Verb::Note
+        | Verb::Evidence => Ok(Move::None),
     }
 }
 

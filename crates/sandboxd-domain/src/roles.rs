@@ -23,12 +23,14 @@ pub enum Verb {
     IAmIdle,
     RequestSandbox,
     ReleaseSandbox,
+    ResetSandbox,
+    SandboxInfo,
     Note,
     Evidence,
 }
 
 impl Verb {
-    pub const ALL: [Verb; 13] = [
+    pub const ALL: [Verb; 15] = [
         Verb::GiveMeWork,
         Verb::IWillWorkOn,
         Verb::IAmDone,
@@ -40,6 +42,8 @@ impl Verb {
         Verb::IAmIdle,
         Verb::RequestSandbox,
         Verb::ReleaseSandbox,
+        Verb::ResetSandbox,
+        Verb::SandboxInfo,
         Verb::Note,
         Verb::Evidence,
     ];
@@ -57,6 +61,8 @@ impl Verb {
             Verb::IAmIdle => "i_am_idle",
             Verb::RequestSandbox => "request_sandbox",
             Verb::ReleaseSandbox => "release_sandbox",
+            Verb::ResetSandbox => "reset_sandbox",
+            Verb::SandboxInfo => "sandbox_info",
             Verb::Note => "note",
             Verb::Evidence => "evidence",
         }
@@ -144,6 +150,8 @@ impl Default for RoleBook {
                 IAmIdle,
                 RequestSandbox,
                 ReleaseSandbox,
+                ResetSandbox,
+                SandboxInfo,
                 Note,
                 Evidence,
             ]),
@@ -158,6 +166,8 @@ impl Default for RoleBook {
                 IAmIdle,
                 RequestSandbox,
                 ReleaseSandbox,
+                ResetSandbox,
+                SandboxInfo,
                 Note,
                 Evidence,
             ]),

@@ -57,6 +57,14 @@ pub struct RequestSandboxArgs {
     pub extensions: Option<BTreeMap<String, Vec<String>>>,
 }
 
+#[derive(Debug, Clone, Default, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ResetSandboxArgs {
+    /// Engines to reset, e.g. ["postgres"]; leave out to reset every service of your sandbox.
+    #[serde(default)]
+    pub services: Option<Vec<String>>,
+}
+
 #[derive(Debug, Clone, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct NoteArgs {
@@ -112,6 +120,12 @@ pub fn description(verb: Verb) -> &'static str {
         Verb::ReleaseSandbox => {
             "Tear down your sandbox now (it is also released when you finish or unclaim your task)."
         }
+        Verb::ResetSandbox => {
+            "Empty your sandbox in place between test runs: every database, table, key and extra database you made is dropped and the services come back as freshly provisioned, with the same host, port and credentials. Faster than releasing and requesting again."
+        }
+        Verb::SandboxInfo => {
+            "Describe your sandbox without changing it: each service's engine, server version, features, endpoint (no password), when it was created and last used, and what ends it (idle timeout, maximum lifetime)."
+        }
         Verb::Note => "Record a note on the task you hold.",
         Verb::Evidence => {
             "Record evidence (e.g. test results) on your task, or read the evidence recorded so far."
@@ -133,6 +147,8 @@ pub fn title(verb: Verb) -> &'static str {
         Verb::IAmIdle => "End the engagement",
         Verb::RequestSandbox => "Get a sandbox database",
         Verb::ReleaseSandbox => "Tear down the sandbox",
+        Verb::ResetSandbox => "Empty the sandbox in place",
+        Verb::SandboxInfo => "Describe the sandbox",
         Verb::Note => "Note on the task",
         Verb::Evidence => "Record or read evidence",
     }
@@ -167,6 +183,9 @@ pub fn hints(verb: Verb) -> VerbHints {
         Verb::RequestSandbox => (false, false, true),
         // Releasing an already released sandbox does nothing.
         Verb::ReleaseSandbox => (false, true, true),
+        // Wipes what the agent wrote; a second reset finds an empty sandbox and leaves it so.
+        Verb::ResetSandbox => (false, true, true),
+        Verb::SandboxInfo => (true, false, true),
         // Each call adds one more entry.
         Verb::Note | Verb::Evidence => (false, false, false),
     };
@@ -190,9 +209,12 @@ pub fn output_schema() -> serde_json::Value {
 /// The JSON schema of a verb's arguments.
 pub fn schema(verb: Verb) -> serde_json::Value {
     let schema = match verb {
-        Verb::GiveMeWork | Verb::Unclaim | Verb::IAmIdle | Verb::ReleaseSandbox => {
-            schemars::schema_for!(NoArgs)
-        }
+        Verb::GiveMeWork
+        | Verb::Unclaim
+        | Verb::IAmIdle
+        | Verb::ReleaseSandbox
+        | Verb::SandboxInfo => schemars::schema_for!(NoArgs),
+        Verb::ResetSandbox => schemars::schema_for!(ResetSandboxArgs),
         Verb::IWillWorkOn => schemars::schema_for!(TaskArg),
         Verb::ClaimReview => schemars::schema_for!(OptionalTaskArg),
         Verb::IAmDone | Verb::IDocumented => schemars::schema_for!(SummaryArg),
@@ -221,7 +243,7 @@ mod tests {
     }
 
     #[test]
-    fn every_verb_has_a_title_and_only_releasing_verbs_are_destructive() {
+    fn every_verb_has_a_title_and_only_verbs_that_end_or_wipe_the_sandbox_are_destructive() {
         for verb in Verb::ALL {
             assert!(!title(verb).is_empty());
             let hints = hints(verb);
@@ -229,7 +251,8 @@ mod tests {
             assert!(!(hints.read_only && hints.destructive), "{verb}");
             let releases =
                 description(verb).contains("Releases your sandbox") || verb == Verb::ReleaseSandbox;
-            assert_eq!(hints.destructive, releases, "{verb}");
+            let wipes = description(verb).contains("is dropped");
+            assert_eq!(hints.destructive, releases || wipes, "{verb}");
         }
     }
 

@@ -4,7 +4,7 @@
 
 use std::collections::BTreeSet;
 
-use sandboxd_domain::engine::{AdminAccess, AdminStep, ServerFacts};
+use sandboxd_domain::engine::{AdminAccess, AdminStep, ResetPlan, ServerFacts};
 use sandboxd_domain::{Credentials, Engine, Feature, Protocol};
 
 mod mongo;
@@ -123,4 +123,64 @@ pub async fn activate(
         outcome.map_err(|err| (*feature, err))?;
     }
     Ok(())
+}
+
+/// Empties a live instance in place as superuser (`ResetPlan`), keeping the handed-out account.
+pub async fn reset(
+    engine: &Engine,
+    admin: &AdminAccess,
+    reach: Reach<'_>,
+    plan: &ResetPlan,
+) -> Result<(), WireError> {
+    match (engine.protocol, plan) {
+        (_, ResetPlan::Unsupported(why)) => Err(WireError((*why).to_owned())),
+        (
+            Protocol::Postgres,
+            ResetPlan::SqlDatabases {
+                owned_by,
+                roles_created_by,
+                recreate,
+                ..
+            },
+        ) => {
+            postgres::reset(
+                admin,
+                reach,
+                engine.admin_database,
+                owned_by.as_deref(),
+                roles_created_by.as_deref(),
+                recreate,
+            )
+            .await
+        }
+        (
+            Protocol::Mysql,
+            ResetPlan::SqlDatabases {
+                name_patterns,
+                recreate,
+                ..
+            },
+        ) => mysql::reset(admin, reach, name_patterns, recreate).await,
+        (Protocol::Redis, ResetPlan::Commands(commands)) => {
+            redis::reset(admin, reach, commands).await
+        }
+        (protocol, plan) => Err(WireError(format!(
+            "no reset of this kind for the {protocol:?} protocol: {plan:?}"
+        ))),
+    }
+}
+
+/// The server's full version, asked as the handed-out account (never the superuser).
+pub async fn version(
+    engine: &Engine,
+    reach: Reach<'_>,
+    agent: &Credentials,
+    database: &str,
+) -> Result<String, WireError> {
+    match engine.protocol {
+        Protocol::Postgres => postgres::version(reach, agent, database).await,
+        Protocol::Redis => redis::version(reach, agent).await,
+        Protocol::Mysql => mysql::version(reach, agent, database).await,
+        Protocol::Mongo => mongo::version(reach, agent, database).await,
+    }
 }

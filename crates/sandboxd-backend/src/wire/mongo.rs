@@ -87,3 +87,20 @@ pub(super) async fn probe(
         .map(drop)
         .map_err(WireError::from_display)
 }
+
+/// The server's version, asked as the handed-out account.
+pub(super) async fn version(
+    reach: Reach<'_>,
+    agent: &Credentials,
+    database: &str,
+) -> Result<String, WireError> {
+    let answer = client(reach, Some(agent))?
+        .database(database)
+        .run_command(doc! { "buildInfo": 1 })
+        .await
+        .map_err(WireError::from_display)?;
+    answer
+        .get_str("version")
+        .map(str::to_owned)
+        .map_err(WireError::from_display)
+}

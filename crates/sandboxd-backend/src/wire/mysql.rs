@@ -4,7 +4,9 @@
 use mysql_async::prelude::Queryable;
 use mysql_async::{Conn, OptsBuilder};
 use sandboxd_domain::Credentials;
-use sandboxd_domain::engine::{AdminAccess, AdminStep, MYSQL_SOCKET_FILE, ServerFacts};
+use sandboxd_domain::engine::{
+    AdminAccess, AdminStep, MYSQL_SOCKET_FILE, ServerFacts, mysql_identifier,
+};
 use secrecy::ExposeSecret;
 
 use super::{Reach, WireError, major_version};
@@ -92,4 +94,71 @@ pub(super) async fn probe(
         Some(1) => Ok(()),
         other => Err(WireError(format!("SELECT 1 answered {other:?}"))),
     }
+}
+
+/// Drops every database whose name matches one of `patterns` (`LIKE`), then runs `recreate`.
+pub(super) async fn reset(
+    admin: &AdminAccess,
+    reach: Reach<'_>,
+    patterns: &[String],
+    recreate: &[AdminStep],
+) -> Result<(), WireError> {
+    let mut conn = connect(admin_opts(admin, reach)).await?;
+    let wire = WireError::from_display;
+    let mut names: Vec<String> = Vec::new();
+    for pattern in patterns {
+        let found: Vec<String> = conn
+            .exec(
+                "SELECT schema_name FROM information_schema.schemata WHERE schema_name LIKE ?",
+                (pattern,),
+            )
+            .await
+            .map_err(wire)?;
+        names.extend(found);
+    }
+    names.sort();
+    names.dedup();
+    for name in &names {
+        conn.query_drop(format!(
+            "DROP DATABASE IF EXISTS {}",
+            mysql_identifier(name)
+        ))
+        .await
+        .map_err(wire)?;
+    }
+    for step in recreate {
+        let AdminStep::Sql {
+            database: None,
+            statement,
+        } = step
+        else {
+            return Err(WireError(
+                "MySQL resets run SQL steps in no database only".into(),
+            ));
+        };
+        conn.query_drop(statement.expose_secret())
+            .await
+            .map_err(wire)?;
+    }
+    let _ = conn.disconnect().await;
+    Ok(())
+}
+
+/// The server's version, asked as the handed-out account.
+pub(super) async fn version(
+    reach: Reach<'_>,
+    agent: &Credentials,
+    database: &str,
+) -> Result<String, WireError> {
+    let opts = base(reach)
+        .user(Some(&agent.user))
+        .pass(Some(agent.password.expose_secret()))
+        .db_name(Some(database));
+    let mut conn = connect(opts).await?;
+    let version: Option<String> = conn
+        .query_first("SELECT VERSION()")
+        .await
+        .map_err(WireError::from_display)?;
+    let _ = conn.disconnect().await;
+    version.ok_or_else(|| WireError("SELECT VERSION() answered nothing".into()))
 }

@@ -3,7 +3,7 @@
 use std::time::Duration;
 
 use sandboxd_domain::engine::{
-    Activation, AdminAccess, AdminStep, ServerFacts, pg_extension_activation,
+    Activation, AdminAccess, AdminStep, ServerFacts, pg_extension_activation, pg_identifier,
 };
 use sandboxd_domain::{Credentials, Feature};
 use secrecy::ExposeSecret;
@@ -143,4 +143,113 @@ pub(super) async fn activate(
                 .unwrap_or_else(|| err.to_string()),
         ))),
     }
+}
+
+/// Drops what the agent made (its databases, the roles it created, whatever it owns in the
+/// superuser's database) and runs `recreate`, one connection per database in step order.
+pub(super) async fn reset(
+    admin: &AdminAccess,
+    reach: Reach<'_>,
+    admin_database: &str,
+    owned_by: Option<&str>,
+    roles_created_by: Option<&str>,
+    recreate: &[AdminStep],
+) -> Result<(), WireError> {
+    let client = connect(&admin_config(admin, reach, admin_database)).await?;
+    let wire = WireError::from_display;
+    if let Some(owner) = owned_by {
+        let rows = client
+            .query(
+                "SELECT d.datname FROM pg_database d JOIN pg_roles r ON r.oid = d.datdba \
+                 WHERE r.rolname = $1",
+                &[&owner],
+            )
+            .await
+            .map_err(wire)?;
+        for row in rows {
+            let name: String = row.get(0);
+            // FORCE ends the agent's open sessions on it (PostgreSQL 13+).
+            client
+                .batch_execute(&format!(
+                    "DROP DATABASE {} WITH (FORCE)",
+                    pg_identifier(&name)
+                ))
+                .await
+                .map_err(wire)?;
+        }
+    }
+    if let Some(creator) = roles_created_by {
+        // From PostgreSQL 16 on, a role made by a CREATEROLE role is granted to its creator
+        // WITH ADMIN OPTION: that grant is how the agent's own roles are found.
+        let rows = client
+            .query(
+                "SELECT r.rolname FROM pg_auth_members m \
+                 JOIN pg_roles r ON r.oid = m.roleid JOIN pg_roles c ON c.oid = m.member \
+                 WHERE c.rolname = $1 AND m.admin_option AND NOT r.rolsuper",
+                &[&creator],
+            )
+            .await
+            .map_err(wire)?;
+        for row in rows {
+            let role = pg_identifier(&row.get::<_, String>(0));
+            client
+                .batch_execute(&format!("DROP OWNED BY {role}; DROP ROLE {role}"))
+                .await
+                .map_err(wire)?;
+        }
+        // Anything the agent made in the superuser's own database (before PostgreSQL 15 its
+        // public schema took anyone's tables).
+        client
+            .batch_execute(&format!("DROP OWNED BY {}", pg_identifier(creator)))
+            .await
+            .map_err(wire)?;
+    }
+    let mut current: Option<(String, Client)> = None;
+    for step in recreate {
+        let AdminStep::Sql {
+            database,
+            statement,
+        } = step
+        else {
+            return Err(WireError("Postgres runs SQL steps only".into()));
+        };
+        let database = database.as_deref().unwrap_or(admin_database);
+        let statement = statement.expose_secret();
+        if database == admin_database {
+            client.batch_execute(statement).await.map_err(wire)?;
+            continue;
+        }
+        if current.as_ref().is_none_or(|(name, _)| name != database) {
+            current = Some((
+                database.to_owned(),
+                connect(&admin_config(admin, reach, database)).await?,
+            ));
+        }
+        if let Some((_, other)) = &current {
+            other.batch_execute(statement).await.map_err(wire)?;
+        }
+    }
+    Ok(())
+}
+
+/// The server's version, asked as the handed-out account.
+pub(super) async fn version(
+    reach: Reach<'_>,
+    agent: &Credentials,
+    database: &str,
+) -> Result<String, WireError> {
+    let mut config = Config::new();
+    config
+        .host(reach.host)
+        .port(reach.port)
+        .user(&agent.user)
+        .password(agent.password.expose_secret())
+        .dbname(database)
+        .connect_timeout(CONNECT_TIMEOUT);
+    let client = connect(&config).await?;
+    let row = client
+        .query_one("SELECT current_setting('server_version')", &[])
+        .await
+        .map_err(WireError::from_display)?;
+    Ok(row.get(0))
 }

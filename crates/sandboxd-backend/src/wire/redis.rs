@@ -140,6 +140,40 @@ pub(super) async fn activate(
     )))
 }
 
+/// Runs each command as superuser.
+pub(super) async fn reset(
+    admin: &AdminAccess,
+    reach: Reach<'_>,
+    commands: &[Vec<&'static str>],
+) -> Result<(), WireError> {
+    let mut conn = connect(reach, admin_creds(admin)?).await?;
+    for command in commands {
+        let Some((name, args)) = command.split_first() else {
+            continue;
+        };
+        let _: Value = redis::cmd(name)
+            .arg(args)
+            .query_async(&mut conn)
+            .await
+            .map_err(WireError::from_display)?;
+    }
+    Ok(())
+}
+
+/// The server's version, asked as the handed-out account.
+pub(super) async fn version(reach: Reach<'_>, agent: &Credentials) -> Result<String, WireError> {
+    let mut conn = connect(reach, agent).await?;
+    let info: String = redis::cmd("INFO")
+        .arg("server")
+        .query_async(&mut conn)
+        .await
+        .map_err(WireError::from_display)?;
+    info.lines()
+        .find_map(|line| line.strip_prefix("redis_version:"))
+        .map(|v| v.trim().to_owned())
+        .ok_or_else(|| WireError("INFO server names no redis_version".into()))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -4,4 +4,5 @@ mod attack_docker;
 mod attack_process;
 mod docker;
 mod process;
+mod reset;
 mod support;

@@ -19,7 +19,8 @@ mod render;
 pub use quote::{mysql_identifier, pg_identifier, sql_literal};
 pub use recipe::{
     AdminAccess, AdminStep, CommandPlan, ContainerRecipe, ContainerSecret, MYSQL_SOCKET_FILE,
-    PlannedFile, ProcessContext, ProcessRecipe, ServerFacts, Signal, TemplatePlan, Tmpfs,
+    PlannedFile, ProcessContext, ProcessRecipe, ResetPlan, ServerFacts, Signal, TemplatePlan,
+    Tmpfs,
 };
 pub use render::{Endpoint, EnvRendering, UrlPath};
 
@@ -63,6 +64,9 @@ pub trait EngineRecipes: Send + Sync + 'static {
     fn process(&self) -> Option<ProcessRecipe>;
     /// Statements run as superuser once the server answers, creating the handed-out account.
     fn setup(&self, agent: &Credentials, facts: ServerFacts) -> Vec<AdminStep>;
+    /// How to bring a live instance back to how `setup` left it, keeping the handed-out
+    /// account and its credentials (`reset_sandbox`).
+    fn reset(&self, agent_user: &str) -> ResetPlan;
 }
 
 impl Engine {
@@ -85,6 +89,10 @@ impl Engine {
 
     pub fn setup(&self, agent: &Credentials, facts: ServerFacts) -> Vec<AdminStep> {
         self.recipes.setup(agent, facts)
+    }
+
+    pub fn reset(&self, agent_user: &str) -> ResetPlan {
+        self.recipes.reset(agent_user)
     }
 
     pub fn render(

@@ -86,6 +86,24 @@ pub enum AdminStep {
     },
 }
 
+/// How `reset_sandbox` empties a live instance in place, keeping the handed-out account.
+#[derive(Debug)]
+pub enum ResetPlan {
+    /// SQL servers: drop every database the agent can have made — those `owned_by` its role
+    /// (Postgres) and those whose name matches one of `name_patterns` (SQL `LIKE`, MySQL) —
+    /// and the roles it created (`roles_created_by`, Postgres 16+), then run `recreate`.
+    SqlDatabases {
+        owned_by: Option<String>,
+        name_patterns: Vec<String>,
+        roles_created_by: Option<String>,
+        recreate: Vec<AdminStep>,
+    },
+    /// Commands run as superuser, each a command and its arguments (Redis).
+    Commands(Vec<Vec<&'static str>>),
+    /// The engine cannot be reset in place; why.
+    Unsupported(&'static str),
+}
+
 /// What a running server told the daemon about itself before the setup steps.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct ServerFacts {

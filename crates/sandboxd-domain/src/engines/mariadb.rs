@@ -10,7 +10,8 @@ use crate::credentials::{Credentials, mysql_native_hash};
 use crate::engine::{
     AdminAccess, AdminStep, CommandPlan, ContainerRecipe, ContainerSecret, Engine, EngineRecipes,
     EnvRendering, FeatureKind, MYSQL_SOCKET_FILE, PlannedFile, ProcessContext, ProcessRecipe,
-    Protocol, ServerFacts, Signal, TemplatePlan, Tmpfs, UrlPath, mysql_identifier, sql_literal,
+    Protocol, ResetPlan, ServerFacts, Signal, TemplatePlan, Tmpfs, UrlPath, mysql_identifier,
+    sql_literal,
 };
 
 #[derive(Debug, Default)]
@@ -113,26 +114,56 @@ impl EngineRecipes for MariaDb {
     }
 
     fn setup(&self, agent: &Credentials, _facts: ServerFacts) -> Vec<AdminStep> {
-        let database = mysql_identifier(MARIADB.agent_database);
         let account = format!("{}@'%'", sql_literal(&agent.user));
         // The native-password hash, never the password: the statement may be logged.
         let password = sql_literal(&mysql_native_hash(&agent.password));
-        let test_prefix = mysql_identifier("test\\_%");
-        let own_prefix = mysql_identifier(&format!("{}\\_%", MARIADB.agent_database));
-        [
-            format!("CREATE DATABASE IF NOT EXISTS {database}"),
+        let mut statements = vec![
+            create_database(),
             format!("CREATE USER {account} IDENTIFIED BY PASSWORD {password}"),
-            format!("GRANT ALL PRIVILEGES ON {database}.* TO {account}"),
-            format!("GRANT ALL PRIVILEGES ON {test_prefix}.* TO {account}"),
-            format!("GRANT ALL PRIVILEGES ON {own_prefix}.* TO {account}"),
-        ]
-        .into_iter()
-        .map(|statement| AdminStep::Sql {
-            database: None,
-            statement: SecretString::from(statement),
-        })
-        .collect()
+        ];
+        statements.extend(agent_databases().iter().map(|pattern| {
+            format!(
+                "GRANT ALL PRIVILEGES ON {}.* TO {account}",
+                mysql_identifier(pattern)
+            )
+        }));
+        statements
+            .into_iter()
+            .map(|statement| AdminStep::Sql {
+                database: None,
+                statement: SecretString::from(statement),
+            })
+            .collect()
     }
+
+    fn reset(&self, _agent_user: &str) -> ResetPlan {
+        ResetPlan::SqlDatabases {
+            owned_by: None,
+            name_patterns: agent_databases().to_vec(),
+            roles_created_by: None,
+            recreate: vec![AdminStep::Sql {
+                database: None,
+                statement: SecretString::from(create_database()),
+            }],
+        }
+    }
+}
+
+/// Every database name the agent may use (`GRANT … ON <pattern>.*`, `LIKE` patterns): its own,
+/// the `test_…` ones test frameworks make (Django, Rails), and its own `sandbox_…` ones.
+fn agent_databases() -> [String; 3] {
+    [
+        MARIADB.agent_database.to_owned(),
+        "test\\_%".to_owned(),
+        format!("{}\\_%", MARIADB.agent_database),
+    ]
+}
+
+fn create_database() -> String {
+    format!(
+        "CREATE DATABASE IF NOT EXISTS {}",
+        mysql_identifier(MARIADB.agent_database)
+    )
 }
 
 fn template(ctx: &ProcessContext<'_>) -> TemplatePlan {

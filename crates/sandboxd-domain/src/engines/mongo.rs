@@ -10,8 +10,8 @@ use secrecy::{ExposeSecret, SecretString};
 use crate::credentials::Credentials;
 use crate::engine::{
     AdminAccess, AdminStep, CommandPlan, ContainerRecipe, ContainerSecret, Engine, EngineRecipes,
-    EnvRendering, FeatureKind, PlannedFile, ProcessContext, ProcessRecipe, Protocol, ServerFacts,
-    Signal, Tmpfs, UrlPath,
+    EnvRendering, FeatureKind, PlannedFile, ProcessContext, ProcessRecipe, Protocol, ResetPlan,
+    ServerFacts, Signal, Tmpfs, UrlPath,
 };
 
 #[derive(Debug, Default)]
@@ -109,6 +109,13 @@ impl EngineRecipes for Mongo {
             database: "admin".to_owned(),
             command: SecretString::from(command.to_string()),
         }]
+    }
+
+    fn reset(&self, _agent_user: &str) -> ResetPlan {
+        ResetPlan::Unsupported(
+            "MongoDB sandboxes are not reset in place yet; release_sandbox and request_sandbox \
+             give a fresh one (with new credentials)",
+        )
     }
 }
 

@@ -9,7 +9,8 @@ use crate::credentials::{Credentials, pg_scram_verifier};
 use crate::engine::{
     Activation, AdminAccess, AdminStep, CommandPlan, ContainerRecipe, ContainerSecret, Engine,
     EngineRecipes, FeatureKind, FeatureSpec, PG_EXTENSION_SCHEMA, PlannedFile, ProcessContext,
-    ProcessRecipe, Protocol, ServerFacts, Signal, TemplatePlan, Tmpfs, pg_identifier, sql_literal,
+    ProcessRecipe, Protocol, ResetPlan, ServerFacts, Signal, TemplatePlan, Tmpfs, pg_identifier,
+    sql_literal,
 };
 use crate::engine::{EnvRendering, UrlPath};
 
@@ -179,7 +180,6 @@ impl EngineRecipes for Postgres {
 
     fn setup(&self, agent: &Credentials, facts: ServerFacts) -> Vec<AdminStep> {
         let role = pg_identifier(&agent.user);
-        let database = pg_identifier(POSTGRES.agent_database);
         // CREATEROLE cannot escalate from PostgreSQL 16 on; before that it could grant itself
         // any non-superuser role, including the pg_* server roles.
         let createrole = if facts.major_version.is_some_and(|major| major >= 16) {
@@ -189,40 +189,58 @@ impl EngineRecipes for Postgres {
         };
         // A SCRAM verifier, never the password: the statement may be logged by a driver.
         let password = sql_literal(&pg_scram_verifier(&agent.password));
-        let extensions = pg_identifier(PG_EXTENSION_SCHEMA);
-        vec![
-            AdminStep::Sql {
-                database: None,
-                statement: SecretString::from(format!(
-                    "CREATE ROLE {role} LOGIN CREATEDB{createrole} NOSUPERUSER NOREPLICATION \
-                     NOBYPASSRLS PASSWORD {password}"
-                )),
-            },
-            AdminStep::Sql {
-                database: None,
-                statement: SecretString::from(format!("CREATE DATABASE {database} OWNER {role}")),
-            },
-            AdminStep::Sql {
-                database: Some(POSTGRES.agent_database.to_owned()),
-                statement: SecretString::from(format!("ALTER SCHEMA public OWNER TO {role}")),
-            },
-            // Before the agent gets access: the schema allowlisted extensions go into is the
-            // superuser's, so the agent can neither claim its name nor plant objects in it.
-            AdminStep::Sql {
-                database: Some(POSTGRES.agent_database.to_owned()),
-                statement: SecretString::from(format!(
-                    "CREATE SCHEMA IF NOT EXISTS {extensions}; \
-                     GRANT USAGE ON SCHEMA {extensions} TO PUBLIC"
-                )),
-            },
-            AdminStep::Sql {
-                database: None,
-                statement: SecretString::from(format!(
-                    "ALTER DATABASE {database} SET search_path = \"$user\", public, {extensions}"
-                )),
-            },
-        ]
+        let mut steps = vec![AdminStep::Sql {
+            database: None,
+            statement: SecretString::from(format!(
+                "CREATE ROLE {role} LOGIN CREATEDB{createrole} NOSUPERUSER NOREPLICATION \
+                 NOBYPASSRLS PASSWORD {password}"
+            )),
+        }];
+        steps.extend(database_steps(&agent.user));
+        steps
     }
+
+    fn reset(&self, agent_user: &str) -> ResetPlan {
+        ResetPlan::SqlDatabases {
+            owned_by: Some(agent_user.to_owned()),
+            name_patterns: vec![],
+            roles_created_by: Some(agent_user.to_owned()),
+            recreate: database_steps(agent_user),
+        }
+    }
+}
+
+/// The agent's database as `setup` makes it (and `reset` makes it again): owned by the agent,
+/// with the superuser's `extensions` schema on its search path.
+fn database_steps(agent_user: &str) -> Vec<AdminStep> {
+    let role = pg_identifier(agent_user);
+    let database = pg_identifier(POSTGRES.agent_database);
+    let extensions = pg_identifier(PG_EXTENSION_SCHEMA);
+    vec![
+        AdminStep::Sql {
+            database: None,
+            statement: SecretString::from(format!("CREATE DATABASE {database} OWNER {role}")),
+        },
+        AdminStep::Sql {
+            database: Some(POSTGRES.agent_database.to_owned()),
+            statement: SecretString::from(format!("ALTER SCHEMA public OWNER TO {role}")),
+        },
+        // Before the agent gets access: the schema allowlisted extensions go into is the
+        // superuser's, so the agent can neither claim its name nor plant objects in it.
+        AdminStep::Sql {
+            database: Some(POSTGRES.agent_database.to_owned()),
+            statement: SecretString::from(format!(
+                "CREATE SCHEMA IF NOT EXISTS {extensions}; \
+                     GRANT USAGE ON SCHEMA {extensions} TO PUBLIC"
+            )),
+        },
+        AdminStep::Sql {
+            database: None,
+            statement: SecretString::from(format!(
+                "ALTER DATABASE {database} SET search_path = \"$user\", public, {extensions}"
+            )),
+        },
+    ]
 }
 
 fn template(ctx: &ProcessContext<'_>) -> TemplatePlan {

@@ -9,8 +9,8 @@ use secrecy::SecretString;
 use crate::credentials::{Credentials, sha256_hex};
 use crate::engine::{
     Activation, AdminAccess, AdminStep, CommandPlan, ContainerRecipe, Engine, EngineRecipes,
-    FeatureKind, FeatureSpec, PlannedFile, ProcessContext, ProcessRecipe, Protocol, ServerFacts,
-    Signal, Tmpfs,
+    FeatureKind, FeatureSpec, PlannedFile, ProcessContext, ProcessRecipe, Protocol, ResetPlan,
+    ServerFacts, Signal, Tmpfs,
 };
 use crate::engine::{EnvRendering, UrlPath};
 
@@ -189,6 +189,15 @@ impl EngineRecipes for Redis {
     fn setup(&self, _agent: &Credentials, _facts: ServerFacts) -> Vec<AdminStep> {
         // The ACL users are part of the server's configuration from the first instant.
         vec![]
+    }
+
+    fn reset(&self, _agent_user: &str) -> ResetPlan {
+        // Keys of every database, then the functions and the script cache the agent loaded.
+        ResetPlan::Commands(vec![
+            vec!["FLUSHALL", "SYNC"],
+            vec!["FUNCTION", "FLUSH", "SYNC"],
+            vec!["SCRIPT", "FLUSH", "SYNC"],
+        ])
     }
 }
 

@@ -10,4 +10,5 @@ mod operator_cli;
 mod ownership;
 mod python_client;
 mod python_sdk;
+mod sandbox_verbs;
 mod support;

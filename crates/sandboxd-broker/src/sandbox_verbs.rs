@@ -1,0 +1,264 @@
+//! The verbs an agent uses on the sandbox it holds, between `request_sandbox` and its release:
+//! `reset_sandbox` (empty it in place, same credentials) and `sandbox_info` (describe it). Both
+//! work on the agent's own stored sandbox only, serialized with its other sandbox calls.
+
+use std::collections::BTreeSet;
+use std::time::{Duration, Instant};
+
+use futures::future::join_all;
+use sandboxd_domain::clock::now_ms;
+use sandboxd_domain::envelope::{ErrorCode, ErrorEnvelope, OkEnvelope};
+use sandboxd_domain::error::allowed_list;
+use sandboxd_domain::verbs::ResetSandboxArgs;
+use sandboxd_domain::{EngineRef, Instance};
+use sandboxd_store::Agent;
+use serde_json::json;
+
+use crate::Broker;
+use crate::envelopes::internal;
+
+fn no_sandbox() -> ErrorEnvelope {
+    ErrorEnvelope::new(
+        ErrorCode::OutOfOrder,
+        "you hold no sandbox",
+        "call request_sandbox first; it answers your sandbox's credentials",
+    )
+}
+
+fn a_member_died() -> ErrorEnvelope {
+    ErrorEnvelope::new(
+        ErrorCode::InvalidState,
+        "a service of your sandbox is not running any more; nothing was changed",
+        "call request_sandbox: it replaces the whole sandbox (with new credentials)",
+    )
+    .retryable(true)
+}
+
+fn millis(elapsed: Duration) -> f64 {
+    (elapsed.as_secs_f64() * 10_000.0).round() / 10.0
+}
+
+impl Broker {
+    /// `reset_sandbox`: every chosen service of the agent's sandbox back to how it was handed
+    /// out, in place (same endpoint, same credentials), in parallel.
+    pub(crate) async fn reset_sandbox(
+        &self,
+        agent: &Agent,
+        args: ResetSandboxArgs,
+    ) -> Result<(OkEnvelope, String), ErrorEnvelope> {
+        let _turn = self.inner.locks.lock(&agent.slug).await;
+        let instances = self
+            .store()
+            .instances_of(&agent.slug)
+            .await
+            .map_err(|e| internal("reading your sandbox", &e))?;
+        if instances.is_empty() {
+            return Err(no_sandbox());
+        }
+        let chosen = choose(&instances, args.services.as_deref())?;
+        if !self.all_live(&instances).await {
+            return Err(a_member_died());
+        }
+        let resets = chosen.iter().map(|instance| async move {
+            let started = Instant::now();
+            let outcome = match self.inner.backends.for_kind(instance.backend) {
+                Some(backend) => backend.reset(instance).await.map_err(|e| e.to_string()),
+                None => Err(format!("no {} backend is configured", instance.backend)),
+            };
+            (*instance, outcome, started.elapsed())
+        });
+        let results = join_all(resets).await;
+        let mut evidence = Vec::new();
+        let mut failed = Vec::new();
+        for (instance, outcome, elapsed) in &results {
+            self.inner
+                .metrics
+                .reset(instance.engine, outcome.is_ok(), *elapsed);
+            match outcome {
+                Ok(()) => evidence.push(json!({
+                    "service": instance.engine.name,
+                    "reset_ms": millis(*elapsed),
+                })),
+                Err(err) => {
+                    tracing::warn!(agent = %agent.slug, instance = %instance.name, error = %err, "reset failed");
+                    failed.push(format!("{}: {err}", instance.engine.name));
+                }
+            }
+        }
+        if !failed.is_empty() {
+            return Err(ErrorEnvelope::new(
+                ErrorCode::InvalidState,
+                format!(
+                    "your sandbox could not be reset: {}; its credentials are unchanged, its \
+                     data may be partly gone",
+                    failed.join("; ")
+                ),
+                "call reset_sandbox again, or release_sandbox and request_sandbox for a fresh one",
+            )
+            .retryable(true));
+        }
+        if let Err(err) = self.store().touch_instances_of(&agent.slug).await {
+            tracing::warn!(agent = %agent.slug, error = %err, "recording the sandbox's use failed");
+        }
+        let names: Vec<&str> = chosen.iter().map(|i| i.engine.name).collect();
+        let held = self
+            .store()
+            .active_task_of(&agent.slug)
+            .await
+            .ok()
+            .flatten();
+        Ok((
+            OkEnvelope::new(
+                held.map(|t| t.id),
+                "run your tests again: the same host, port and credentials work",
+                format!(
+                    "Reset {}: every database, table, key and role you made is gone; the \
+                     features you had are active again.",
+                    names.join(", ")
+                ),
+            )
+            .with_evidence(serde_json::Value::Array(evidence)),
+            format!("reset {}", names.join(",")),
+        ))
+    }
+
+    /// `sandbox_info`: what the agent's sandbox is, without changing it (not even its idle
+    /// clock: looking is not using).
+    pub(crate) async fn sandbox_info(
+        &self,
+        agent: &Agent,
+    ) -> Result<(OkEnvelope, String), ErrorEnvelope> {
+        let instances = self
+            .store()
+            .instances_of(&agent.slug)
+            .await
+            .map_err(|e| internal("reading your sandbox", &e))?;
+        if instances.is_empty() {
+            return Err(no_sandbox());
+        }
+        let config = &self.inner.config;
+        let described = instances.iter().map(|instance| async move {
+            let backend = self.inner.backends.for_kind(instance.backend);
+            let live = match backend {
+                Some(backend) => backend
+                    .is_live(&sandboxd_backend::InstanceHandle::of(instance))
+                    .await
+                    .unwrap_or(false),
+                None => false,
+            };
+            let version = match (backend, live) {
+                (Some(backend), true) => backend
+                    .server_version(instance)
+                    .await
+                    .unwrap_or_else(|err| format!("unknown ({err})")),
+                _ => "unknown (not running)".to_owned(),
+            };
+            let last_used = self
+                .store()
+                .last_used_of(&instance.name)
+                .await
+                .ok()
+                .flatten()
+                .unwrap_or(instance.created_at_ms);
+            let idle_ends = config
+                .idle_ttl
+                .map(|ttl| last_used + i64::try_from(ttl.as_millis()).unwrap_or(i64::MAX));
+            let lifetime_ends = config.max_lifetime.map(|max| {
+                instance.created_at_ms + i64::try_from(max.as_millis()).unwrap_or(i64::MAX)
+            });
+            json!({
+                "service": instance.engine.name,
+                "engine": instance.engine.title,
+                "version": version,
+                "backend": instance.backend.to_string(),
+                "live": live,
+                "features": instance.features.iter().map(|f| f.name()).collect::<Vec<_>>(),
+                "host": instance.host,
+                "port": instance.port,
+                "database": instance.database,
+                "user": instance.agent.user,
+                "created_at_ms": instance.created_at_ms,
+                "last_used_at_ms": last_used,
+                "idle_timeout_secs": config.idle_ttl.map(|d| d.as_secs()),
+                "released_if_idle_at_ms": idle_ends,
+                "max_lifetime_secs": config.max_lifetime.map(|d| d.as_secs()),
+                "released_at_latest_at_ms": lifetime_ends,
+            })
+        });
+        let evidence: Vec<serde_json::Value> = join_all(described).await;
+        let now = now_ms();
+        let ends = evidence
+            .iter()
+            .flat_map(|e| [&e["released_if_idle_at_ms"], &e["released_at_latest_at_ms"]])
+            .filter_map(serde_json::Value::as_i64)
+            .min();
+        let ending = match ends {
+            Some(at) => format!(
+                "it is released in {} s unless used sooner (idle timeout) and, at the latest, at \
+                 its maximum lifetime",
+                (at - now).max(0) / 1000
+            ),
+            None => "it lasts until you release it or finish your task".to_owned(),
+        };
+        let names: Vec<&str> = instances.iter().map(|i| i.engine.name).collect();
+        let held = self
+            .store()
+            .active_task_of(&agent.slug)
+            .await
+            .ok()
+            .flatten();
+        Ok((
+            OkEnvelope::new(
+                held.map(|t| t.id),
+                "use the credentials request_sandbox gave you; reset_sandbox empties the sandbox",
+                format!("Your sandbox: {}; {ending}.", names.join(", ")),
+            )
+            .with_evidence(serde_json::Value::Array(evidence)),
+            format!("described {}", names.join(",")),
+        ))
+    }
+}
+
+/// The instances `services` names (all of them when None), or a refusal naming what the
+/// sandbox has.
+fn choose<'a>(
+    instances: &'a [Instance],
+    services: Option<&[String]>,
+) -> Result<Vec<&'a Instance>, ErrorEnvelope> {
+    let Some(services) = services else {
+        return Ok(instances.iter().collect());
+    };
+    let present: BTreeSet<&str> = instances.iter().map(|i| i.engine.name).collect();
+    let mut chosen = Vec::new();
+    for name in services {
+        let engine = EngineRef::parse(name).ok();
+        match instances.iter().find(|i| Some(i.engine) == engine) {
+            Some(instance) => chosen.push(instance),
+            None => {
+                return Err(ErrorEnvelope::new(
+                    ErrorCode::InvalidArgument,
+                    format!(
+                        "your sandbox has no service {}; it has {}",
+                        sandboxd_domain::error::quote(name),
+                        allowed_list(present.iter().copied())
+                    ),
+                    "call reset_sandbox with services from that list, or without services to \
+                     reset them all",
+                ));
+            }
+        }
+    }
+    if chosen.is_empty() {
+        return Err(ErrorEnvelope::new(
+            ErrorCode::InvalidArgument,
+            "services is empty",
+            format!(
+                "name services to reset (your sandbox has {}), or leave services out to reset \
+                 them all",
+                allowed_list(present.iter().copied())
+            ),
+        ));
+    }
+    chosen.dedup_by_key(|i| i.engine);
+    Ok(chosen)
+}
