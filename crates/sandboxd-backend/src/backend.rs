@@ -10,7 +10,7 @@ use sandboxd_domain::{AgentSlug, DaemonId, EngineRef, Feature};
 use serde::{Deserialize, Serialize};
 
 use crate::error::BackendError;
-use crate::wire::{self, ActivationError, Reach};
+use crate::wire::{self, ActivationError, AgentStatement, QueryAnswer, QueryLimits, Reach};
 
 /// One instance to provision.
 #[derive(Debug, Clone)]
@@ -208,6 +208,31 @@ pub trait Backend: Send + Sync + fmt::Debug {
                 detail: err.to_string(),
             }),
         }
+    }
+
+    /// One statement (or Redis command) as the handed-out account (`sandbox_sql`), never the
+    /// superuser, under `limits`.
+    async fn query(
+        &self,
+        instance: &Instance,
+        statement: &AgentStatement,
+        limits: QueryLimits,
+    ) -> Result<QueryAnswer, BackendError> {
+        let (host, port) = self.admin_address(instance).await?;
+        wire::agent_query(
+            instance.engine.get(),
+            Reach { host: &host, port },
+            &instance.agent,
+            &instance.database,
+            statement,
+            limits,
+        )
+        .await
+        .map_err(|err| BackendError::Wire {
+            operation: "running a statement on",
+            name: instance.name.clone(),
+            detail: err.to_string(),
+        })
     }
 
     /// The server's full version, asked as the handed-out account.

@@ -1,15 +1,17 @@
 //! The verbs an agent uses on the sandbox it holds, between `request_sandbox` and its release:
-//! `reset_sandbox` (empty it in place, same credentials) and `sandbox_info` (describe it). Both
-//! work on the agent's own stored sandbox only, serialized with its other sandbox calls.
+//! `reset_sandbox` (empty it in place, same credentials), `sandbox_info` (describe it) and
+//! `sandbox_sql` (one statement as the agent's own account). All work on the agent's own stored
+//! sandbox only; `reset_sandbox` is serialized with its other sandbox calls.
 
 use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
 
 use futures::future::join_all;
+use sandboxd_backend::wire::{AgentStatement, QueryLimits};
 use sandboxd_domain::clock::now_ms;
 use sandboxd_domain::envelope::{ErrorCode, ErrorEnvelope, OkEnvelope};
 use sandboxd_domain::error::allowed_list;
-use sandboxd_domain::verbs::ResetSandboxArgs;
+use sandboxd_domain::verbs::{ResetSandboxArgs, SandboxSqlArgs};
 use sandboxd_domain::{EngineRef, Instance};
 use sandboxd_store::Agent;
 use serde_json::json;
@@ -34,6 +36,13 @@ fn a_member_died() -> ErrorEnvelope {
     .retryable(true)
 }
 
+/// `sandbox_sql`'s caps: what an agent may ask for at most.
+const SQL_MAX_ROWS: u32 = 1000;
+const SQL_MAX_BYTES: usize = 1024 * 1024;
+const SQL_TIMEOUT: Duration = Duration::from_secs(10);
+/// A statement longer than this is refused before anything runs.
+const SQL_MAX_TEXT: usize = 64 * 1024;
+
 fn millis(elapsed: Duration) -> f64 {
     (elapsed.as_secs_f64() * 10_000.0).round() / 10.0
 }
@@ -55,7 +64,7 @@ impl Broker {
         if instances.is_empty() {
             return Err(no_sandbox());
         }
-        let chosen = choose(&instances, args.services.as_deref())?;
+        let chosen = choose("reset_sandbox", &instances, args.services.as_deref())?;
         if !self.all_live(&instances).await {
             return Err(a_member_died());
         }
@@ -119,6 +128,113 @@ impl Broker {
             )
             .with_evidence(serde_json::Value::Array(evidence)),
             format!("reset {}", names.join(",")),
+        ))
+    }
+
+    /// `sandbox_sql`: one statement (or Redis command) against one of the agent's own services,
+    /// as its own account, rows back as JSON under stated limits.
+    pub(crate) async fn sandbox_sql(
+        &self,
+        agent: &Agent,
+        args: SandboxSqlArgs,
+    ) -> Result<(OkEnvelope, String), ErrorEnvelope> {
+        if args.statement.len() > SQL_MAX_TEXT {
+            return Err(ErrorEnvelope::new(
+                ErrorCode::InvalidArgument,
+                format!(
+                    "the statement is {} bytes; at most {SQL_MAX_TEXT}",
+                    args.statement.len()
+                ),
+                "send a shorter statement",
+            ));
+        }
+        let max_rows = match args.max_rows {
+            None => SQL_MAX_ROWS,
+            Some(n) if (1..=SQL_MAX_ROWS).contains(&n) => n,
+            Some(n) => {
+                return Err(ErrorEnvelope::new(
+                    ErrorCode::InvalidArgument,
+                    format!("max_rows is {n}; allowed: 1 to {SQL_MAX_ROWS}"),
+                    "call sandbox_sql again with max_rows in that range, or without it",
+                ));
+            }
+        };
+        let instances = self
+            .store()
+            .instances_of(&agent.slug)
+            .await
+            .map_err(|e| internal("reading your sandbox", &e))?;
+        if instances.is_empty() {
+            return Err(no_sandbox());
+        }
+        let service = [args.service.clone()];
+        let instance = choose("sandbox_sql", &instances, Some(&service))?[0];
+        let statement = statement_for(instance, &args.statement)?;
+        let backend = self
+            .inner
+            .backends
+            .for_kind(instance.backend)
+            .ok_or_else(a_member_died)?;
+        let limits = QueryLimits {
+            max_rows: max_rows as usize,
+            max_bytes: SQL_MAX_BYTES,
+            timeout: SQL_TIMEOUT,
+        };
+        let started = Instant::now();
+        let answer = backend
+            .query(instance, &statement, limits)
+            .await
+            .map_err(|err| {
+                // The server's own words (a syntax error, a permission denied), not our framing.
+                let said = match err {
+                    sandboxd_backend::BackendError::Wire { detail, .. } => detail,
+                    other => other.to_string(),
+                };
+                ErrorEnvelope::new(
+                    ErrorCode::InvalidArgument,
+                    format!("{} did not run it: {said}", instance.engine.name),
+                    "fix the statement (one statement, your own objects; the error above is the \
+                     server's), or call sandbox_info if the service may be down",
+                )
+            })?;
+        let elapsed = started.elapsed();
+        if let Err(err) = self.store().touch_instances_of(&agent.slug).await {
+            tracing::warn!(agent = %agent.slug, error = %err, "recording the sandbox's use failed");
+        }
+        let rows = answer.rows.len();
+        let held = self
+            .store()
+            .active_task_of(&agent.slug)
+            .await
+            .ok()
+            .flatten();
+        let briefing = format!(
+            "{} answered {rows} row(s){} in {} ms.",
+            instance.engine.name,
+            if answer.truncated {
+                ", cut at a limit (see limits)"
+            } else {
+                ""
+            },
+            millis(elapsed)
+        );
+        let evidence = json!({
+            "service": instance.engine.name,
+            "columns": answer.columns,
+            "rows": answer.rows,
+            "affected": answer.affected,
+            "truncated": answer.truncated,
+            "limits": limits,
+            "elapsed_ms": millis(elapsed),
+        });
+        Ok((
+            OkEnvelope::new(
+                held.map(|t| t.id),
+                "run your next statement, or your tests with the sandbox's credentials",
+                briefing,
+            )
+            .with_evidence(evidence),
+            format!("{}: {rows} row(s)", instance.engine.name),
         ))
     }
 
@@ -219,9 +335,33 @@ impl Broker {
     }
 }
 
+/// The statement as its engine takes it: SQL as is, a Redis command line split like a shell
+/// would (quotes group words).
+fn statement_for(instance: &Instance, text: &str) -> Result<AgentStatement, ErrorEnvelope> {
+    if text.trim().is_empty() {
+        return Err(ErrorEnvelope::new(
+            ErrorCode::InvalidArgument,
+            "the statement is empty",
+            "send one statement",
+        ));
+    }
+    match instance.engine.protocol {
+        sandboxd_domain::Protocol::Redis => match shlex::split(text) {
+            Some(words) if !words.is_empty() => Ok(AgentStatement::Command(words)),
+            _ => Err(ErrorEnvelope::new(
+                ErrorCode::InvalidArgument,
+                "the Redis command line has an unclosed quote",
+                "send one command with balanced quotes, e.g. SET \"my key\" value",
+            )),
+        },
+        _ => Ok(AgentStatement::Sql(text.to_owned())),
+    }
+}
+
 /// The instances `services` names (all of them when None), or a refusal naming what the
 /// sandbox has.
 fn choose<'a>(
+    verb: &str,
     instances: &'a [Instance],
     services: Option<&[String]>,
 ) -> Result<Vec<&'a Instance>, ErrorEnvelope> {
@@ -242,8 +382,7 @@ fn choose<'a>(
                         sandboxd_domain::error::quote(name),
                         allowed_list(present.iter().copied())
                     ),
-                    "call reset_sandbox with services from that list, or without services to \
-                     reset them all",
+                    format!("call {verb} again with a service from that list"),
                 ));
             }
         }

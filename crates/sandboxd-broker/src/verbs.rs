@@ -143,6 +143,7 @@ impl Broker {
                 ))
             }
             Verb::ResetSandbox => self.reset_sandbox(agent, parse(verb, args)?).await,
+            Verb::SandboxSql => self.sandbox_sql(agent, parse(verb, args)?).await,
             Verb::SandboxInfo => {
                 let _: NoArgs = parse(verb, args)?;
                 self.sandbox_info(agent).await

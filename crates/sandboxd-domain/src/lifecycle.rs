@@ -138,6 +138,7 @@ pub fn plan(verb: Verb, held: Option<(&str, TaskState)>) -> Result<Move, OutOfOr
         | Verb::ReleaseSandbox
         | Verb::ResetSandbox
         | Verb::SandboxInfo
+        | Verb::SandboxSql
         | Verb::Note
         | Verb::Evidence => Ok(Move::None),
     }

@@ -25,12 +25,13 @@ pub enum Verb {
     ReleaseSandbox,
     ResetSandbox,
     SandboxInfo,
+    SandboxSql,
     Note,
     Evidence,
 }
 
 impl Verb {
-    pub const ALL: [Verb; 15] = [
+    pub const ALL: [Verb; 16] = [
         Verb::GiveMeWork,
         Verb::IWillWorkOn,
         Verb::IAmDone,
@@ -44,6 +45,7 @@ impl Verb {
         Verb::ReleaseSandbox,
         Verb::ResetSandbox,
         Verb::SandboxInfo,
+        Verb::SandboxSql,
         Verb::Note,
         Verb::Evidence,
     ];
@@ -63,6 +65,7 @@ impl Verb {
             Verb::ReleaseSandbox => "release_sandbox",
             Verb::ResetSandbox => "reset_sandbox",
             Verb::SandboxInfo => "sandbox_info",
+            Verb::SandboxSql => "sandbox_sql",
             Verb::Note => "note",
             Verb::Evidence => "evidence",
         }
@@ -152,6 +155,7 @@ impl Default for RoleBook {
                 ReleaseSandbox,
                 ResetSandbox,
                 SandboxInfo,
+                SandboxSql,
                 Note,
                 Evidence,
             ]),
@@ -168,6 +172,7 @@ impl Default for RoleBook {
                 ReleaseSandbox,
                 ResetSandbox,
                 SandboxInfo,
+                SandboxSql,
                 Note,
                 Evidence,
             ]),

@@ -67,6 +67,18 @@ pub struct ResetSandboxArgs {
 
 #[derive(Debug, Clone, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
+pub struct SandboxSqlArgs {
+    /// Which service of your sandbox, e.g. "postgres".
+    pub service: String,
+    /// One SQL statement (Postgres, MariaDB), or one Redis command line such as `HGETALL user:1`.
+    pub statement: String,
+    /// At most this many rows back (default and maximum 1000).
+    #[serde(default)]
+    pub max_rows: Option<u32>,
+}
+
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
 pub struct NoteArgs {
     /// The note.
     pub text: String,
@@ -123,6 +135,9 @@ pub fn description(verb: Verb) -> &'static str {
         Verb::ResetSandbox => {
             "Empty your sandbox in place between test runs: every database, table, key and extra database you made is dropped and the services come back as freshly provisioned, with the same host, port and credentials. Faster than releasing and requesting again."
         }
+        Verb::SandboxSql => {
+            "Run one statement in your own sandbox as your sandbox account and get the rows back as JSON: one SQL statement for postgres or mariadb (EXPLAIN works), one command for redis. Rows, bytes and time are capped; the answer states the limits and whether rows were left out. It can change or drop data like any client."
+        }
         Verb::SandboxInfo => {
             "Describe your sandbox without changing it: each service's engine, server version, features, endpoint (no password), when it was created and last used, and what ends it (idle timeout, maximum lifetime)."
         }
@@ -149,6 +164,7 @@ pub fn title(verb: Verb) -> &'static str {
         Verb::ReleaseSandbox => "Tear down the sandbox",
         Verb::ResetSandbox => "Empty the sandbox in place",
         Verb::SandboxInfo => "Describe the sandbox",
+        Verb::SandboxSql => "Run one statement in the sandbox",
         Verb::Note => "Note on the task",
         Verb::Evidence => "Record or read evidence",
     }
@@ -186,6 +202,8 @@ pub fn hints(verb: Verb) -> VerbHints {
         // Wipes what the agent wrote; a second reset finds an empty sandbox and leaves it so.
         Verb::ResetSandbox => (false, true, true),
         Verb::SandboxInfo => (true, false, true),
+        // Any statement, DROP TABLE included.
+        Verb::SandboxSql => (false, true, false),
         // Each call adds one more entry.
         Verb::Note | Verb::Evidence => (false, false, false),
     };
@@ -215,6 +233,7 @@ pub fn schema(verb: Verb) -> serde_json::Value {
         | Verb::ReleaseSandbox
         | Verb::SandboxInfo => schemars::schema_for!(NoArgs),
         Verb::ResetSandbox => schemars::schema_for!(ResetSandboxArgs),
+        Verb::SandboxSql => schemars::schema_for!(SandboxSqlArgs),
         Verb::IWillWorkOn => schemars::schema_for!(TaskArg),
         Verb::ClaimReview => schemars::schema_for!(OptionalTaskArg),
         Verb::IAmDone | Verb::IDocumented => schemars::schema_for!(SummaryArg),
@@ -251,7 +270,8 @@ mod tests {
             assert!(!(hints.read_only && hints.destructive), "{verb}");
             let releases =
                 description(verb).contains("Releases your sandbox") || verb == Verb::ReleaseSandbox;
-            let wipes = description(verb).contains("is dropped");
+            let wipes =
+                description(verb).contains("is dropped") || description(verb).contains("drop data");
             assert_eq!(hints.destructive, releases || wipes, "{verb}");
         }
     }

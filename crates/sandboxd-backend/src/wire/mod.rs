@@ -10,7 +10,10 @@ use sandboxd_domain::{Credentials, Engine, Feature, Protocol};
 mod mongo;
 mod mysql;
 mod postgres;
+mod query;
 mod redis;
+
+pub use query::{QueryAnswer, QueryLimits};
 
 /// Where a server answers over TCP.
 #[derive(Debug, Clone, Copy)]
@@ -183,4 +186,48 @@ pub async fn version(
         Protocol::Mysql => mysql::version(reach, agent, database).await,
         Protocol::Mongo => mongo::version(reach, agent, database).await,
     }
+}
+
+/// What `sandbox_sql` runs: an SQL statement, or a Redis command and its arguments.
+#[derive(Debug, Clone)]
+pub enum AgentStatement {
+    Sql(String),
+    Command(Vec<String>),
+}
+
+/// One statement (or command) as the handed-out account, never the superuser, under `limits`;
+/// the server's own refusal (a syntax error, a permission denied) is the error.
+pub async fn agent_query(
+    engine: &Engine,
+    reach: Reach<'_>,
+    agent: &Credentials,
+    database: &str,
+    statement: &AgentStatement,
+    limits: QueryLimits,
+) -> Result<QueryAnswer, WireError> {
+    // The server cancels a statement at the limit; this covers one that ignores it (a Redis
+    // blocking command) or a server that stopped answering.
+    let deadline = limits.timeout + std::time::Duration::from_secs(2);
+    let query = async {
+        match (engine.protocol, statement) {
+            (Protocol::Postgres, AgentStatement::Sql(sql)) => {
+                postgres::agent_query(reach, agent, database, sql, limits).await
+            }
+            (Protocol::Mysql, AgentStatement::Sql(sql)) => {
+                mysql::agent_query(reach, agent, database, sql, limits).await
+            }
+            (Protocol::Redis, AgentStatement::Command(command)) => {
+                redis::agent_query(reach, agent, command, limits).await
+            }
+            (Protocol::Mongo, _) => Err(WireError(
+                "MongoDB sandboxes take no sandbox_sql yet; connect with the credentials".into(),
+            )),
+            (protocol, statement) => Err(WireError(format!(
+                "a {protocol:?} server takes no {statement:?}"
+            ))),
+        }
+    };
+    tokio::time::timeout(deadline, query)
+        .await
+        .map_err(|_| WireError(format!("no answer within {} ms", deadline.as_millis())))?
 }

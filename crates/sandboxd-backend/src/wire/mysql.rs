@@ -9,6 +9,7 @@ use sandboxd_domain::engine::{
 };
 use secrecy::ExposeSecret;
 
+use super::query::{Collector, QueryAnswer, QueryLimits};
 use super::{Reach, WireError, major_version};
 
 fn base(reach: Reach<'_>) -> OptsBuilder {
@@ -161,4 +162,79 @@ pub(super) async fn version(
         .map_err(WireError::from_display)?;
     let _ = conn.disconnect().await;
     version.ok_or_else(|| WireError("SELECT VERSION() answered nothing".into()))
+}
+
+/// One statement as the handed-out account (`sandbox_sql`), its rows under `limits`. Sent as a
+/// prepared statement, which the server accepts only one at a time.
+pub(super) async fn agent_query(
+    reach: Reach<'_>,
+    agent: &Credentials,
+    database: &str,
+    statement: &str,
+    limits: QueryLimits,
+) -> Result<QueryAnswer, WireError> {
+    let opts = base(reach)
+        .user(Some(&agent.user))
+        .pass(Some(agent.password.expose_secret()))
+        .db_name(Some(database));
+    let mut conn = connect(opts).await?;
+    let wire = WireError::from_display;
+    conn.query_drop(format!(
+        "SET SESSION max_statement_time = {}",
+        limits.timeout.as_secs_f64()
+    ))
+    .await
+    .map_err(wire)?;
+    let mut collector = Collector::new(limits);
+    {
+        let mut result = conn.exec_iter(statement, ()).await.map_err(wire)?;
+        collector.answer.columns = result
+            .columns_ref()
+            .iter()
+            .map(|c| c.name_str().into_owned())
+            .collect();
+        while let Some(row) = result.next().await.map_err(wire)? {
+            if !collector.push(row.unwrap().into_iter().map(json_of).collect()) {
+                break;
+            }
+        }
+        if !collector.answer.truncated {
+            collector.answer.affected = Some(result.affected_rows());
+        }
+    }
+    // A result cut short is not drained: the connection is dropped instead.
+    if !collector.answer.truncated {
+        let _ = conn.disconnect().await;
+    }
+    Ok(collector.answer)
+}
+
+/// A MySQL value as JSON: numbers as numbers, text (and bytes, lossily) as strings, dates and
+/// times in their SQL text form.
+fn json_of(value: mysql_async::Value) -> serde_json::Value {
+    use mysql_async::Value as V;
+    match value {
+        V::NULL => serde_json::Value::Null,
+        V::Bytes(bytes) => String::from_utf8_lossy(&bytes).into_owned().into(),
+        V::Int(n) => n.into(),
+        V::UInt(n) => n.into(),
+        V::Float(f) => f64::from(f).into(),
+        V::Double(f) => f.into(),
+        V::Date(y, mo, d, h, mi, s, us) => {
+            let mut text = format!("{y:04}-{mo:02}-{d:02} {h:02}:{mi:02}:{s:02}");
+            if us > 0 {
+                text.push_str(&format!(".{us:06}"));
+            }
+            text.into()
+        }
+        V::Time(negative, days, h, mi, s, us) => {
+            let hours = u64::from(days) * 24 + u64::from(h);
+            let sign = if negative { "-" } else { "" };
+            let mut text = format!("{sign}{hours:02}:{mi:02}:{s:02}");
+            if us > 0 {
+                text.push_str(&format!(".{us:06}"));
+            }
+            text.into()
+        }
+    }
 }

@@ -2,13 +2,15 @@
 
 use std::time::Duration;
 
+use futures::StreamExt;
 use sandboxd_domain::engine::{
     Activation, AdminAccess, AdminStep, ServerFacts, pg_extension_activation, pg_identifier,
 };
 use sandboxd_domain::{Credentials, Feature};
 use secrecy::ExposeSecret;
-use tokio_postgres::{Client, Config, NoTls};
+use tokio_postgres::{Client, Config, NoTls, SimpleQueryMessage};
 
+use super::query::{Collector, QueryAnswer, QueryLimits};
 use super::{ActivationError, Reach, WireError};
 
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
@@ -252,4 +254,62 @@ pub(super) async fn version(
         .await
         .map_err(WireError::from_display)?;
     Ok(row.get(0))
+}
+
+/// One statement as the handed-out account (`sandbox_sql`), its rows as text under `limits`.
+pub(super) async fn agent_query(
+    reach: Reach<'_>,
+    agent: &Credentials,
+    database: &str,
+    statement: &str,
+    limits: QueryLimits,
+) -> Result<QueryAnswer, WireError> {
+    let mut config = Config::new();
+    config
+        .host(reach.host)
+        .port(reach.port)
+        .user(&agent.user)
+        .password(agent.password.expose_secret())
+        .dbname(database)
+        .connect_timeout(CONNECT_TIMEOUT)
+        .application_name("sandboxd sandbox_sql");
+    let client = connect(&config).await?;
+    let refused = |err: tokio_postgres::Error| match err.as_db_error() {
+        Some(db) => WireError(format!("{} ({})", db.message(), db.code().code())),
+        None => WireError::from_display(err),
+    };
+    client
+        .batch_execute(&format!(
+            "SET statement_timeout = {}",
+            limits.timeout.as_millis()
+        ))
+        .await
+        .map_err(refused)?;
+    // One statement only: the extended protocol's Parse refuses several in one string, so
+    // `SELECT 1; DROP …` never reaches the simple protocol that would run both.
+    client.prepare(statement).await.map_err(refused)?;
+    let stream = client.simple_query_raw(statement).await.map_err(refused)?;
+    futures::pin_mut!(stream);
+    let mut collector = Collector::new(limits);
+    while let Some(message) = stream.next().await {
+        match message.map_err(refused)? {
+            SimpleQueryMessage::RowDescription(columns) => {
+                collector.answer.columns = columns.iter().map(|c| c.name().to_owned()).collect();
+            }
+            SimpleQueryMessage::Row(row) => {
+                let values = (0..row.len())
+                    .map(|i| {
+                        row.get(i)
+                            .map_or(serde_json::Value::Null, serde_json::Value::from)
+                    })
+                    .collect();
+                if !collector.push(values) {
+                    break;
+                }
+            }
+            SimpleQueryMessage::CommandComplete(count) => collector.answer.affected = Some(count),
+            _ => {}
+        }
+    }
+    Ok(collector.answer)
 }

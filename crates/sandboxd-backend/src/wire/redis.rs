@@ -8,6 +8,7 @@ use sandboxd_domain::engine::{Activation, AdminAccess, ServerFacts};
 use sandboxd_domain::{Credentials, Feature};
 use secrecy::ExposeSecret;
 
+use super::query::{Collector, QueryAnswer, QueryLimits};
 use super::{ActivationError, Reach, WireError, major_version, password_admin};
 
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
@@ -172,6 +173,67 @@ pub(super) async fn version(reach: Reach<'_>, agent: &Credentials) -> Result<Str
         .find_map(|line| line.strip_prefix("redis_version:"))
         .map(|v| v.trim().to_owned())
         .ok_or_else(|| WireError("INFO server names no redis_version".into()))
+}
+
+/// One command as the handed-out account (`sandbox_sql`): an array reply is one row per
+/// element, any other reply one row, under `limits`.
+pub(super) async fn agent_query(
+    reach: Reach<'_>,
+    agent: &Credentials,
+    command: &[String],
+    limits: QueryLimits,
+) -> Result<QueryAnswer, WireError> {
+    let Some((name, args)) = command.split_first() else {
+        return Err(WireError("an empty command".into()));
+    };
+    let mut conn = connect(reach, agent).await?;
+    let reply: Value = redis::cmd(name)
+        .arg(args)
+        .query_async(&mut conn)
+        .await
+        .map_err(WireError::from_display)?;
+    let mut collector = Collector::new(limits);
+    collector.answer.columns = vec!["reply".to_owned()];
+    match reply {
+        Value::Array(items) | Value::Set(items) => {
+            collector.answer.affected = u64::try_from(items.len()).ok();
+            for item in items {
+                if !collector.push(vec![json_of(item)]) {
+                    break;
+                }
+            }
+        }
+        other => {
+            collector.push(vec![json_of(other)]);
+        }
+    }
+    Ok(collector.answer)
+}
+
+/// A Redis reply as JSON.
+fn json_of(value: Value) -> serde_json::Value {
+    use serde_json::Value as J;
+    match value {
+        Value::Nil => J::Null,
+        Value::Int(n) => n.into(),
+        Value::BulkString(bytes) => String::from_utf8_lossy(&bytes).into_owned().into(),
+        Value::SimpleString(text) => text.into(),
+        Value::Okay => "OK".into(),
+        Value::Double(f) => f.into(),
+        Value::Boolean(b) => b.into(),
+        Value::Array(items) | Value::Set(items) => {
+            J::Array(items.into_iter().map(json_of).collect())
+        }
+        Value::Map(pairs) => J::Array(
+            pairs
+                .into_iter()
+                .map(|(k, v)| J::Array(vec![json_of(k), json_of(v)]))
+                .collect(),
+        ),
+        Value::VerbatimString { text, .. } => text.into(),
+        Value::BigNumber(n) => String::from_utf8_lossy(&n).into_owned().into(),
+        other => format!("{other:?}").into(),
+    }
 }
 
 #[cfg(test)]

@@ -20,9 +20,12 @@ async fn postgres_round(backend: &dyn Backend, instance: &Instance) {
              INSERT INTO t{table} SELECT g, md5(g::text) FROM generate_series(1, 1000) g; "
         ));
     }
-    ddl.push_str("CREATE FUNCTION leftover() RETURNS int LANGUAGE sql AS 'SELECT 1'; ");
-    ddl.push_str("CREATE DATABASE test_leftover");
+    ddl.push_str("CREATE FUNCTION leftover() RETURNS int LANGUAGE sql AS 'SELECT 1'");
     client.batch_execute(&ddl).await.expect("the suite's work");
+    client
+        .batch_execute("CREATE DATABASE test_leftover")
+        .await
+        .expect("a database of its own");
     let version: i32 = client
         .query_one("SELECT current_setting('server_version_num')::int", &[])
         .await

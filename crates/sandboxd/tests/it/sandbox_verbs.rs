@@ -1,4 +1,4 @@
-//! `sandbox_info` and `reset_sandbox` end to end: the real daemon, a real MCP client, real
+//! `sandbox_info`, `reset_sandbox` and `sandbox_sql` end to end: the real daemon, a real MCP client, real
 //! Postgres and Redis on the process backend.
 
 use std::panic::AssertUnwindSafe;
@@ -13,7 +13,10 @@ async fn pg(url: &str, sql: &str) -> Result<Vec<tokio_postgres::SimpleQueryMessa
         .await
         .map_err(|e| e.to_string())?;
     tokio::spawn(connection);
-    client.simple_query(sql).await.map_err(|e| e.to_string())
+    client.simple_query(sql).await.map_err(|e| {
+        e.as_db_error()
+            .map_or_else(|| e.to_string(), |db| db.message().to_owned())
+    })
 }
 
 fn first_value(rows: &[tokio_postgres::SimpleQueryMessage]) -> Option<String> {
@@ -78,10 +81,13 @@ async fn describe_and_reset(daemon: &TestDaemon) {
         .to_owned();
     pg(
         &pg_url,
-        "CREATE TABLE kept (v int); INSERT INTO kept VALUES (7); CREATE DATABASE test_extra",
+        "CREATE TABLE kept (v int); INSERT INTO kept VALUES (7)",
     )
     .await
     .expect("the suite's work");
+    pg(&pg_url, "CREATE DATABASE test_extra")
+        .await
+        .expect("a database of its own");
     redis(&redis_url, &["SET", "key", "value"]).await;
 
     // sandbox_info: what it is, never a password.
@@ -168,4 +174,142 @@ async fn describe_and_reset(daemon: &TestDaemon) {
         assert!(!text.contains(password), "a password in the audit");
     }
     dev.ok("release_sandbox", json!({})).await;
+}
+
+#[tokio::test]
+async fn sandbox_sql_runs_one_statement_as_the_agent_under_its_limits() {
+    let home = Home::new();
+    let daemon = spawn_daemon(&home);
+    let outcome = AssertUnwindSafe(one_statement(&daemon))
+        .catch_unwind()
+        .await;
+    stop_and_clean_up(daemon, &home, outcome);
+}
+
+fn rows(envelope: &Value) -> &Vec<Value> {
+    envelope["evidence"]["rows"].as_array().expect("rows")
+}
+
+async fn one_statement(daemon: &TestDaemon) {
+    let project = unique("proj");
+    daemon.project(&project, &["postgres", "redis"]).await;
+    daemon.task(&project).await;
+    daemon.task(&project).await;
+    let (dev, other) = (
+        daemon.agent("developer", &project).await,
+        daemon.agent("developer", &project).await,
+    );
+    for agent in [&dev, &other] {
+        agent.ok("give_me_work", json!({})).await;
+    }
+    let refused = dev
+        .refused(
+            "sandbox_sql",
+            json!({"service": "postgres", "statement": "SELECT 1"}),
+        )
+        .await;
+    assert_eq!(refused["error"], "out_of_order", "{refused}");
+    let mine = dev.ok("request_sandbox", json!({})).await;
+    other.ok("request_sandbox", json!({})).await;
+    let sql = |statement: &str| json!({"service": "postgres", "statement": statement});
+
+    // As the agent's own account, never the superuser.
+    let who = dev
+        .ok(
+            "sandbox_sql",
+            sql("SELECT current_user, rolsuper FROM pg_roles WHERE rolname = current_user"),
+        )
+        .await;
+    assert_eq!(
+        who["evidence"]["columns"],
+        json!(["current_user", "rolsuper"])
+    );
+    assert_eq!(
+        rows(&who)[0],
+        json!([entry(&mine, "postgres")["user"], "f"]),
+        "{who}"
+    );
+    for escape in [
+        "SELECT 1; DROP TABLE IF EXISTS nothing",
+        "SET ROLE sandboxd_admin",
+        "ALTER SYSTEM SET work_mem = '1GB'",
+        "COPY (SELECT 1) TO PROGRAM 'id'",
+    ] {
+        let refused = dev.refused("sandbox_sql", sql(escape)).await;
+        assert_eq!(refused["error"], "invalid_argument", "{escape}: {refused}");
+    }
+    let refused = dev.refused("sandbox_sql", sql("SELECT 1; SELECT 2")).await;
+    assert!(
+        refused["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("multiple commands")),
+        "{refused}"
+    );
+
+    // Writes, reads, EXPLAIN; the other tenant's sandbox is not in reach.
+    let made = dev
+        .ok(
+            "sandbox_sql",
+            sql("CREATE TABLE big AS SELECT g FROM generate_series(1, 5000) g"),
+        )
+        .await;
+    assert_eq!(made["evidence"]["affected"], 5000, "{made}");
+    let all = dev
+        .ok("sandbox_sql", sql("SELECT g FROM big ORDER BY g"))
+        .await;
+    assert_eq!(rows(&all).len(), 1000);
+    assert_eq!(all["evidence"]["truncated"], true);
+    assert_eq!(all["evidence"]["limits"]["max_rows"], 1000);
+    assert_eq!(all["evidence"]["limits"]["timeout_ms"], 10_000);
+    let few = dev
+        .ok(
+            "sandbox_sql",
+            json!({"service": "postgres", "statement": "SELECT g FROM big ORDER BY g", "max_rows": 3}),
+        )
+        .await;
+    assert_eq!(rows(&few), &vec![json!(["1"]), json!(["2"]), json!(["3"])]);
+    let plan = dev
+        .ok("sandbox_sql", sql("EXPLAIN SELECT * FROM big WHERE g = 7"))
+        .await;
+    assert!(
+        rows(&plan)[0][0]
+            .as_str()
+            .is_some_and(|line| line.contains("Scan")),
+        "{plan}"
+    );
+    let refused = other
+        .refused("sandbox_sql", sql("SELECT count(*) FROM big"))
+        .await;
+    assert!(
+        refused["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("does not exist")),
+        "{refused}"
+    );
+    for bad in [
+        json!({"service": "postgres", "statement": "SELECT 1", "max_rows": 0}),
+        json!({"service": "mongo", "statement": "SELECT 1"}),
+        json!({"service": "postgres", "statement": "  "}),
+        json!({"service": "redis", "statement": "SET 'unclosed v"}),
+    ] {
+        let refused = dev.refused("sandbox_sql", bad.clone()).await;
+        assert_eq!(refused["error"], "invalid_argument", "{bad}: {refused}");
+    }
+
+    // Redis: one command, quoted words kept whole, the agent's ACL in force.
+    let redis = |statement: &str| json!({"service": "redis", "statement": statement});
+    dev.ok("sandbox_sql", redis("SET 'my key' \"a value\""))
+        .await;
+    let got = dev.ok("sandbox_sql", redis("GET 'my key'")).await;
+    assert_eq!(rows(&got), &vec![json!(["a value"])]);
+    let refused = dev.refused("sandbox_sql", redis("CONFIG GET *")).await;
+    assert!(
+        refused["message"]
+            .as_str()
+            .is_some_and(|m| m.to_lowercase().contains("noperm")),
+        "{refused}"
+    );
+    for agent in [&dev, &other] {
+        agent.ok("release_sandbox", json!({})).await;
+    }
 }
