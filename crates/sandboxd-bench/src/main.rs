@@ -27,6 +27,7 @@ mod docker;
 mod peer;
 mod process;
 mod ready;
+mod reset;
 mod stats;
 
 use cleanup::Cleanup;
@@ -44,10 +45,13 @@ enum Scenario {
     Agents,
     /// `sandboxd serve` with N agents over MCP: latency and the daemon's memory.
     Daemon,
+    /// reset_sandbox's work on a full sandbox, both backends.
+    Reset,
 }
 
-const ALL: [Scenario; 5] = [
+const ALL: [Scenario; 6] = [
     Scenario::Process,
+    Scenario::Reset,
     Scenario::Cache,
     Scenario::Agents,
     Scenario::Daemon,
@@ -133,10 +137,6 @@ async fn harness(mut args: Args) -> Result<()> {
         "warm-pool hand-out".into(),
         "not implemented: warm pools are a later capability (SPEC §7)".into(),
     ));
-    report.not_measured.push((
-        "reset".into(),
-        "not implemented: resetting a sandbox in place is a later capability (SPEC §7)".into(),
-    ));
 
     let outcome = tokio::select! {
         outcome = run(&args, &cleanup, &mut report) => outcome,
@@ -206,6 +206,7 @@ async fn run(args: &Args, cleanup: &Cleanup, report: &mut Report) -> Result<()> 
             Scenario::Agents => {
                 broker::concurrent_agents(args.agents, args.rounds, &set, cleanup, report).await
             }
+            Scenario::Reset => reset::reset(args.runs, cleanup, report).await,
             Scenario::Daemon => {
                 daemon::memory(
                     args.sandboxd_bin.as_deref(),

@@ -6,13 +6,13 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, anyhow};
 use sandboxd_backend::docker::{DockerBackend, DockerConfig};
+use sandboxd_backend::wire::{AgentStatement, QueryLimits};
 use sandboxd_backend::{Backend, InstanceHandle, InstanceRequest, Sweep};
 use sandboxd_domain::{AgentSlug, DaemonId, EngineRef, Instance, engines};
-use secrecy::ExposeSecret;
 
 use crate::Report;
 use crate::cleanup::Cleanup;
-use crate::containers::local_images;
+use crate::docker::local_images;
 use crate::stats::Series;
 
 /// Issue 15's targets: Postgres ≤ 100 ms, Redis ≤ 10 ms (p50).
@@ -96,11 +96,11 @@ async fn measure(
 
 async fn series(backend: &dyn Backend, instance: &Instance, runs: usize) -> Result<Vec<Duration>> {
     // One untimed round: the first reset pays for cold caches.
-    fill(instance).await?;
+    fill(backend, instance).await?;
     backend.reset(instance).await?;
     let mut samples = Vec::with_capacity(runs);
     for _ in 0..runs {
-        fill(instance).await?;
+        fill(backend, instance).await?;
         let started = Instant::now();
         backend.reset(instance).await?;
         samples.push(started.elapsed());
@@ -108,45 +108,35 @@ async fn series(backend: &dyn Backend, instance: &Instance, runs: usize) -> Resu
     Ok(samples)
 }
 
-/// What a test suite leaves behind, as the agent's own account.
-async fn fill(instance: &Instance) -> Result<()> {
-    let password = instance.agent.password.expose_secret();
-    match instance.engine.name {
-        "postgres" => {
-            let mut config = tokio_postgres::Config::new();
-            config
-                .host(&instance.host)
-                .port(instance.port)
-                .user(&instance.agent.user)
-                .password(password)
-                .dbname(&instance.database);
-            let (client, connection) = config.connect(tokio_postgres::NoTls).await?;
-            tokio::spawn(connection);
-            let mut ddl = String::new();
-            for table in 0..10 {
-                ddl.push_str(&format!(
-                    "CREATE TABLE t{table} (id int PRIMARY KEY, v text); \
-                     INSERT INTO t{table} SELECT g, md5(g::text) FROM generate_series(1, 1000) g; "
-                ));
-            }
-            client.batch_execute(&ddl).await?;
-            client.batch_execute("CREATE DATABASE test_suite").await?;
-            Ok(())
-        }
+/// What a test suite leaves behind, written as the agent's own account through the same path
+/// `sandbox_sql` takes (one statement per call).
+async fn fill(backend: &dyn Backend, instance: &Instance) -> Result<()> {
+    let limits = QueryLimits::default();
+    let statements: Vec<AgentStatement> = match instance.engine.name {
+        "postgres" => (0..10)
+            .flat_map(|table| {
+                [
+                    format!("CREATE TABLE t{table} (id int PRIMARY KEY, v text)"),
+                    format!(
+                        "INSERT INTO t{table} SELECT g, md5(g::text) FROM generate_series(1, 1000) g"
+                    ),
+                ]
+            })
+            .chain(["CREATE DATABASE test_suite".to_owned()])
+            .map(AgentStatement::Sql)
+            .collect(),
         "redis" => {
-            let url = format!(
-                "redis://{}:{}@{}:{}/0",
-                instance.agent.user, password, instance.host, instance.port
-            );
-            let client = redis::Client::open(url)?;
-            let mut conn = client.get_multiplexed_async_connection().await?;
-            let mut pipe = redis::pipe();
+            let mut command = vec!["MSET".to_owned()];
             for key in 0..1000 {
-                pipe.cmd("SET").arg(format!("k{key}")).arg(key).ignore();
+                command.push(format!("k{key}"));
+                command.push(key.to_string());
             }
-            let () = pipe.query_async(&mut conn).await?;
-            Ok(())
+            vec![AgentStatement::Command(command)]
         }
-        other => Err(anyhow!("no fill for {other}")),
+        other => return Err(anyhow!("no fill for {other}")),
+    };
+    for statement in &statements {
+        backend.query(instance, statement, limits).await?;
     }
+    Ok(())
 }
