@@ -70,3 +70,27 @@ def test_without_a_daemon_configured_it_says_what_to_set(monkeypatch: pytest.Mon
     with pytest.raises(NotConfigured) as missing:
         Agent()
     assert "SANDBOXD_AGENT_TOKEN" in missing.value.remediate
+
+
+def test_reset_info_and_sql_on_the_held_sandbox(developer: tuple[str, Agent]) -> None:
+    _, agent = developer
+    sandbox = agent.request_sandbox(["postgres", "redis"])
+    made = agent.sandbox_sql("postgres", "CREATE TABLE orders AS SELECT g AS id FROM generate_series(1, 50) g")
+    assert made["affected"] == 50
+    counted = agent.sandbox_sql("postgres", "SELECT count(*) FROM orders")
+    assert counted["rows"] == [["50"]] and counted["columns"] == ["count"]
+    assert agent.sandbox_sql("postgres", "SELECT id FROM orders", max_rows=5)["truncated"]
+    with pytest.raises(SandboxdError) as two:
+        agent.sandbox_sql("postgres", "SELECT 1; SELECT 2")
+    assert two.value.code == "invalid_argument"
+
+    info = agent.sandbox_info()
+    assert info["postgres"]["port"] == sandbox["postgres"].port
+    assert info["postgres"]["version"][0].isdigit()
+    assert sandbox["postgres"].password not in repr(info)
+
+    times = agent.reset_sandbox()
+    assert set(times) >= {"postgres", "redis"}
+    with psycopg.connect(sandbox["postgres"].url) as db:
+        assert db.execute("SELECT count(*) FROM pg_tables WHERE tablename = 'orders'").fetchone() == (0,)
+    agent.release_sandbox()

@@ -37,9 +37,10 @@ pub async fn reset(runs: usize, cleanup: &Cleanup, report: &mut Report) -> Resul
     })
     .context("docker backend")?;
     if let Err(why) = docker.ping().await {
-        report
-            .not_measured
-            .push(("docker: reset".into(), format!("no Docker engine answers: {why}")));
+        report.not_measured.push((
+            "docker: reset".into(),
+            format!("no Docker engine answers: {why}"),
+        ));
         return Ok(());
     }
     let outcome = measure("docker", &docker, &engines, runs, cleanup, report).await;

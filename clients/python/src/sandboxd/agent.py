@@ -124,6 +124,22 @@ class AsyncAgent:
     async def release_sandbox(self) -> dict[str, Any]:
         return await self.call("release_sandbox")
 
+    async def reset_sandbox(self, services: list[str] | None = None) -> dict[str, float]:
+        """Empties the sandbox in place (same credentials); each service's reset time in ms."""
+        envelope = await self.call("reset_sandbox", services=services)
+        return {entry["service"]: entry["reset_ms"] for entry in envelope.get("evidence") or []}
+
+    async def sandbox_info(self) -> dict[str, dict[str, Any]]:
+        """Each service's engine, version, endpoint (no password), and what ends the sandbox."""
+        envelope = await self.call("sandbox_info")
+        return {entry["service"]: entry for entry in envelope.get("evidence") or []}
+
+    async def sandbox_sql(self, service: str, statement: str, max_rows: int | None = None) -> dict[str, Any]:
+        """One statement (or Redis command) as the sandbox's own account: `columns`, `rows`,
+        `affected`, `truncated` and the `limits` it ran under."""
+        envelope = await self.call("sandbox_sql", service=service, statement=statement, max_rows=max_rows)
+        return envelope["evidence"]
+
 
 class Agent:
     """The same verbs, blocking (for scripts and pytest fixtures)."""
@@ -150,3 +166,12 @@ class Agent:
 
     def release_sandbox(self) -> dict[str, Any]:
         return asyncio.run(self._agent.release_sandbox())
+
+    def reset_sandbox(self, services: list[str] | None = None) -> dict[str, float]:
+        return asyncio.run(self._agent.reset_sandbox(services))
+
+    def sandbox_info(self) -> dict[str, dict[str, Any]]:
+        return asyncio.run(self._agent.sandbox_info())
+
+    def sandbox_sql(self, service: str, statement: str, max_rows: int | None = None) -> dict[str, Any]:
+        return asyncio.run(self._agent.sandbox_sql(service, statement, max_rows))
