@@ -104,9 +104,25 @@ test_postgres() {
 		-e POSTGRES_PASSWORD="$pw" -e POSTGRES_DB=postgres \
 		"$PG_IMAGE" postgres -c fsync=off -c synchronous_commit=off -c full_page_writes=off
 	port="$(host_port "$c" 5432)"
-	check_init postgres "$c" postgres .s.PGSQL.5432
+	if docker run --rm --entrypoint test "$PG_IMAGE" -s /var/lib/postgresql/baked.tar &&
+		[ -z "$(docker inspect -f '{{range .Config.Env}}{{println .}}{{end}}' "$PG_IMAGE" | grep '^SANDBOXD_UNBAKED=')" ]; then
+		BAKED=1
+	else
+		BAKED=0
+		check_init postgres "$c" postgres .s.PGSQL.5432
+	fi
 	if r=$(wait_ready "$t0" 60 pg_q "$port" sandboxd_admin "$pw" postgres 'SELECT 1'); then
 		ok "postgres: ready (first authenticated query) after ${r}s"
+		if [ "$BAKED" = 1 ]; then
+			# The baked start: no initdb, the superuser renamed to POSTGRES_USER (no `postgres`
+			# role left), and its password the only way in over TCP.
+			check "postgres (baked): started from the baked cluster, no initdb" \
+				sh -c "docker logs $c 2>&1 | grep -q 'started from the baked cluster' && ! docker logs $c 2>&1 | grep -q 'initializing database'"
+			check "postgres (baked): no role named postgres is left" \
+				sh -c "[ \"\$(PGPASSWORD='$pw' psql -h 127.0.0.1 -p $port -U sandboxd_admin -d postgres -tAc \"SELECT count(*) FROM pg_roles WHERE rolname IN ('postgres', 'sandboxd_baked_rename')\")\" = 0 ]"
+			check "postgres (baked): the superuser is the bootstrap role" \
+				sh -c "[ \"\$(PGPASSWORD='$pw' psql -h 127.0.0.1 -p $port -U sandboxd_admin -d postgres -tAc 'SELECT oid FROM pg_roles WHERE rolname = current_user')\" = 10 ]"
+		fi
 	else
 		ko "postgres: not ready after 60s"; docker logs "$c" 2>&1 | tail -n 20; return
 	fi

@@ -10,6 +10,15 @@
 #   POSTGRES_PASSWORD/USER/DB/INITDB_ARGS, and /docker-entrypoint-initdb.d/.
 # Command line: `postgres [args]` (default), `-c ...` (postgres is prepended),
 # anything else is exec'd unchanged.
+#
+# Baked start: the image carries a cluster initdb'd at build time
+# (/var/lib/postgresql/baked.tar, no password). With an empty PGDATA, the default
+# initdb settings (no POSTGRES_INITDB_ARGS / POSTGRES_HOST_AUTH_METHOD) and no
+# init scripts, it is copied into PGDATA and the server starts at once; the
+# superuser is renamed to POSTGRES_USER and given POSTGRES_PASSWORD over the
+# unix socket right after. Until then no TCP login can succeed. Any other case
+# (or SANDBOXD_UNBAKED=1) takes the official image's path: initdb and a
+# temporary server.
 set -Eeo pipefail
 
 log() { printf '%s [entrypoint] %s\n' "$(date -u '+%Y-%m-%d %H:%M:%S UTC')" "$*"; }
@@ -200,6 +209,84 @@ process_init_files() {
 	done
 }
 
+BAKED=/var/lib/postgresql/baked.tar
+
+# Whether this start can use the baked cluster (see the header).
+can_use_baked() {
+	[ -z "$DATABASE_ALREADY_EXISTS" ] && [ -s "$BAKED" ] && [ -z "${SANDBOXD_UNBAKED:-}" ] &&
+		[ -z "$POSTGRES_INITDB_ARGS" ] && [ -z "$POSTGRES_HOST_AUTH_METHOD" ] || return 1
+	shopt -s nullglob
+	local -a initFiles=(/docker-entrypoint-initdb.d/*)
+	shopt -u nullglob
+	[ ${#initFiles[@]} -eq 0 ]
+}
+
+# The baked cluster into PGDATA (and its WAL into POSTGRES_INITDB_WALDIR, linked
+# back as initdb --waldir would), owned by whoever runs this.
+copy_baked() {
+	tar -C "$PGDATA" --no-same-owner -xf "$BAKED"
+	chmod 700 "$PGDATA"
+	if [ -n "${POSTGRES_INITDB_WALDIR:-}" ]; then
+		cp -R "$PGDATA/pg_wal/." "$POSTGRES_INITDB_WALDIR/"
+		rm -rf "$PGDATA/pg_wal"
+		ln -s "$POSTGRES_INITDB_WALDIR" "$PGDATA/pg_wal"
+	fi
+}
+
+# psql as $1 over the unix socket (local = trust), SQL on stdin.
+socket_sql() {
+	PGHOST=/var/run/postgresql PGHOSTADDR='' psql -v ON_ERROR_STOP=1 --quiet --no-psqlrc \
+		--no-password --port "${PGPORT:-5432}" --username "$1" --dbname postgres
+}
+
+# The superuser as the official image makes it: named POSTGRES_USER (the baked
+# `postgres` renamed, through a helper role, since a session cannot rename its
+# own role), with POSTGRES_PASSWORD (a SQL literal on stdin, never in argv),
+# and POSTGRES_DB. One psql process: `\connect` switches the session user.
+setup_baked_superuser() {
+	local user="${POSTGRES_USER//\"/\"\"}" literal="'${POSTGRES_PASSWORD//\'/\'\'}'" db="${POSTGRES_DB//\'/\'\'}"
+	{
+		if [ "$POSTGRES_USER" != postgres ]; then
+			printf 'CREATE ROLE sandboxd_baked_rename SUPERUSER LOGIN;\n'
+			printf '\\connect - sandboxd_baked_rename\n'
+			printf 'ALTER ROLE postgres RENAME TO "%s";\n' "$user"
+			printf '\\connect - "%s"\n' "$user"
+			printf 'DROP ROLE sandboxd_baked_rename;\n'
+		fi
+		printf 'ALTER ROLE CURRENT_USER PASSWORD %s;\n' "$literal"
+		printf "SELECT format('CREATE DATABASE %%I', '%s') WHERE NOT EXISTS (SELECT FROM pg_database WHERE datname = '%s')\\gexec\n" "$db" "$db"
+	} | socket_sql postgres
+}
+
+# Starts the server on the baked cluster, sets the superuser up once its socket
+# answers, and stays its parent: stop signals are passed on, its exit status is
+# this script's.
+start_baked() {
+	log "starting from the baked cluster (no initdb)"
+	copy_baked
+	"$@" &
+	local pid=$! i status
+	trap 'kill -INT "$pid" 2>/dev/null' INT
+	trap 'kill -TERM "$pid" 2>/dev/null' TERM
+	trap 'kill -QUIT "$pid" 2>/dev/null' QUIT
+	for ((i = 0; i < 3000; i++)); do
+		kill -0 "$pid" 2>/dev/null || break
+		pg_isready -q -h /var/run/postgresql -p "${PGPORT:-5432}" -U postgres -d postgres && break
+		sleep 0.01
+	done
+	if kill -0 "$pid" 2>/dev/null && ! setup_baked_superuser; then
+		log "ERROR: setting up the superuser on the baked cluster failed" >&2
+		kill -INT "$pid" 2>/dev/null
+	else
+		log 'PostgreSQL started from the baked cluster; superuser set.'
+	fi
+	while :; do
+		status=0
+		wait "$pid" || status=$?
+		kill -0 "$pid" 2>/dev/null || exit "$status"
+	done
+}
+
 want_help() {
 	local arg
 	for arg; do
@@ -224,7 +311,10 @@ main() {
 			exec setpriv --reuid=postgres --regid=postgres --init-groups "${BASH_SOURCE[0]}" "$@"
 		fi
 
-		if [ -z "$DATABASE_ALREADY_EXISTS" ]; then
+		if can_use_baked; then
+			verify_minimum_env
+			start_baked "$@"
+		elif [ -z "$DATABASE_ALREADY_EXISTS" ]; then
 			verify_minimum_env
 			shopt -s nullglob
 			local -a initFiles=(/docker-entrypoint-initdb.d/*)

@@ -254,6 +254,15 @@ pub async fn timeline(
     Ok(Timeline { marks })
 }
 
+/// Whether `image` is on the local engine (nothing is ever pulled).
+pub async fn image_present(image: &str) -> bool {
+    Command::new("docker")
+        .args(["image", "inspect", image])
+        .output()
+        .await
+        .is_ok_and(|out| out.status.success())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -18,6 +18,11 @@ use crate::containers::{self, Timeline};
 use crate::peer::Peer;
 use crate::stats::{Check, Report, Series};
 
+/// What a testcontainers-rs user runs: the standard image, which runs initdb at every start
+/// (`scripts/build-images.sh` tags the local image with baking switched off that way; the
+/// official `postgres` image has no baked cluster).
+const STANDARD_POSTGRES: &str = "sandboxd-local/postgres:17-unbaked";
+
 /// Local images: nothing can be pulled on this machine.
 pub fn local_images() -> BTreeMap<String, String> {
     BTreeMap::from([
@@ -35,6 +40,9 @@ enum Who {
     Sandboxd,
     Floor,
     Testcontainers,
+    /// testcontainers-rs on the standard image (Postgres runs initdb at start), what its users
+    /// run; the other subjects use the baked image.
+    TestcontainersStandard,
     /// Diagnostic: sandboxd's bring-up steps replayed on a plain container (single engines).
     Replay,
 }
@@ -45,6 +53,7 @@ impl Who {
             Who::Sandboxd => "sandboxd",
             Who::Floor => "floor (docker run + loop)",
             Who::Testcontainers => "testcontainers-rs",
+            Who::TestcontainersStandard => "testcontainers-rs, standard image",
             Who::Replay => "sandboxd's steps replayed (diagnostic)",
         }
     }
@@ -53,6 +62,7 @@ impl Who {
             Who::Sandboxd => "d",
             Who::Floor => "f",
             Who::Testcontainers => "t",
+            Who::TestcontainersStandard => "s",
             Who::Replay => "r",
         }
     }
@@ -150,6 +160,9 @@ pub async fn cold_provision(
     let mut whos = vec![Who::Sandboxd, Who::Floor];
     if scenario.peer.is_some() {
         whos.push(Who::Testcontainers);
+        if containers::image_present(STANDARD_POSTGRES).await {
+            whos.push(Who::TestcontainersStandard);
+        }
     }
     whos.push(Who::Replay);
 
@@ -321,8 +334,14 @@ impl Scenario<'_> {
                     timeline,
                 })
             }
-            Who::Testcontainers => {
-                let images: Vec<String> = subject.iter().map(|&e| self.image(e)).collect();
+            Who::Testcontainers | Who::TestcontainersStandard => {
+                let images: Vec<String> = subject
+                    .iter()
+                    .map(|&e| match (who, e.name) {
+                        (Who::TestcontainersStandard, "postgres") => STANDARD_POSTGRES.to_owned(),
+                        _ => self.image(e),
+                    })
+                    .collect();
                 let names = self.container_names("tc", &tag, subject);
                 let Some(peer) = self.peer.as_mut() else {
                     bail!("no testcontainers worker");
@@ -377,7 +396,12 @@ fn summarize(
         let floor = get(Who::Floor, &name)
             .filter(|s| !s.ready.is_empty())
             .map(|s| Series::from_samples(SCENARIO, "", s.ready.clone()));
-        for who in [Who::Sandboxd, Who::Floor, Who::Testcontainers] {
+        for who in [
+            Who::Sandboxd,
+            Who::Floor,
+            Who::Testcontainers,
+            Who::TestcontainersStandard,
+        ] {
             let Some(s) = get(who, &name) else { continue };
             if !s.failures.is_empty() {
                 report.notes.push(format!(
@@ -408,7 +432,12 @@ fn summarize(
     }
     for subject in subjects {
         let name = name_of(subject);
-        for who in [Who::Sandboxd, Who::Floor, Who::Testcontainers] {
+        for who in [
+            Who::Sandboxd,
+            Who::Floor,
+            Who::Testcontainers,
+            Who::TestcontainersStandard,
+        ] {
             let Some(s) = get(who, &name).filter(|s| !s.teardown.is_empty()) else {
                 continue;
             };
@@ -416,6 +445,7 @@ fn summarize(
                 Who::Sandboxd => "sandboxd (stop → kill → remove)",
                 Who::Floor => "floor (docker rm -f)",
                 Who::Testcontainers => "testcontainers-rs (rm)",
+                Who::TestcontainersStandard => "testcontainers-rs, standard image (rm)",
                 Who::Replay => continue,
             };
             report.series.push(Series::from_samples(
@@ -443,6 +473,27 @@ fn summarize(
                     floor.p50_ms,
                     (ratio - 1.0) * 100.0,
                     ours.p50_ms - floor.p50_ms
+                ),
+            });
+        }
+    }
+    // Issue 15: from the baked image, at most half of what testcontainers-rs users wait for on
+    // the standard one (Postgres subjects: only its image is baked).
+    for subject in subjects.iter().filter(|s| s.iter().any(|e| e.name == "postgres")) {
+        let name = name_of(subject);
+        if let (Some(ours), Some(standard)) = (
+            ready_p50.get(&(Who::Sandboxd, name.clone())),
+            ready_p50.get(&(Who::TestcontainersStandard, name.clone())),
+        ) {
+            let ratio = ours.p50_ms / standard.p50_ms;
+            report.checks.push(Check {
+                target: format!(
+                    "Docker {name}: sandboxd p50 ≤ 0.5 × testcontainers-rs on the standard image"
+                ),
+                holds: ratio <= 0.5,
+                measured: format!(
+                    "{:.0} ms vs {:.0} ms: {ratio:.2}×",
+                    ours.p50_ms, standard.p50_ms
                 ),
             });
         }
@@ -475,7 +526,13 @@ fn summarize(
     for subject in subjects {
         let name = name_of(subject);
         let in_set = subject.len() > 1;
-        for who in [Who::Sandboxd, Who::Floor, Who::Testcontainers, Who::Replay] {
+        for who in [
+            Who::Sandboxd,
+            Who::Floor,
+            Who::Testcontainers,
+            Who::TestcontainersStandard,
+            Who::Replay,
+        ] {
             let Some(s) = get(who, &name) else { continue };
             if who == Who::Replay && !s.failures.is_empty() {
                 report.notes.push(format!(
