@@ -479,7 +479,10 @@ fn summarize(
     }
     // Issue 15: from the baked image, at most half of what testcontainers-rs users wait for on
     // the standard one (Postgres subjects: only its image is baked).
-    for subject in subjects.iter().filter(|s| s.iter().any(|e| e.name == "postgres")) {
+    for subject in subjects
+        .iter()
+        .filter(|s| s.iter().any(|e| e.name == "postgres"))
+    {
         let name = name_of(subject);
         if let (Some(ours), Some(standard)) = (
             ready_p50.get(&(Who::Sandboxd, name.clone())),
