@@ -48,14 +48,8 @@ fn millis(elapsed: Duration) -> f64 {
 }
 
 impl Broker {
-    /// `reset_sandbox`: every chosen service of the agent's sandbox back to how it was handed
-    /// out, in place (same endpoint, same credentials), in parallel.
-    pub(crate) async fn reset_sandbox(
-        &self,
-        agent: &Agent,
-        args: ResetSandboxArgs,
-    ) -> Result<(OkEnvelope, String), ErrorEnvelope> {
-        let _turn = self.inner.locks.lock(&agent.slug).await;
+    /// The agent's stored sandbox, or the refusal that says to request one first.
+    async fn held_sandbox(&self, agent: &Agent) -> Result<Vec<Instance>, ErrorEnvelope> {
         let instances = self
             .store()
             .instances_of(&agent.slug)
@@ -64,6 +58,18 @@ impl Broker {
         if instances.is_empty() {
             return Err(no_sandbox());
         }
+        Ok(instances)
+    }
+
+    /// `reset_sandbox`: every chosen service of the agent's sandbox back to how it was handed
+    /// out, in place (same endpoint, same credentials), in parallel.
+    pub(crate) async fn reset_sandbox(
+        &self,
+        agent: &Agent,
+        args: ResetSandboxArgs,
+    ) -> Result<(OkEnvelope, String), ErrorEnvelope> {
+        let _turn = self.inner.locks.lock(&agent.slug).await;
+        let instances = self.held_sandbox(agent).await?;
         let chosen = choose("reset_sandbox", &instances, args.services.as_deref())?;
         if !self.all_live(&instances).await {
             return Err(a_member_died());
@@ -110,15 +116,10 @@ impl Broker {
             tracing::warn!(agent = %agent.slug, error = %err, "recording the sandbox's use failed");
         }
         let names: Vec<&str> = chosen.iter().map(|i| i.engine.name).collect();
-        let held = self
-            .store()
-            .active_task_of(&agent.slug)
-            .await
-            .ok()
-            .flatten();
+        let held = self.held_task_id(&agent.slug).await;
         Ok((
             OkEnvelope::new(
-                held.map(|t| t.id),
+                held,
                 "run your tests again: the same host, port and credentials work",
                 format!(
                     "Reset {}: every database, table, key and role you made is gone; the \
@@ -159,14 +160,7 @@ impl Broker {
                 ));
             }
         };
-        let instances = self
-            .store()
-            .instances_of(&agent.slug)
-            .await
-            .map_err(|e| internal("reading your sandbox", &e))?;
-        if instances.is_empty() {
-            return Err(no_sandbox());
-        }
+        let instances = self.held_sandbox(agent).await?;
         let service = [args.service.clone()];
         let instance = choose("sandbox_sql", &instances, Some(&service))?[0];
         let statement = statement_for(instance, &args.statement)?;
@@ -202,12 +196,7 @@ impl Broker {
             tracing::warn!(agent = %agent.slug, error = %err, "recording the sandbox's use failed");
         }
         let rows = answer.rows.len();
-        let held = self
-            .store()
-            .active_task_of(&agent.slug)
-            .await
-            .ok()
-            .flatten();
+        let held = self.held_task_id(&agent.slug).await;
         let briefing = format!(
             "{} answered {rows} row(s){} in {} ms.",
             instance.engine.name,
@@ -229,7 +218,7 @@ impl Broker {
         });
         Ok((
             OkEnvelope::new(
-                held.map(|t| t.id),
+                held,
                 "run your next statement, or your tests with the sandbox's credentials",
                 briefing,
             )
@@ -244,14 +233,7 @@ impl Broker {
         &self,
         agent: &Agent,
     ) -> Result<(OkEnvelope, String), ErrorEnvelope> {
-        let instances = self
-            .store()
-            .instances_of(&agent.slug)
-            .await
-            .map_err(|e| internal("reading your sandbox", &e))?;
-        if instances.is_empty() {
-            return Err(no_sandbox());
-        }
+        let instances = self.held_sandbox(agent).await?;
         let config = &self.inner.config;
         let described = instances.iter().map(|instance| async move {
             let backend = self.inner.backends.for_kind(instance.backend);
@@ -317,15 +299,10 @@ impl Broker {
             None => "it lasts until you release it or finish your task".to_owned(),
         };
         let names: Vec<&str> = instances.iter().map(|i| i.engine.name).collect();
-        let held = self
-            .store()
-            .active_task_of(&agent.slug)
-            .await
-            .ok()
-            .flatten();
+        let held = self.held_task_id(&agent.slug).await;
         Ok((
             OkEnvelope::new(
-                held.map(|t| t.id),
+                held,
                 "use the credentials request_sandbox gave you; reset_sandbox empties the sandbox",
                 format!("Your sandbox: {}; {ending}.", names.join(", ")),
             )

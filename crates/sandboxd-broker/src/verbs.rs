@@ -87,6 +87,17 @@ impl Broker {
         }
     }
 
+    /// The id of the task the agent holds, for an answer's `task_id`; None when it holds none
+    /// or the store cannot say (the answer does not depend on it).
+    pub(crate) async fn held_task_id(&self, agent: &sandboxd_domain::AgentSlug) -> Option<String> {
+        self.store()
+            .active_task_of(agent)
+            .await
+            .ok()
+            .flatten()
+            .map(|t| t.id)
+    }
+
     /// The role's manifest, if the role is configured.
     pub fn manifest(&self, role: &str) -> Option<&RoleSpec> {
         self.inner.config.roles.get(role)
@@ -127,15 +138,9 @@ impl Broker {
                     .release(&agent.slug)
                     .await
                     .map_err(|e| internal("releasing your sandbox", &e))?;
-                let held = self
-                    .store()
-                    .active_task_of(&agent.slug)
-                    .await
-                    .ok()
-                    .flatten();
                 Ok((
                     OkEnvelope::new(
-                        held.as_ref().map(|t| t.id.clone()),
+                        self.held_task_id(&agent.slug).await,
                         "continue your task; call request_sandbox again if you need a fresh database",
                         format!("{released} instance(s) released"),
                     ),

@@ -33,6 +33,14 @@ fn admin_opts(admin: &AdminAccess, reach: Reach<'_>) -> OptsBuilder {
     }
 }
 
+/// The handed-out account over TCP, as a test suite would connect.
+fn agent_opts(reach: Reach<'_>, agent: &Credentials, database: &str) -> OptsBuilder {
+    base(reach)
+        .user(Some(&agent.user))
+        .pass(Some(agent.password.expose_secret()))
+        .db_name(Some(database))
+}
+
 async fn connect(opts: OptsBuilder) -> Result<Conn, WireError> {
     tokio::time::timeout(std::time::Duration::from_secs(3), Conn::new(opts))
         .await
@@ -81,11 +89,7 @@ pub(super) async fn probe(
     agent: &Credentials,
     database: &str,
 ) -> Result<(), WireError> {
-    let opts = base(reach)
-        .user(Some(&agent.user))
-        .pass(Some(agent.password.expose_secret()))
-        .db_name(Some(database));
-    let mut conn = connect(opts).await?;
+    let mut conn = connect(agent_opts(reach, agent, database)).await?;
     let one: Option<i64> = conn
         .query_first("SELECT 1")
         .await
@@ -151,11 +155,7 @@ pub(super) async fn version(
     agent: &Credentials,
     database: &str,
 ) -> Result<String, WireError> {
-    let opts = base(reach)
-        .user(Some(&agent.user))
-        .pass(Some(agent.password.expose_secret()))
-        .db_name(Some(database));
-    let mut conn = connect(opts).await?;
+    let mut conn = connect(agent_opts(reach, agent, database)).await?;
     let version: Option<String> = conn
         .query_first("SELECT VERSION()")
         .await
@@ -173,11 +173,7 @@ pub(super) async fn agent_query(
     statement: &str,
     limits: QueryLimits,
 ) -> Result<QueryAnswer, WireError> {
-    let opts = base(reach)
-        .user(Some(&agent.user))
-        .pass(Some(agent.password.expose_secret()))
-        .db_name(Some(database));
-    let mut conn = connect(opts).await?;
+    let mut conn = connect(agent_opts(reach, agent, database)).await?;
     let wire = WireError::from_display;
     conn.query_drop(format!(
         "SET SESSION max_statement_time = {}",

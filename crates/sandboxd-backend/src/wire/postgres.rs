@@ -39,6 +39,19 @@ fn admin_config(admin: &AdminAccess, reach: Reach<'_>, database: &str) -> Config
     config
 }
 
+/// The handed-out account over TCP, as a test suite would connect.
+fn agent_config(reach: Reach<'_>, agent: &Credentials, database: &str) -> Config {
+    let mut config = Config::new();
+    config
+        .host(reach.host)
+        .port(reach.port)
+        .user(&agent.user)
+        .password(agent.password.expose_secret())
+        .dbname(database)
+        .connect_timeout(CONNECT_TIMEOUT);
+    config
+}
+
 async fn connect(config: &Config) -> Result<Client, WireError> {
     let (client, connection) = config
         .connect(NoTls)
@@ -98,15 +111,7 @@ pub(super) async fn probe(
     agent: &Credentials,
     database: &str,
 ) -> Result<(), WireError> {
-    let mut config = Config::new();
-    config
-        .host(reach.host)
-        .port(reach.port)
-        .user(&agent.user)
-        .password(agent.password.expose_secret())
-        .dbname(database)
-        .connect_timeout(CONNECT_TIMEOUT);
-    let client = connect(&config).await?;
+    let client = connect(&agent_config(reach, agent, database)).await?;
     client
         .simple_query("SELECT 1")
         .await
@@ -240,15 +245,7 @@ pub(super) async fn version(
     agent: &Credentials,
     database: &str,
 ) -> Result<String, WireError> {
-    let mut config = Config::new();
-    config
-        .host(reach.host)
-        .port(reach.port)
-        .user(&agent.user)
-        .password(agent.password.expose_secret())
-        .dbname(database)
-        .connect_timeout(CONNECT_TIMEOUT);
-    let client = connect(&config).await?;
+    let client = connect(&agent_config(reach, agent, database)).await?;
     let row = client
         .query_one("SELECT current_setting('server_version')", &[])
         .await
@@ -264,15 +261,8 @@ pub(super) async fn agent_query(
     statement: &str,
     limits: QueryLimits,
 ) -> Result<QueryAnswer, WireError> {
-    let mut config = Config::new();
-    config
-        .host(reach.host)
-        .port(reach.port)
-        .user(&agent.user)
-        .password(agent.password.expose_secret())
-        .dbname(database)
-        .connect_timeout(CONNECT_TIMEOUT)
-        .application_name("sandboxd sandbox_sql");
+    let mut config = agent_config(reach, agent, database);
+    config.application_name("sandboxd sandbox_sql");
     let client = connect(&config).await?;
     let refused = |err: tokio_postgres::Error| match err.as_db_error() {
         Some(db) => WireError(format!("{} ({})", db.message(), db.code().code())),

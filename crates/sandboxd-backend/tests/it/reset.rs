@@ -163,6 +163,19 @@ async fn mariadb_round(backend: &dyn Backend, instance: &Instance) {
         .expect("the agent works in it again");
 }
 
+/// Each engine's round on its instance, then their teardown.
+async fn every_round(backend: &dyn Backend, [pg, redis, mariadb]: [&Instance; 3]) {
+    postgres_round(backend, pg).await;
+    redis_round(backend, redis).await;
+    mariadb_round(backend, mariadb).await;
+    for instance in [pg, redis, mariadb] {
+        backend
+            .teardown(&InstanceHandle::of(instance))
+            .await
+            .expect("teardown");
+    }
+}
+
 #[tokio::test]
 async fn reset_empties_process_instances_and_keeps_their_credentials() {
     ProcessHarness::new(|_| {})
@@ -174,15 +187,7 @@ async fn reset_empties_process_instances_and_keeps_their_credentials() {
                 .expect("postgres with pg_trgm");
             let redis = support::provision(&backend, "redis", &owner).await;
             let mariadb = support::provision(&backend, "mariadb", &owner).await;
-            postgres_round(backend.as_ref(), &pg).await;
-            redis_round(backend.as_ref(), &redis).await;
-            mariadb_round(backend.as_ref(), &mariadb).await;
-            for instance in [&pg, &redis, &mariadb] {
-                backend
-                    .teardown(&InstanceHandle::of(instance))
-                    .await
-                    .expect("teardown");
-            }
+            every_round(backend.as_ref(), [&pg, &redis, &mariadb]).await;
         })
         .await;
 }
@@ -210,15 +215,7 @@ async fn reset_empties_docker_instances_and_keeps_their_credentials() {
                 redis.expect("redis"),
                 mariadb.expect("mariadb"),
             );
-            postgres_round(backend.as_ref(), &pg).await;
-            redis_round(backend.as_ref(), &redis).await;
-            mariadb_round(backend.as_ref(), &mariadb).await;
-            for instance in [&pg, &redis, &mariadb] {
-                backend
-                    .teardown(&InstanceHandle::of(instance))
-                    .await
-                    .expect("teardown");
-            }
+            every_round(backend.as_ref(), [&pg, &redis, &mariadb]).await;
         })
         .await;
 }
