@@ -369,6 +369,24 @@ recipe_mariadb() {
 		printf '[mariadb]\nhost-cache-size=0\nskip-name-resolve\n' >/etc/mysql/conf.d/docker.cnf
 		printf 'server=%s\n' "$(pkg_version mariadb-server)" >/.sandboxd-versions
 		mariadbd --version
+		# Baked datadir: mariadb-install-db at build time, with the entrypoint's own
+		# arguments, so a container starts the server at once on an unpacked copy (see
+		# the entrypoint). Root has no password in it and exists only as root@localhost
+		# (the socket); the entrypoint sets it up before anything else. The redo log is
+		# the 16 MB sandboxd runs with (the server resizes it at start when asked for
+		# another size). One tar, readable by any uid.
+		mkdir -p /var/lib/mysql-baked
+		chown mysql:mysql /var/lib/mysql-baked
+		mariadb-install-db --user=mysql --datadir=/var/lib/mysql-baked --rpm \
+			--auth-root-authentication-method=normal --innodb-log-file-size=16M \
+			--skip-test-db --old-mode='UTF8_IS_UTF8MB3' --default-time-zone=SYSTEM --enforce-storage-engine= \
+			--skip-log-bin --expire-logs-days=0 \
+			--loose-innodb_buffer_pool_load_at_startup=0 --loose-innodb_buffer_pool_dump_at_shutdown=0
+		# its entries, not "." itself: the datadir it lands in is a tmpfs root this uid cannot chmod
+		(cd /var/lib/mysql-baked && tar --numeric-owner --sparse -cf /var/lib/mysql-baked.tar -- *)
+		rm -rf /var/lib/mysql-baked
+		chmod 0644 /var/lib/mysql-baked.tar
+		ls -la /var/lib/mysql-baked.tar
 	EOS
 }
 

@@ -213,9 +213,19 @@ test_mariadb() {
 		-e MARIADB_ROOT_PASSWORD="$pw" \
 		"$MARIADB_IMAGE" mariadbd --innodb-flush-log-at-trx-commit=0 --skip-log-bin
 	port="$(host_port "$c" 3306)"
-	check_init mariadb "$c" mariadbd mysqld.sock
+	local baked=0
+	if docker run --rm --entrypoint test "$MARIADB_IMAGE" -s /var/lib/mysql-baked.tar &&
+		[ -z "$(docker inspect -f '{{range .Config.Env}}{{println .}}{{end}}' "$MARIADB_IMAGE" | grep '^SANDBOXD_UNBAKED=')" ]; then
+		baked=1
+	else
+		check_init mariadb "$c" mariadbd mysqld.sock
+	fi
 	if r=$(wait_ready "$t0" 90 my_q "$port" root "$pw" 'SELECT 1'); then
 		ok "mariadb: ready (first authenticated query as root over TCP) after ${r}s"
+		if [ "$baked" = 1 ]; then
+			check "mariadb (baked): started from the baked datadir, no mariadb-install-db" \
+				sh -c "docker logs $c 2>&1 | grep -q 'started from the baked datadir' && ! docker logs $c 2>&1 | grep -q 'Initializing database files'"
+		fi
 	else
 		ko "mariadb: not ready after 90s"; docker logs "$c" 2>&1 | tail -n 20; return
 	fi

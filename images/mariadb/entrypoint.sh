@@ -11,6 +11,14 @@
 #   the MYSQL_* aliases, the *_FILE variants, and /docker-entrypoint-initdb.d/.
 # Command line: `mariadbd [args]` (default), `--opt ...` (mariadbd is
 # prepended), anything else is exec'd unchanged.
+#
+# Baked start: the image carries a datadir installed at build time
+# (/var/lib/mysql-baked.tar; root@localhost only, no password). With an empty
+# datadir and no init scripts it is unpacked and the final server started at
+# once; root and the users are set up over the unix socket right after, by the
+# same statements the official path runs against its temporary server. Until
+# then only the socket inside the container reaches root. Init scripts, an
+# existing datadir or SANDBOXD_UNBAKED=1 take the official path.
 set -Eeo pipefail
 
 log() { printf '%s [Note] [Entrypoint]: %s\n' "$(date -u '+%Y-%m-%d %H:%M:%S')" "$*"; }
@@ -278,6 +286,71 @@ process_init_files() {
 	done
 }
 
+BAKED=/var/lib/mysql-baked.tar
+
+# Whether this start can use the baked datadir (see the header).
+can_use_baked() {
+	[ -z "$DATABASE_ALREADY_EXISTS" ] && [ -s "$BAKED" ] && [ -z "${SANDBOXD_UNBAKED:-}" ] || return 1
+	shopt -s nullglob
+	local -a initFiles=(/docker-entrypoint-initdb.d/*)
+	shopt -u nullglob
+	[ ${#initFiles[@]} -eq 0 ]
+}
+
+# Unpacks the baked datadir, starts the server, sets root and the users up over
+# the socket once it answers, and stays its parent: stop signals are passed on,
+# its exit status is this script's.
+start_baked() {
+	log "Starting from the baked datadir (no mariadb-install-db)"
+	tar -C "$DATADIR" --no-same-owner -xf "$BAKED"
+	"$@" &
+	MARIADB_PID=$!
+	local i status
+	trap 'kill -TERM "$MARIADB_PID" 2>/dev/null' TERM INT QUIT
+	for ((i = 0; i < 3000; i++)); do
+		kill -0 "$MARIADB_PID" 2>/dev/null || break
+		MYSQL_PWD='' exec_client --database=mysql -e 'SELECT 1' >/dev/null 2>&1 && break
+		sleep 0.01
+	done
+	if kill -0 "$MARIADB_PID" 2>/dev/null && drop_build_host_root && setup_db && set_root_password_hash; then
+		log "MariaDB started from the baked datadir; users set up."
+	else
+		warn "Setting up the baked datadir failed; stopping the server"
+		kill -TERM "$MARIADB_PID" 2>/dev/null
+	fi
+	while :; do
+		status=0
+		wait "$MARIADB_PID" || status=$?
+		kill -0 "$MARIADB_PID" 2>/dev/null || exit "$status"
+	done
+}
+
+# The install at build time made root@<build host>; the official path drops
+# root@<this container> instead. Every root but root@localhost goes, before
+# setup_db makes root@MARIADB_ROOT_HOST.
+drop_build_host_root() {
+	process_sql --dont-use-mysql-root-password --database=mysql <<-'EOSQL'
+		DELIMITER //
+		BEGIN NOT ATOMIC
+			FOR u IN (SELECT Host FROM mysql.global_priv WHERE User = 'root' AND Host <> 'localhost') DO
+				EXECUTE IMMEDIATE CONCAT('DROP USER root@', QUOTE(u.Host));
+			END FOR;
+		END//
+		DELIMITER ;
+	EOSQL
+}
+
+# With MARIADB_ROOT_PASSWORD_HASH, root@localhost gets the hash last (the
+# statements before it log in without a password).
+set_root_password_hash() {
+	[ -n "$MARIADB_ROOT_PASSWORD_HASH" ] || return 0
+	log "Setting root@localhost password hash"
+	process_sql --dont-use-mysql-root-password --binary-mode <<-EOSQL
+		SET @@SESSION.SQL_LOG_BIN=0;
+		SET PASSWORD FOR 'root'@'localhost' = '$(sql_escape "$MARIADB_ROOT_PASSWORD_HASH")';
+	EOSQL
+}
+
 want_help() {
 	local arg
 	for arg; do
@@ -302,7 +375,10 @@ main() {
 			exec setpriv --reuid=mysql --regid=mysql --init-groups "${BASH_SOURCE[0]}" "$@"
 		fi
 
-		if [ -z "$DATABASE_ALREADY_EXISTS" ]; then
+		if can_use_baked; then
+			verify_minimum_env
+			start_baked "$@"
+		elif [ -z "$DATABASE_ALREADY_EXISTS" ]; then
 			verify_minimum_env
 			shopt -s nullglob
 			local -a initFiles=(/docker-entrypoint-initdb.d/*)
@@ -313,13 +389,7 @@ main() {
 			log "Temporary server started."
 			setup_db
 			process_init_files "${initFiles[@]}"
-			if [ -n "$MARIADB_ROOT_PASSWORD_HASH" ]; then
-				log "Setting root@localhost password hash"
-				process_sql --dont-use-mysql-root-password --binary-mode <<-EOSQL
-					SET @@SESSION.SQL_LOG_BIN=0;
-					SET PASSWORD FOR 'root'@'localhost' = '$(sql_escape "$MARIADB_ROOT_PASSWORD_HASH")';
-				EOSQL
-			fi
+			set_root_password_hash
 			log "Stopping temporary server"
 			temp_server_stop
 			log "Temporary server stopped"
