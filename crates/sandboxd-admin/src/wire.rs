@@ -221,6 +221,8 @@ pub struct InstanceOut {
     pub created_at_ms: i64,
     pub live: bool,
     pub status: String,
+    /// The image it runs from (Docker); null for a process.
+    pub image: Option<String>,
     /// False for an instance no agent's sandbox record knows: one a crash left (the janitor
     /// reaps it), or a foreign one.
     pub tracked: bool,
@@ -237,6 +239,7 @@ impl From<InstanceView> for InstanceOut {
             created_at_ms: i.created_at_ms,
             live: i.live,
             status: i.status,
+            image: i.image,
             tracked: i.tracked,
         }
     }
@@ -451,6 +454,7 @@ mod tests {
                 created_at_ms: 3,
                 live: true,
                 status: "running".into(),
+                image: None,
                 tracked: true,
             }],
         });

@@ -59,6 +59,8 @@ pub struct InstanceView {
     pub created_at_ms: i64,
     pub live: bool,
     pub status: String,
+    /// The image it runs from (Docker), or None (processes).
+    pub image: Option<String>,
     /// False for an instance no agent's sandbox record knows: one this daemon made that a
     /// crash left (the janitor reaps it), or a foreign one.
     pub tracked: bool,
@@ -381,6 +383,7 @@ impl Broker {
                     created_at_ms: instance.created_at_ms,
                     live: instance.live,
                     status: instance.status,
+                    image: instance.image,
                 });
         }
         Ok(by_owner

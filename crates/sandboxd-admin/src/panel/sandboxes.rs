@@ -102,6 +102,9 @@ fn sandbox_table(session: &PanelSession, sandboxes: &[SandboxView], foreign: boo
                                     li {
                                         code { (instance.name) }
                                         " " span class="muted" { (instance.host) ":" (instance.port) }
+                                        @if let Some(image) = &instance.image {
+                                            " " span class="muted image" { (image) }
+                                        }
                                         @if !instance.live { " " (status(&instance.status)) }
                                         @if !instance.tracked && !foreign { " " (badge("warn", "untracked")) }
                                     }

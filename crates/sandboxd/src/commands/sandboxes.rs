@@ -39,7 +39,10 @@ fn instances(sandbox: &SandboxOut) -> String {
     sandbox
         .instances
         .iter()
-        .map(|i| format!("{} {}:{}", i.name, i.host, i.port))
+        .map(|i| match &i.image {
+            Some(image) => format!("{} {}:{} ({image})", i.name, i.host, i.port),
+            None => format!("{} {}:{}", i.name, i.host, i.port),
+        })
         .collect::<Vec<_>>()
         .join("\n")
 }
