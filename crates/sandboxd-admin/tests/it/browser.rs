@@ -406,7 +406,13 @@ async fn flow(app: &App, client: &Client) {
     open(client, app, "/sandboxes").await;
     let row = format!("#sandbox-{}", dev.slug);
     let shown = text(client, &row).await;
-    for expected in ["postgres", "redis", "docker", "live", "sandboxd-local/postgres:17"] {
+    for expected in [
+        "postgres",
+        "redis",
+        "docker",
+        "live",
+        "sandboxd-local/postgres:17",
+    ] {
         assert!(shown.contains(expected), "{expected} in {shown}");
     }
     let last_used = text(client, &format!("{row} .last-used")).await;
