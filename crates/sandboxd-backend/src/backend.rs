@@ -228,11 +228,7 @@ pub trait Backend: Send + Sync + fmt::Debug {
             limits,
         )
         .await
-        .map_err(|err| BackendError::Wire {
-            operation: "running a statement on",
-            name: instance.name.clone(),
-            detail: err.to_string(),
-        })
+        .map_err(wire_error(instance, "running a statement"))
     }
 
     /// The server's full version, asked as the handed-out account.
@@ -245,11 +241,7 @@ pub trait Backend: Send + Sync + fmt::Debug {
             &instance.database,
         )
         .await
-        .map_err(|err| BackendError::Wire {
-            operation: "asking the version of",
-            name: instance.name.clone(),
-            detail: err.to_string(),
-        })
+        .map_err(wire_error(instance, "asking the version"))
     }
 
     /// Empties a live instance in place, as the service superuser (`reset_sandbox`): what the
@@ -259,15 +251,10 @@ pub trait Backend: Send + Sync + fmt::Debug {
         let (host, port) = self.admin_address(instance).await?;
         let reach = Reach { host: &host, port };
         let engine = instance.engine.get();
-        let failed = |operation: &'static str, detail: String| BackendError::Wire {
-            operation,
-            name: instance.name.clone(),
-            detail,
-        };
         let plan = engine.reset(&instance.agent.user);
         wire::reset(engine, &instance.admin, reach, &plan)
             .await
-            .map_err(|err| failed("resetting", err.to_string()))?;
+            .map_err(wire_error(instance, "resetting"))?;
         wire::activate(
             engine,
             &instance.admin,
@@ -277,10 +264,22 @@ pub trait Backend: Send + Sync + fmt::Debug {
         )
         .await
         .map_err(|(feature, err)| {
-            failed(
-                "activating a feature again after a reset",
-                format!("{}: {err}", feature.name()),
-            )
+            wire_error(instance, "activating a feature again after a reset")(format!(
+                "{}: {err}",
+                feature.name()
+            ))
         })
+    }
+}
+
+/// A failed exchange with `instance`'s server, as a `BackendError` naming what was being done.
+fn wire_error<'a, E: fmt::Display>(
+    instance: &'a Instance,
+    operation: &'static str,
+) -> impl FnOnce(E) -> BackendError + 'a {
+    move |err| BackendError::Wire {
+        operation,
+        name: instance.name.clone(),
+        detail: err.to_string(),
     }
 }

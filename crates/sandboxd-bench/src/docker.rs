@@ -24,6 +24,19 @@ use crate::stats::{Check, Report, Series};
 const STANDARD_POSTGRES: &str = "sandboxd-local/postgres:17-unbaked";
 
 /// Local images: nothing can be pulled on this machine.
+/// The Docker backend's settings for the local images, nothing else changed but `tweak`.
+pub fn local_config(tweak: impl FnOnce(&mut DockerConfig)) -> DockerConfig {
+    let mut config = DockerConfig {
+        images: local_images()
+            .into_iter()
+            .map(|(engine, image)| (engine, vec![image]))
+            .collect(),
+        ..DockerConfig::default()
+    };
+    tweak(&mut config);
+    config
+}
+
 pub fn local_images() -> BTreeMap<String, String> {
     BTreeMap::from([
         (
@@ -93,14 +106,7 @@ pub async fn cold_provision(
     report: &mut Report,
 ) -> Result<()> {
     let images = local_images();
-    let config = DockerConfig {
-        images: images
-            .iter()
-            .map(|(engine, image)| (engine.clone(), vec![image.clone()]))
-            .collect(),
-        grace: Duration::ZERO,
-        ..DockerConfig::default()
-    };
+    let config = local_config(|c| c.grace = Duration::ZERO);
     let backend = DockerBackend::new(config).context("docker backend")?;
     if let Err(why) = backend.ping().await {
         report.not_measured.push((

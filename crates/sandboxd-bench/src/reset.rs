@@ -5,14 +5,14 @@
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, anyhow};
-use sandboxd_backend::docker::{DockerBackend, DockerConfig};
+use sandboxd_backend::docker::DockerBackend;
 use sandboxd_backend::wire::{AgentStatement, QueryLimits};
 use sandboxd_backend::{Backend, InstanceHandle, InstanceRequest, Sweep};
 use sandboxd_domain::{AgentSlug, DaemonId, EngineRef, Instance, engines};
 
 use crate::Report;
 use crate::cleanup::Cleanup;
-use crate::docker::local_images;
+use crate::docker::local_config;
 use crate::stats::Series;
 
 /// Issue 15's targets: Postgres ≤ 100 ms, Redis ≤ 10 ms (p50).
@@ -28,14 +28,7 @@ pub async fn reset(runs: usize, cleanup: &Cleanup, report: &mut Report) -> Resul
     let engines = [engines::lookup("postgres")?, engines::lookup("redis")?];
     let process = cleanup.process_backend("reset")?;
     measure("process", &process, &engines, runs, cleanup, report).await?;
-    let docker = DockerBackend::new(DockerConfig {
-        images: local_images()
-            .into_iter()
-            .map(|(engine, image)| (engine, vec![image]))
-            .collect(),
-        ..DockerConfig::default()
-    })
-    .context("docker backend")?;
+    let docker = DockerBackend::new(local_config(|_| {})).context("docker backend")?;
     if let Err(why) = docker.ping().await {
         report.not_measured.push((
             "docker: reset".into(),

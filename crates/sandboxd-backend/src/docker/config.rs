@@ -16,8 +16,9 @@ pub struct DockerConfig {
     pub socket: String,
     /// A network to attach instances to. None: the daemon's instances join its own bridge
     /// network, on which inter-container traffic is off (no container reaches another), and the
-    /// engine port is published on 127.0.0.1 only. Some: the container joins it, nothing is published, and the host handed out is the
-    /// container's name (the agent's container must be on the same network).
+    /// engine port is published on 127.0.0.1 only. Some: the container joins it, nothing is
+    /// published, and the host handed out is the container's name (the agent's container must
+    /// be on the same network).
     pub network: Option<String>,
     /// The IPv4 range daemon networks' subnets are carved from (not Docker's default pools,
     /// which hold only ~31 bridge networks). Must not overlap the host's other networks.

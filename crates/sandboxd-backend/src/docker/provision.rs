@@ -4,8 +4,9 @@
 //! every backend shares: superuser login, setup steps, the handed-out account's own round trip)
 //! → `activate` (features). When any step after `create` fails, the container is removed
 //! before the error is returned, so nothing is left behind (the daemon network stays for the
-//! next provision; the janitor's sweep removes it once unused). The superuser's password, when the image needs one, is written to the
-//! container's stdin as it starts (`<VAR>_FILE=/dev/stdin`): it is in no config or file.
+//! next provision; the janitor's sweep removes it once unused). The superuser's password, when
+//! the image needs one, is written to the container's stdin as it starts
+//! (`<VAR>_FILE=/dev/stdin`): it is in no config or file.
 
 use std::collections::BTreeSet;
 

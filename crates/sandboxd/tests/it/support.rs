@@ -433,14 +433,9 @@ pub fn teardown_maker_on_docker(home: &Home, maker: &str) {
         .output()
         .expect("sandboxd teardown --maker");
     assert!(out.status.success(), "{out:?}");
-    let network = format!("sandboxd-net-{maker}");
-    let inspected = Command::new("docker")
-        .args(["network", "inspect", &network])
-        .output()
-        .expect("docker network inspect");
     assert!(
-        !inspected.status.success(),
-        "{network} outlived every sandbox of its daemon: {}",
+        !sandboxd_testkit::daemon_network_left(maker),
+        "the network of {maker} outlived every sandbox of its daemon: {}",
         String::from_utf8_lossy(&out.stdout)
     );
 }
