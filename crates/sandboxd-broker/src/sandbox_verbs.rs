@@ -285,18 +285,31 @@ impl Broker {
         });
         let evidence: Vec<serde_json::Value> = join_all(described).await;
         let now = now_ms();
-        let ends = evidence
-            .iter()
-            .flat_map(|e| [&e["released_if_idle_at_ms"], &e["released_at_latest_at_ms"]])
-            .filter_map(serde_json::Value::as_i64)
-            .min();
-        let ending = match ends {
-            Some(at) => format!(
-                "it is released in {} s unless used sooner (idle timeout) and, at the latest, at \
-                 its maximum lifetime",
-                (at - now).max(0) / 1000
+        let soonest = |key: &str| {
+            evidence
+                .iter()
+                .filter_map(|e| e[key].as_i64())
+                .min()
+                .map(|at| (at - now).max(0) / 1000)
+        };
+        let ending = match (
+            soonest("released_if_idle_at_ms"),
+            soonest("released_at_latest_at_ms"),
+        ) {
+            (Some(idle), Some(latest)) if latest <= idle => {
+                format!("it is released in {latest} s (maximum lifetime), used or not")
+            }
+            (Some(idle), Some(latest)) => format!(
+                "it is released in {idle} s unless used sooner (idle timeout), and in {latest} s \
+                 at the latest (maximum lifetime)"
             ),
-            None => "it lasts until you release it or finish your task".to_owned(),
+            (Some(idle), None) => {
+                format!("it is released in {idle} s unless used sooner (idle timeout)")
+            }
+            (None, Some(latest)) => {
+                format!("it is released in {latest} s (maximum lifetime), used or not")
+            }
+            (None, None) => "it lasts until you release it or finish your task".to_owned(),
         };
         let names: Vec<&str> = instances.iter().map(|i| i.engine.name).collect();
         let held = self.held_task_id(&agent.slug).await;
