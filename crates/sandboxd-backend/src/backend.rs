@@ -5,12 +5,15 @@ use std::collections::BTreeSet;
 use std::fmt;
 
 use async_trait::async_trait;
+use sandboxd_domain::engine::ServerFacts;
 use sandboxd_domain::instance::{BackendKind, Instance};
-use sandboxd_domain::{AgentSlug, DaemonId, EngineRef, Feature};
+use sandboxd_domain::{AgentSlug, Credentials, DaemonId, EngineRef, Feature};
 use serde::{Deserialize, Serialize};
 
 use crate::error::BackendError;
-use crate::wire::{self, ActivationError, AgentStatement, QueryAnswer, QueryLimits, Reach};
+use crate::wire::{
+    self, ActivationError, AdminSession, AgentStatement, QueryAnswer, QueryLimits, Reach,
+};
 
 /// One instance to provision.
 #[derive(Debug, Clone)]
@@ -143,6 +146,68 @@ pub trait Backend: Send + Sync + fmt::Debug {
 
     async fn doctor(&self) -> Vec<DoctorCheck>;
 
+    /// Starts a warm-pool member: `request.owner` is a pool slot
+    /// ([`AgentSlug::pool_slot`]); the server is proven ready as superuser, prepared
+    /// (`EngineRecipes::pool_prepare`) and its features active, but no handed-out account
+    /// exists until [`Backend::hand_out`]. On failure nothing of it is left behind.
+    async fn provision_idle(&self, request: &InstanceRequest) -> Result<IdleMember, BackendError>;
+
+    /// Records that `instance` now belongs to `owner` where `list` (and so the janitor and a
+    /// restarted daemon) reads it; returns the name the instance goes by from now on.
+    async fn record_owner(
+        &self,
+        instance: &Instance,
+        owner: &AgentSlug,
+    ) -> Result<String, BackendError>;
+
+    /// Hands a pool member to `owner`: mints the handed-out account over the held superuser
+    /// connection while the owner is recorded, then proves the account with its own round
+    /// trip. After it the instance is as `provision` would have made it for `owner`. On
+    /// failure the member is torn down: it is never handed out twice, nor half.
+    async fn hand_out(
+        &self,
+        member: IdleMember,
+        owner: &AgentSlug,
+    ) -> Result<Instance, BackendError> {
+        let IdleMember {
+            mut instance,
+            facts,
+            mut session,
+        } = member;
+        let engine = instance.engine;
+        let agent = Credentials::generate(engine.agent_user);
+        let steps = engine.mint(&agent, facts);
+        let (minted, recorded) =
+            tokio::join!(session.run(&steps), self.record_owner(&instance, owner));
+        drop(session);
+        if let Ok(name) = &recorded {
+            // On an operator's network agents reach a container by its name.
+            if instance.host == instance.name {
+                instance.host = name.clone();
+            }
+            instance.name = name.clone();
+            instance.owner = owner.clone();
+        }
+        instance.agent = agent;
+        let outcome = async {
+            minted.map_err(wire_error(&instance, "minting the handed-out account"))?;
+            recorded?;
+            let (host, port) = self.admin_address(&instance).await?;
+            let reach = Reach { host: &host, port };
+            wire::probe(engine.get(), reach, &instance.agent, &instance.database)
+                .await
+                .map_err(wire_error(&instance, "proving the handed-out account"))
+        }
+        .await;
+        if let Err(err) = outcome {
+            if let Err(teardown) = self.teardown(&InstanceHandle::of(&instance)).await {
+                tracing::warn!(instance = %instance.name, error = %teardown, "removing a pool member that failed its hand-out");
+            }
+            return Err(err);
+        }
+        Ok(instance)
+    }
+
     /// The image that runs `engine` on this backend now (the first of its candidates present),
     /// or None for a backend without images.
     async fn image_of(&self, engine: EngineRef) -> Result<Option<String>, BackendError> {
@@ -269,6 +334,63 @@ pub trait Backend: Send + Sync + fmt::Debug {
                 feature.name()
             ))
         })
+    }
+}
+
+/// A warm-pool member: running, ready, prepared, its features active, its superuser
+/// connection held open, and no handed-out account yet. Its `instance.owner` is its pool slot
+/// and `instance.agent` holds credentials nobody was given.
+#[derive(Debug)]
+pub struct IdleMember {
+    pub instance: Instance,
+    facts: ServerFacts,
+    session: AdminSession,
+}
+
+impl IdleMember {
+    /// Holds a superuser connection to `instance`, just provisioned for a pool, on `backend`;
+    /// tears it down when that fails.
+    pub(crate) async fn hold(
+        backend: &(impl Backend + ?Sized),
+        instance: Instance,
+    ) -> Result<Self, BackendError> {
+        let held = async {
+            let (host, port) = backend.admin_address(&instance).await?;
+            let reach = Reach { host: &host, port };
+            let session =
+                AdminSession::open(instance.engine, &instance.admin, reach, &instance.database)
+                    .await
+                    .map_err(wire_error(&instance, "holding a superuser connection to"))?;
+            let facts = session
+                .facts()
+                .await
+                .map_err(wire_error(&instance, "asking the server facts of"))?;
+            Ok((session, facts))
+        }
+        .await;
+        match held {
+            Ok((session, facts)) => Ok(Self {
+                instance,
+                facts,
+                session,
+            }),
+            Err(err) => {
+                let _ = backend.teardown(&InstanceHandle::of(&instance)).await;
+                Err(err)
+            }
+        }
+    }
+
+    pub fn handle(&self) -> InstanceHandle {
+        InstanceHandle::of(&self.instance)
+    }
+
+    /// One round trip over the held connection: the member still answers its superuser.
+    pub async fn check(&mut self) -> Result<(), BackendError> {
+        self.session
+            .check()
+            .await
+            .map_err(wire_error(&self.instance, "checking"))
     }
 }
 

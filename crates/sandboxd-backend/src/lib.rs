@@ -20,6 +20,8 @@ pub mod set;
 mod startup;
 pub mod wire;
 
-pub use backend::{Backend, DoctorCheck, InstanceHandle, InstanceRequest, ListedInstance, Sweep};
+pub use backend::{
+    Backend, DoctorCheck, IdleMember, InstanceHandle, InstanceRequest, ListedInstance, Sweep,
+};
 pub use error::BackendError;
 pub use set::{provision_set, provision_set_timed, teardown_all};

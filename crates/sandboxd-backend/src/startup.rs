@@ -13,6 +13,16 @@ use crate::error::BackendError;
 use crate::readiness::{Attempt, poll_until_ready};
 use crate::wire::{self, Reach};
 
+/// When a provision makes the handed-out account.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Account {
+    /// Now: the instance is an agent's as soon as it is ready.
+    Now,
+    /// When a warm-pool member is handed out (`Backend::hand_out`); until then only the
+    /// superuser gets in.
+    AtHandOut,
+}
+
 #[derive(Debug)]
 pub(crate) struct Startup<'a> {
     pub engine: EngineRef,
@@ -23,6 +33,8 @@ pub(crate) struct Startup<'a> {
     pub database: &'a str,
     /// Steps run without credentials before the superuser exists (MongoDB processes).
     pub bootstrap: Vec<AdminStep>,
+    /// When the handed-out account is made: now, or when a pool member is handed out.
+    pub account: Account,
     pub deadline: Duration,
 }
 
@@ -84,6 +96,14 @@ where
     })
     .await?;
 
+    if startup.account == Account::AtHandOut {
+        for step in engine.pool_prepare() {
+            wire::run_step(engine, Some(startup.admin), startup.reach, &step)
+                .await
+                .map_err(|err| wire_error("preparing a pool member", err))?;
+        }
+        return Ok(facts);
+    }
     for step in engine.setup(startup.agent, facts) {
         wire::run_step(engine, Some(startup.admin), startup.reach, &step)
             .await

@@ -158,6 +158,12 @@ fn step_label(step: &AdminStep) -> String {
             .collect::<Vec<_>>()
             .join(" "),
         AdminStep::MongoCommand { .. } => "a MongoDB command".to_owned(),
+        AdminStep::RedisCommand { words } => words
+            .iter()
+            .take(2)
+            .map(|w| w.expose_secret())
+            .collect::<Vec<_>>()
+            .join(" "),
     }
 }
 

@@ -25,6 +25,9 @@ pub struct BrokerConfig {
     pub mcp_session_ttl: Duration,
     /// `ROBOCO_SANDBOX_DB_ENABLED`, read by the binary at start: overrides the stored switch.
     pub enabled_override: Option<bool>,
+    /// Warm pools on the primary backend, one per engine at most.
+    pub pools: Vec<crate::pools::PoolConfig>,
+    pub pool_tuning: crate::pools::PoolTuning,
 }
 
 impl BrokerConfig {
@@ -44,6 +47,8 @@ impl Default for BrokerConfig {
             janitor_interval: Duration::from_secs(30),
             mcp_session_ttl: Self::DEFAULT_MCP_SESSION_TTL,
             enabled_override: None,
+            pools: Vec::new(),
+            pool_tuning: crate::pools::PoolTuning::default(),
         }
     }
 }

@@ -63,6 +63,8 @@ pub struct JanitorReport {
     pub kept_young: usize,
     /// Made by another daemon or the CLI: listed, never touched.
     pub foreign: usize,
+    /// Members of this run's warm pools, idle, starting or being handed out: left to them.
+    pub pooled: usize,
     /// Stored sandbox rows whose instances no backend lists any more.
     pub forgotten: usize,
     /// Things this daemon's instances left beside themselves (a daemon network none of its containers uses).
@@ -106,10 +108,27 @@ impl Broker {
         let listed = listing.instances;
         let listed_names: BTreeSet<String> = listed.iter().map(|i| i.handle.name.clone()).collect();
         let now = now_ms();
+        let pool_slots: std::collections::HashSet<String> = listed
+            .iter()
+            .filter(|i| i.handle.owner.is_pool_slot())
+            .map(|i| i.handle.name.clone())
+            .collect();
         for instance in listed {
             report.examined += 1;
             if instance.handle.maker != self.inner.daemon {
                 report.foreign += 1;
+                continue;
+            }
+            if instance.handle.owner.is_pool_slot() {
+                // This run's pools judge their own members; any other member of this daemon
+                // is a previous run's (pools are rebuilt after a restart).
+                if self.inner.pools.owns(&instance.handle.name) {
+                    report.pooled += 1;
+                } else if self.reap_orphan(&instance).await {
+                    report
+                        .reaped
+                        .push((instance.handle.name.clone(), ReapReason::Orphan));
+                }
                 continue;
             }
             if !last_used.contains_key(instance.handle.name.as_str()) {
@@ -147,6 +166,7 @@ impl Broker {
             }
             report.reaped.push((instance.handle.name.clone(), reason));
         }
+        self.inner.pools.forget_gone(&pool_slots);
         // What this daemon's reaped or crashed instances left beside themselves.
         for backend in self.inner.backends.all() {
             match backend.sweep(&self.inner.daemon, Sweep::Settled).await {

@@ -32,6 +32,7 @@ mod janitor;
 mod locks;
 pub mod metrics;
 mod operator;
+mod pools;
 mod sandbox;
 mod sandbox_verbs;
 mod sessions;
@@ -42,6 +43,7 @@ pub use backends::Backends;
 pub use config::{BrokerConfig, SANDBOX_DB_ENABLED, parse_switch};
 pub use error::BrokerError;
 pub use janitor::{JanitorReport, ReapReason};
+pub use pools::{PoolConfig, PoolTuning, PoolView};
 pub use operator::{
     InstanceView, SERVICES_AVAILABLE_ENV, SandboxView, SettingsView, Spawned, parse_task_state,
 };
@@ -69,7 +71,8 @@ struct Inner {
     /// the next start.
     enabled: bool,
     locks: locks::AgentLocks,
-    metrics: metrics::Metrics,
+    metrics: Arc<metrics::Metrics>,
+    pools: Arc<pools::Pools>,
     /// False until startup reconciliation finished: until then `request_sandbox` answers
     /// "provisioner unavailable" (retryable).
     ready: AtomicBool,
@@ -85,6 +88,12 @@ impl Broker {
     ) -> Result<Self, BrokerError> {
         let stored = config::stored_switch(&store).await?;
         let enabled = config.enabled_override.unwrap_or(stored);
+        let pools = Arc::new(pools::Pools::new(
+            &config.pools,
+            backends.primary().clone(),
+            store.daemon_id().clone(),
+            config.pool_tuning,
+        ));
         let broker = Self {
             inner: Arc::new(Inner {
                 daemon: store.daemon_id().clone(),
@@ -93,7 +102,8 @@ impl Broker {
                 config,
                 enabled,
                 locks: locks::AgentLocks::default(),
-                metrics: metrics::Metrics::default(),
+                metrics: Arc::new(metrics::Metrics::default()),
+                pools,
                 ready: AtomicBool::new(false),
             }),
         };
@@ -105,6 +115,17 @@ impl Broker {
 
     pub fn metrics(&self) -> &metrics::Metrics {
         &self.inner.metrics
+    }
+
+    /// Keeps the warm pools filled and checked until `shutdown` is cancelled, then removes
+    /// their idle members. Without it the pools stay empty and every provision is cold.
+    pub fn spawn_pools(
+        &self,
+        shutdown: tokio_util::sync::CancellationToken,
+    ) -> tokio::task::JoinHandle<()> {
+        self.inner
+            .pools
+            .spawn(self.inner.metrics.clone(), shutdown)
     }
 
     pub fn config(&self) -> &BrokerConfig {

@@ -42,6 +42,27 @@ pub struct ResetLabels {
 }
 
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct PoolLabels {
+    pub engine: &'static str,
+    pub backend: &'static str,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct PoolResultLabels {
+    pub engine: &'static str,
+    pub backend: &'static str,
+    pub result: &'static str,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct PoolFailureLabels {
+    pub engine: &'static str,
+    pub backend: &'static str,
+    /// `start`, `idle` (stopped answering) or `hand_out`.
+    pub stage: &'static str,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct VerbLabels {
     pub verb: &'static str,
     pub outcome: &'static str,
@@ -68,6 +89,10 @@ pub struct Metrics {
     pub failures: Family<ReasonLabels, Counter>,
     pub verb_calls: Family<VerbLabels, Counter>,
     pub reset_seconds: Family<ResetLabels, Histogram, fn() -> Histogram>,
+    pub pool_idle: Family<PoolLabels, Gauge>,
+    pub pool_backing_off: Family<PoolLabels, Gauge>,
+    pub pool_requests: Family<PoolResultLabels, Counter>,
+    pub pool_member_failures: Family<PoolFailureLabels, Counter>,
 }
 
 impl Default for Metrics {
@@ -86,6 +111,30 @@ impl Default for Metrics {
             Family::<ResetLabels, Histogram, fn() -> Histogram>::new_with_constructor(
                 reset_histogram,
             );
+        let pool_idle = Family::<PoolLabels, Gauge>::default();
+        let pool_backing_off = Family::<PoolLabels, Gauge>::default();
+        let pool_requests = Family::<PoolResultLabels, Counter>::default();
+        let pool_member_failures = Family::<PoolFailureLabels, Counter>::default();
+        registry.register(
+            "pool_idle_members",
+            "Warm-pool members ready to be handed out, per engine and backend",
+            pool_idle.clone(),
+        );
+        registry.register(
+            "pool_backing_off",
+            "1 while a warm pool waits after failed starts, per engine and backend",
+            pool_backing_off.clone(),
+        );
+        registry.register(
+            "pool_requests",
+            "Provisions that looked in a warm pool: hit (a member was handed out) or miss (empty)",
+            pool_requests.clone(),
+        );
+        registry.register(
+            "pool_member_failures",
+            "Warm-pool members that failed, by stage: start, idle (quarantined), hand_out",
+            pool_member_failures.clone(),
+        );
         registry.register(
             "reset_seconds",
             "Time to reset one service of a sandbox in place, per engine and result",
@@ -130,6 +179,10 @@ impl Default for Metrics {
             failures,
             verb_calls,
             reset_seconds,
+            pool_idle,
+            pool_backing_off,
+            pool_requests,
+            pool_member_failures,
         }
     }
 }
@@ -184,6 +237,39 @@ impl Metrics {
                 reason: reason.as_str(),
             })
             .inc();
+    }
+
+    pub fn pool_request(&self, engine: EngineRef, backend: &'static str, hit: bool) {
+        self.pool_requests
+            .get_or_create(&PoolResultLabels {
+                engine: engine.name,
+                backend,
+                result: if hit { "hit" } else { "miss" },
+            })
+            .inc();
+    }
+
+    pub fn pool_member_failed(&self, engine: EngineRef, backend: &'static str, stage: &'static str) {
+        self.pool_member_failures
+            .get_or_create(&PoolFailureLabels {
+                engine: engine.name,
+                backend,
+                stage,
+            })
+            .inc();
+    }
+
+    pub fn pool_state(&self, engine: EngineRef, backend: &'static str, idle: usize, backing_off: bool) {
+        let labels = PoolLabels {
+            engine: engine.name,
+            backend,
+        };
+        self.pool_idle
+            .get_or_create(&labels)
+            .set(i64::try_from(idle).unwrap_or(i64::MAX));
+        self.pool_backing_off
+            .get_or_create(&labels)
+            .set(i64::from(backing_off));
     }
 
     pub fn verb(&self, verb: Verb, outcome: Outcome) {

@@ -106,6 +106,14 @@ impl Broker {
         project: &ProjectSlug,
     ) -> Result<Spawned, BrokerError> {
         let started = Instant::now();
+        if slug.is_pool_slot() {
+            return Err(InputError::InvalidName {
+                kind: "agent slug",
+                value: quote(slug.as_str()),
+                rule: "slugs of the form pool-<8 hex digits> are reserved for warm-pool members",
+            }
+            .into());
+        }
         let spec = self.inner.config.roles.check(role)?.clone();
         let project_row =
             self.store()

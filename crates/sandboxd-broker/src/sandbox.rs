@@ -7,7 +7,7 @@ use std::collections::BTreeSet;
 use std::time::Instant;
 
 use futures::future::join_all;
-use sandboxd_backend::{BackendError, InstanceHandle, InstanceRequest, provision_set_timed};
+use sandboxd_backend::{BackendError, InstanceHandle, InstanceRequest};
 use sandboxd_domain::envelope::{ErrorCode, ErrorEnvelope, OkEnvelope};
 use sandboxd_domain::verbs::RequestSandboxArgs;
 use sandboxd_domain::{AgentSlug, EngineRef, FeatureRequest, Instance};
@@ -15,6 +15,13 @@ use sandboxd_store::{Actor, Agent};
 
 use crate::Broker;
 use crate::audit::{AuditAction, AuditRecord, Outcome};
+
+/// One instance of a provision, and where it came from.
+struct Made {
+    instance: Instance,
+    took: std::time::Duration,
+    pooled: bool,
+}
 
 /// How `ensure_sandbox` answered.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -198,7 +205,8 @@ impl Broker {
         Ok((instances, Cache::Miss))
     }
 
-    /// Provisions engines for `agent` on the primary backend, all or nothing.
+    /// Provisions engines for `agent` on the primary backend, all or nothing: each from its
+    /// warm pool when one matches, else cold.
     #[tracing::instrument(name = "provision", skip_all, fields(agent = %agent, engines = ?engines))]
     async fn provision(
         &self,
@@ -207,17 +215,35 @@ impl Broker {
         features: &FeatureRequest,
     ) -> Result<Vec<Instance>, SandboxFailure> {
         let backend = self.inner.backends.primary();
-        let requests: Vec<InstanceRequest> = engines
-            .iter()
-            .map(|engine| InstanceRequest {
-                engine: *engine,
-                owner: agent.clone(),
-                maker: self.inner.daemon.clone(),
-                features: features.for_engine(*engine),
-            })
-            .collect();
         let started = Instant::now();
-        let outcome = provision_set_timed(backend.as_ref(), &requests).await;
+        let outcomes = join_all(
+            engines
+                .iter()
+                .map(|engine| self.provision_one(agent, *engine, features.for_engine(*engine))),
+        )
+        .await;
+        let mut made = Vec::with_capacity(outcomes.len());
+        let mut first_error = None;
+        for outcome in outcomes {
+            match outcome {
+                Ok(one) => made.push(one),
+                Err(err) => {
+                    first_error.get_or_insert(err);
+                }
+            }
+        }
+        let outcome = match first_error {
+            None => Ok(made),
+            Some(err) => {
+                let instances: Vec<Instance> = made.into_iter().map(|m| m.instance).collect();
+                self.teardown_instances(&instances).await;
+                Err(err)
+            }
+        };
+        let pooled = outcome
+            .as_ref()
+            .map(|made| made.iter().filter(|m| m.pooled).count())
+            .unwrap_or(0);
         self.audit(AuditRecord {
             actor: Actor::Daemon,
             action: AuditAction::Provision,
@@ -226,9 +252,14 @@ impl Broker {
             outcome: Outcome::of(&outcome, ErrorCode::InvalidState),
             started,
             detail: format!(
-                "{} on {}{}",
+                "{} on {}{}{}",
                 engines.iter().map(|e| e.name).collect::<Vec<_>>().join(","),
                 backend.kind(),
+                if pooled > 0 {
+                    format!(" ({pooled} from the warm pool)")
+                } else {
+                    String::new()
+                },
                 match &outcome {
                     Ok(_) => String::new(),
                     Err(err) => format!(": {err}"),
@@ -236,13 +267,60 @@ impl Broker {
             ),
         })
         .await;
-        let timed = outcome.map_err(SandboxFailure::Backend)?;
-        for (instance, elapsed) in &timed {
-            self.inner
-                .metrics
-                .provisioned(instance.engine, instance.backend, *elapsed);
+        let made = outcome.map_err(SandboxFailure::Backend)?;
+        for one in &made {
+            if !one.pooled {
+                self.inner
+                    .metrics
+                    .provisioned(one.instance.engine, one.instance.backend, one.took);
+            }
         }
-        Ok(timed.into_iter().map(|(instance, _)| instance).collect())
+        Ok(made.into_iter().map(|m| m.instance).collect())
+    }
+
+    /// One engine's instance for `agent`: a warm-pool member handed out (its missing features
+    /// activated after), or, when no pool matches, it is empty or the hand-out failed, a cold
+    /// provision. On failure nothing of it is left.
+    async fn provision_one(
+        &self,
+        agent: &AgentSlug,
+        engine: EngineRef,
+        features: BTreeSet<sandboxd_domain::Feature>,
+    ) -> Result<Made, BackendError> {
+        let backend = self.inner.backends.primary();
+        let metrics = &self.inner.metrics;
+        let began = Instant::now();
+        if let Some(taken) = self.inner.pools.take(engine, &features, metrics) {
+            match self.inner.pools.hand_out(taken, agent, metrics).await {
+                Ok(mut instance) => {
+                    if let Err(err) = backend.activate(&mut instance, &features).await {
+                        self.teardown_instances(std::slice::from_ref(&instance))
+                            .await;
+                        return Err(err);
+                    }
+                    return Ok(Made {
+                        instance,
+                        took: began.elapsed(),
+                        pooled: true,
+                    });
+                }
+                Err(err) => {
+                    tracing::warn!(%agent, engine = engine.name, error = %err, "a pool member failed its hand-out; provisioning cold");
+                }
+            }
+        }
+        let request = InstanceRequest {
+            engine,
+            owner: agent.clone(),
+            maker: self.inner.daemon.clone(),
+            features,
+        };
+        let instance = backend.provision(&request).await?;
+        Ok(Made {
+            instance,
+            took: began.elapsed(),
+            pooled: false,
+        })
     }
 
     /// Brings a live cached sandbox up to what is asked now: engines the project added since,

@@ -69,6 +69,29 @@ slug_type!(
     AgentSlug,
     "agent slug"
 );
+const POOL_SLOT_PREFIX: &str = "pool-";
+
+impl AgentSlug {
+    /// The placeholder owner of one warm-pool member until it is handed to an agent:
+    /// `pool-` and 8 hex digits from the CSPRNG. No agent can be registered under a slug of
+    /// this form ([`Self::is_pool_slot`]), so a member is never mistaken for a sandbox.
+    pub fn pool_slot() -> Self {
+        let mut bytes = [0u8; 4];
+        rand::RngCore::fill_bytes(&mut rand::rng(), &mut bytes);
+        Self(format!("{POOL_SLOT_PREFIX}{}", hex::encode(bytes)))
+    }
+
+    /// True for the form [`Self::pool_slot`] makes: reserved, never an agent's.
+    pub fn is_pool_slot(&self) -> bool {
+        self.0.strip_prefix(POOL_SLOT_PREFIX).is_some_and(|rest| {
+            rest.len() == 8
+                && rest
+                    .bytes()
+                    .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+        })
+    }
+}
+
 slug_type!(
     /// The slug of a project.
     ProjectSlug,
@@ -204,6 +227,18 @@ mod tests {
             assert!(DaemonId::parse(bad).is_err(), "{bad:?}");
         }
         assert!(DaemonId::parse(DaemonId::cli().as_str()).is_ok());
+    }
+
+    #[test]
+    fn pool_slots_are_recognised_and_nothing_else_is() {
+        let slot = AgentSlug::pool_slot();
+        assert!(slot.is_pool_slot(), "{slot}");
+        assert_eq!(AgentSlug::parse(slot.as_str()).expect("a valid slug"), slot);
+        assert_ne!(AgentSlug::pool_slot(), slot);
+        for agent in ["pool", "pool-1", "pool-0123456g", "pool-0123456789", "dev-pool-01234567"] {
+            let agent = AgentSlug::parse(agent).expect("valid");
+            assert!(!agent.is_pool_slot(), "{agent}");
+        }
     }
 
     #[test]

@@ -73,6 +73,16 @@ impl Store {
                     .to_owned(),
             });
         }
+        if agent.slug.is_pool_slot() {
+            return Err(StoreError::Invalid {
+                op: OP,
+                detail: format!(
+                    "agent slug {} has the form pool-<8 hex digits>, reserved for warm-pool \
+                     members; choose another slug",
+                    agent.slug
+                ),
+            });
+        }
         let sql = format!(
             "INSERT INTO agents ({COLUMNS}) VALUES ($1, $2, $3, $4, $5) RETURNING {COLUMNS}"
         );

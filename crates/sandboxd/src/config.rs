@@ -11,8 +11,8 @@ use figment::providers::{Env, Format, Serialized, Toml};
 use sandboxd_admin::AdminConfig;
 use sandboxd_backend::docker::DockerConfig;
 use sandboxd_backend::process::ProcessConfig;
-use sandboxd_broker::BrokerConfig;
-use sandboxd_domain::{EngineRef, EnvPrefix, engines};
+use sandboxd_broker::{BrokerConfig, PoolConfig, PoolTuning};
+use sandboxd_domain::{EngineRef, EnvPrefix, Feature, engines};
 use secrecy::SecretString;
 use serde::{Deserialize, Serialize};
 
@@ -42,6 +42,8 @@ pub struct Settings {
     pub docker: DockerSettings,
     /// Per-engine overrides, keyed by engine name.
     pub engines: BTreeMap<String, EngineSettings>,
+    /// Warm pools on the provisioning backend, keyed by engine name (none by default).
+    pub pools: BTreeMap<String, PoolSettings>,
 }
 
 impl Default for Settings {
@@ -57,6 +59,7 @@ impl Default for Settings {
             process: ProcessSettings::default(),
             docker: DockerSettings::default(),
             engines: BTreeMap::new(),
+            pools: BTreeMap::new(),
         }
     }
 }
@@ -134,6 +137,13 @@ pub struct BrokerSettings {
     pub mcp_session_ttl_secs: u64,
     /// A TOML role file (`[roles.<name>] verbs = [...]`); default: the built-in roles.
     pub roles_file: Option<PathBuf>,
+    /// A warm pool whose member failed to start waits this long before the next attempt,
+    /// doubling with every further failure…
+    pub pool_backoff_base_ms: u64,
+    /// …up to this long.
+    pub pool_backoff_max_secs: u64,
+    /// How often idle pool members are asked whether they still answer.
+    pub pool_check_interval_secs: u64,
 }
 
 impl Default for BrokerSettings {
@@ -146,6 +156,9 @@ impl Default for BrokerSettings {
             janitor_interval_secs: base.janitor_interval.as_secs(),
             mcp_session_ttl_secs: base.mcp_session_ttl.as_secs(),
             roles_file: None,
+            pool_backoff_base_ms: millis(base.pool_tuning.backoff_base),
+            pool_backoff_max_secs: base.pool_tuning.backoff_max.as_secs(),
+            pool_check_interval_secs: base.pool_tuning.check_interval.as_secs(),
         }
     }
 }
@@ -297,6 +310,33 @@ pub struct EngineSettings {
     pub readiness_deadline_secs: Option<u64>,
 }
 
+fn millis(duration: Duration) -> u64 {
+    u64::try_from(duration.as_millis()).unwrap_or(u64::MAX)
+}
+
+/// One engine's warm pool (`[pools.<engine>]`).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct PoolSettings {
+    /// Idle members kept ready, started, proven and prepared, without any agent account.
+    pub min_idle: usize,
+    /// Most members the pool holds at once, idle or starting; it grows towards this when
+    /// requests find it empty and shrinks back to `min_idle` when they stop.
+    pub max_total: usize,
+    /// Features every member has active (allowlisted names of the engine).
+    pub features: Vec<String>,
+}
+
+impl Default for PoolSettings {
+    fn default() -> Self {
+        Self {
+            min_idle: 1,
+            max_total: 4,
+            features: Vec::new(),
+        }
+    }
+}
+
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
     #[error("configuration: {0}")]
@@ -370,7 +410,48 @@ impl Settings {
             EngineRef::parse(name)
                 .map_err(|e| ConfigError::Invalid(format!("[engines.{name}]: {e}")))?;
         }
+        if self.broker.pool_backoff_base_ms == 0 || self.broker.pool_check_interval_secs == 0 {
+            return Err(ConfigError::Invalid(
+                "broker.pool_backoff_base_ms and broker.pool_check_interval_secs must be at \
+                 least 1"
+                    .into(),
+            ));
+        }
+        self.pool_configs()?;
         Ok(())
+    }
+
+    /// The warm pools, validated: a registered engine, allowlisted features, sane sizes.
+    pub fn pool_configs(&self) -> Result<Vec<PoolConfig>, ConfigError> {
+        self.pools
+            .iter()
+            .map(|(name, pool)| {
+                let invalid = |e: String| ConfigError::Invalid(format!("[pools.{name}]: {e}"));
+                let engine = EngineRef::parse(name).map_err(|e| invalid(e.to_string()))?;
+                let features = pool
+                    .features
+                    .iter()
+                    .map(|f| Feature::parse(engine, f).map_err(|e| invalid(e.to_string())))
+                    .collect::<Result<_, _>>()?;
+                let config = PoolConfig {
+                    engine,
+                    features,
+                    min_idle: pool.min_idle,
+                    max_total: pool.max_total,
+                };
+                config.validate().map_err(ConfigError::Invalid)?;
+                Ok(config)
+            })
+            .collect()
+    }
+
+    pub fn pool_tuning(&self) -> PoolTuning {
+        PoolTuning {
+            backoff_base: Duration::from_millis(self.broker.pool_backoff_base_ms),
+            backoff_max: Duration::from_secs(self.broker.pool_backoff_max_secs),
+            check_interval: Duration::from_secs(self.broker.pool_check_interval_secs),
+            ..PoolTuning::default()
+        }
     }
 
     /// The images that may run `engine` on Docker, in the order they are tried: the configured
@@ -429,9 +510,10 @@ mod tests {
     /// Every key of the settings tree, dotted; per-engine maps as `engines.<engine>.…`.
     fn leaf_keys(prefix: &str, value: &serde_json::Value, out: &mut Vec<String>) {
         match value {
-            serde_json::Value::Object(map) if prefix == "engines" => {
+            serde_json::Value::Object(map) if prefix == "engines" || prefix == "pools" => {
+                let per_engine = format!("{prefix}.<engine>");
                 for engine_settings in map.values() {
-                    leaf_keys("engines.<engine>", engine_settings, out);
+                    leaf_keys(&per_engine, engine_settings, out);
                 }
             }
             serde_json::Value::Object(map) => {
@@ -451,7 +533,15 @@ mod tests {
     #[test]
     fn the_readme_documents_every_setting() {
         let readme = include_str!("../../../README.md");
-        let settings = serde_json::to_value(Settings::load(None).expect("defaults")).expect("json");
+        let mut defaults = Settings::load(None).expect("defaults");
+        // The per-engine maps are empty by default: one entry each shows their keys.
+        defaults
+            .engines
+            .insert("postgres".into(), EngineSettings::default());
+        defaults
+            .pools
+            .insert("postgres".into(), PoolSettings::default());
+        let settings = serde_json::to_value(defaults).expect("json");
         let mut keys = Vec::new();
         leaf_keys("", &settings, &mut keys);
         keys.dedup();

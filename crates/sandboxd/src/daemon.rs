@@ -57,6 +57,8 @@ pub async fn start(settings: &Settings) -> Result<Daemon> {
         janitor_interval: Duration::from_secs(settings.broker.janitor_interval_secs.max(1)),
         mcp_session_ttl: Duration::from_secs(settings.broker.mcp_session_ttl_secs),
         enabled_override,
+        pools: settings.pool_configs()?,
+        pool_tuning: settings.pool_tuning(),
     };
     let backends = daemon_backends(settings).await?;
     let primary = backends.primary().kind().as_str();

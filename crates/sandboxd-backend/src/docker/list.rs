@@ -2,8 +2,10 @@
 //! ports, never from memory.
 
 use bollard::query_parameters::ListContainersOptions;
-use sandboxd_domain::instance::{BackendKind, instance_name};
+use sandboxd_domain::AgentSlug;
+use sandboxd_domain::instance::{BackendKind, instance_name, parse_instance_name};
 
+use super::labels::Parsed;
 use super::{DockerBackend, client, spec};
 use crate::backend::{InstanceHandle, ListedInstance};
 use crate::error::BackendError;
@@ -26,6 +28,13 @@ impl DockerBackend {
                 tracing::warn!(id = ?summary.id, "a labeled container with unreadable labels");
                 continue;
             };
+            let mut parsed = parsed;
+            if parsed.owner.is_pool_slot() {
+                // A handed-out pool member: its name says whose it is now.
+                if let Some(owner) = handed_to(summary.names.as_deref(), &parsed) {
+                    parsed.owner = owner;
+                }
+            }
             let name = instance_name(parsed.engine, &parsed.owner, &parsed.maker);
             let status = summary
                 .state
@@ -64,4 +73,14 @@ impl DockerBackend {
         listed.sort_by(|a, b| a.handle.name.cmp(&b.handle.name));
         Ok(listed)
     }
+}
+
+/// The owner a pool member's container was renamed for at hand-out (`Backend::record_owner`):
+/// the owner part of its current name, when that name is an instance name of the same engine
+/// and maker.
+fn handed_to(names: Option<&[String]>, parsed: &Parsed) -> Option<AgentSlug> {
+    names?.iter().find_map(|name| {
+        let (engine, owner, maker) = parse_instance_name(name.trim_start_matches('/'))?;
+        (engine == parsed.engine && maker == parsed.maker).then_some(owner)
+    })
 }

@@ -22,11 +22,13 @@
 
 use async_trait::async_trait;
 use sandboxd_domain::instance::{BackendKind, Instance, instance_name};
-use sandboxd_domain::{DaemonId, EngineRef, engines};
+use bollard::query_parameters::RenameContainerOptions;
+use sandboxd_domain::{AgentSlug, DaemonId, EngineRef, engines};
 
 use crate::backend::{
-    Backend, DoctorCheck, InstanceHandle, InstanceRequest, ListedInstance, Sweep,
+    Backend, DoctorCheck, IdleMember, InstanceHandle, InstanceRequest, ListedInstance, Sweep,
 };
+use crate::startup::Account;
 use crate::error::BackendError;
 
 mod client;
@@ -188,7 +190,31 @@ impl Backend for DockerBackend {
     }
 
     async fn provision(&self, request: &InstanceRequest) -> Result<Instance, BackendError> {
-        self.provision_one(request).await
+        self.provision_one(request, Account::Now).await
+    }
+
+    async fn provision_idle(&self, request: &InstanceRequest) -> Result<IdleMember, BackendError> {
+        let instance = self.provision_one(request, Account::AtHandOut).await?;
+        IdleMember::hold(self, instance).await
+    }
+
+    /// Labels cannot change on a container: its name can, and `list` reads a handed-out pool
+    /// member's owner from it.
+    async fn record_owner(
+        &self,
+        instance: &Instance,
+        owner: &AgentSlug,
+    ) -> Result<String, BackendError> {
+        let docker = self.client.get().await?;
+        let name = instance_name(instance.engine, owner, &instance.maker);
+        docker
+            .rename_container(
+                &instance.backend_id,
+                RenameContainerOptions { name: name.clone() },
+            )
+            .await
+            .map_err(|err| client::error("renaming", &instance.name, err))?;
+        Ok(name)
     }
 
     async fn admin_address(&self, instance: &Instance) -> Result<(String, u16), BackendError> {

@@ -26,7 +26,7 @@ use super::teardown::{self, Target};
 use super::{DockerBackend, client, images, network, state};
 use crate::backend::{Backend, InstanceRequest};
 use crate::error::BackendError;
-use crate::startup::{Startup, bring_up};
+use crate::startup::{Account, Startup, bring_up};
 use crate::wire::Reach;
 
 /// A container just created, not yet started, and the accounts its server will know.
@@ -50,6 +50,7 @@ impl DockerBackend {
     pub(super) async fn provision_one(
         &self,
         request: &InstanceRequest,
+        account: Account,
     ) -> Result<Instance, BackendError> {
         let docker = self.client.get().await?;
         let engine = request.engine;
@@ -61,7 +62,9 @@ impl DockerBackend {
         self.clear_stale(docker, &name).await?;
         let created = self.create(docker, request, &name, &image, &facts).await?;
         let (name, id) = (created.name.clone(), created.id.clone());
-        let outcome = self.provision_steps(docker, request, created).await;
+        let outcome = self
+            .provision_steps(docker, request, created, account)
+            .await;
         if outcome.is_err() {
             let target = Target {
                 name: &name,
@@ -82,6 +85,7 @@ impl DockerBackend {
         docker: &Docker,
         request: &InstanceRequest,
         created: Created,
+        account: Account,
     ) -> Result<Instance, BackendError> {
         let engine = request.engine;
         let Reachability {
@@ -89,7 +93,7 @@ impl DockerBackend {
             dial,
         } = self.start(docker, engine, &created).await?;
         let admin = AdminAccess::Password(created.admin.clone());
-        self.bring_up(docker, engine, &created, &dial, &admin)
+        self.bring_up(docker, engine, &created, &dial, &admin, account)
             .await?;
         let mut instance = Instance {
             engine,
@@ -254,6 +258,7 @@ impl DockerBackend {
         created: &Created,
         dial: &(String, u16),
         admin: &AdminAccess,
+        account: Account,
     ) -> Result<(), BackendError> {
         let (name, id) = (created.name.as_str(), created.id.as_str());
         // Blanked out of any log lines quoted in errors, in case a server echoes one.
@@ -269,6 +274,7 @@ impl DockerBackend {
             agent: &created.agent,
             database: engine.agent_database,
             bootstrap: vec![],
+            account,
             deadline: self.config.deadline(engine),
         };
         let still_running = || async {

@@ -25,10 +25,13 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use sandboxd_domain::engine::ProcessRecipe;
-use sandboxd_domain::instance::{BackendKind, Instance, instance_name};
-use sandboxd_domain::{EngineRef, engines};
+use sandboxd_domain::instance::{BackendKind, Instance, instance_name, parse_instance_name};
+use sandboxd_domain::{AgentSlug, EngineRef, engines};
 
-use crate::backend::{Backend, DoctorCheck, InstanceHandle, InstanceRequest, ListedInstance};
+use crate::backend::{
+    Backend, DoctorCheck, IdleMember, InstanceHandle, InstanceRequest, ListedInstance,
+};
+use crate::startup::Account;
 use crate::error::BackendError;
 
 pub mod config;
@@ -125,10 +128,29 @@ impl ProcessBackend {
 
     /// The instance directory for a handle, recomputed from its validated engine and owner:
     /// a handle read back from a store can never point teardown at another path.
+    /// A handed-out pool member keeps its pool slot's directory: that one is taken only when
+    /// the name is the same engine's and maker's and the metadata there records the handle's
+    /// owner.
     fn dir_of(&self, handle: &InstanceHandle) -> PathBuf {
-        self.config
+        let canonical = self
+            .config
             .root
-            .join(instance_name(handle.engine, &handle.owner, &handle.maker))
+            .join(instance_name(handle.engine, &handle.owner, &handle.maker));
+        let Some((engine, slot, maker)) = parse_instance_name(&handle.name) else {
+            return canonical;
+        };
+        if slot == handle.owner
+            || !slot.is_pool_slot()
+            || engine != handle.engine
+            || maker != handle.maker
+        {
+            return canonical;
+        }
+        let pooled = self.config.root.join(&handle.name);
+        match Metadata::read(&pooled) {
+            Some(meta) if meta.owner == handle.owner => pooled,
+            _ => canonical,
+        }
     }
 
     fn ensure_root(&self) -> Result<(), BackendError> {
@@ -160,7 +182,33 @@ impl Backend for ProcessBackend {
     }
 
     async fn provision(&self, request: &InstanceRequest) -> Result<Instance, BackendError> {
-        self.provision_instance(request).await
+        self.provision_instance(request, Account::Now).await
+    }
+
+    async fn provision_idle(&self, request: &InstanceRequest) -> Result<IdleMember, BackendError> {
+        let instance = self.provision_instance(request, Account::AtHandOut).await?;
+        IdleMember::hold(self, instance).await
+    }
+
+    /// The directory keeps its name (a mounted tmpfs cannot be renamed): its metadata says
+    /// whose it is now.
+    async fn record_owner(
+        &self,
+        instance: &Instance,
+        owner: &AgentSlug,
+    ) -> Result<String, BackendError> {
+        let dir = PathBuf::from(&instance.backend_id);
+        let mut meta = Metadata::read(&dir).ok_or_else(|| {
+            BackendError::io(
+                "reading the metadata of",
+                &instance.name,
+                std::io::Error::other("it is missing or unreadable"),
+            )
+        })?;
+        meta.owner = owner.clone();
+        meta.write(&dir)
+            .map_err(|e| BackendError::io("writing metadata in", dir.display().to_string(), e))?;
+        Ok(instance.name.clone())
     }
 
     async fn is_live(&self, handle: &InstanceHandle) -> Result<bool, BackendError> {

@@ -22,7 +22,7 @@ use super::metadata::Metadata;
 use super::{HOST, ProcessBackend, files, limits, liveness, space};
 use crate::backend::{Backend, InstanceHandle, InstanceRequest};
 use crate::error::BackendError;
-use crate::startup::{Startup, bring_up};
+use crate::startup::{Account, Startup, bring_up};
 use crate::wire::Reach;
 
 const LOG_FILE: &str = "server.log";
@@ -34,6 +34,7 @@ struct Plan<'a> {
     recipe: &'a ProcessRecipe,
     programs: &'a BTreeMap<&'static str, PathBuf>,
     template: Option<&'a Path>,
+    account: Account,
 }
 
 /// An instance directory ready for its server, and the accounts the server will know.
@@ -90,6 +91,7 @@ impl ProcessBackend {
     pub(super) async fn provision_instance(
         &self,
         request: &InstanceRequest,
+        account: Account,
     ) -> Result<Instance, BackendError> {
         let engine = request.engine;
         let recipe = Self::recipe(engine)?;
@@ -110,6 +112,7 @@ impl ProcessBackend {
             recipe: &recipe,
             programs: &programs,
             template: template.as_deref(),
+            account,
         };
         let mut attempt = 1;
         loop {
@@ -374,6 +377,7 @@ impl ProcessBackend {
             agent: &created.agent,
             database: engine.agent_database,
             bootstrap,
+            account: plan.account,
             deadline: self.deadline(engine),
         };
         let (pid, start_ticks) = (started.pid, started.start_ticks);

@@ -12,8 +12,10 @@ mod mysql;
 mod postgres;
 mod query;
 mod redis;
+mod session;
 
 pub use query::{QueryAnswer, QueryLimits};
+pub use session::AdminSession;
 
 /// Where a server answers over TCP.
 #[derive(Debug, Clone, Copy)]
@@ -85,9 +87,7 @@ pub async fn run_step(
         Protocol::Postgres => postgres::run_step(admin, reach, engine.admin_database, step).await,
         Protocol::Mysql => mysql::run_step(admin, reach, step).await,
         Protocol::Mongo => mongo::run_step(admin, reach, step).await,
-        Protocol::Redis => Err(WireError(
-            "Redis engines take no setup steps; their ACL users are configured at start".into(),
-        )),
+        Protocol::Redis => redis::run_step(admin, reach, step).await,
     }
 }
 

@@ -7,7 +7,7 @@ use sandboxd_domain::engine::{
     Activation, AdminAccess, AdminStep, ServerFacts, pg_extension_activation, pg_identifier,
 };
 use sandboxd_domain::{Credentials, Feature};
-use secrecy::ExposeSecret;
+use secrecy::{ExposeSecret, SecretString};
 use tokio_postgres::{Client, Config, NoTls, SimpleQueryMessage};
 
 use super::query::{Collector, QueryAnswer, QueryLimits};
@@ -103,6 +103,33 @@ pub(super) async fn run_step(
     client
         .batch_execute(statement.expose_secret())
         .await
+        .map_err(WireError::from_display)
+}
+
+/// A superuser connection into `database`, for a session held open.
+pub(super) async fn connect_admin(
+    admin: &AdminAccess,
+    reach: Reach<'_>,
+    database: &str,
+) -> Result<Client, WireError> {
+    connect(&admin_config(admin, reach, database)).await
+}
+
+pub(super) async fn execute(client: &Client, statement: &SecretString) -> Result<(), WireError> {
+    client
+        .batch_execute(statement.expose_secret())
+        .await
+        .map_err(|err| match err.as_db_error() {
+            Some(db) => WireError(format!("{} ({})", db.message(), db.code().code())),
+            None => WireError::from_display(err),
+        })
+}
+
+pub(super) async fn ping(client: &Client) -> Result<(), WireError> {
+    client
+        .simple_query("SELECT 1")
+        .await
+        .map(drop)
         .map_err(WireError::from_display)
 }
 

@@ -4,9 +4,9 @@ use std::time::Duration;
 
 use redis::aio::MultiplexedConnection;
 use redis::{ConnectionAddr, IntoConnectionInfo, RedisConnectionInfo, Value};
-use sandboxd_domain::engine::{Activation, AdminAccess, ServerFacts};
+use sandboxd_domain::engine::{Activation, AdminAccess, AdminStep, ServerFacts};
 use sandboxd_domain::{Credentials, Feature};
-use secrecy::ExposeSecret;
+use secrecy::{ExposeSecret, SecretString};
 
 use super::query::{Collector, QueryAnswer, QueryLimits};
 use super::{ActivationError, Reach, WireError, major_version, password_admin};
@@ -53,6 +53,54 @@ pub(super) async fn server_facts(
             .find_map(|line| line.strip_prefix("redis_version:"))
             .and_then(major_version),
     })
+}
+
+/// A superuser connection, for a session held open.
+pub(super) async fn connect_admin(
+    admin: &AdminAccess,
+    reach: Reach<'_>,
+) -> Result<MultiplexedConnection, WireError> {
+    connect(reach, admin_creds(admin)?).await
+}
+
+pub(super) async fn ping(conn: &mut MultiplexedConnection) -> Result<(), WireError> {
+    redis::cmd("PING")
+        .query_async::<String>(conn)
+        .await
+        .map(drop)
+        .map_err(WireError::from_display)
+}
+
+/// One command and its arguments; the server's error is the error.
+pub(super) async fn command(
+    conn: &mut MultiplexedConnection,
+    words: &[SecretString],
+) -> Result<(), WireError> {
+    let Some((name, args)) = words.split_first() else {
+        return Err(WireError("an empty Redis command".into()));
+    };
+    let mut cmd = redis::cmd(name.expose_secret());
+    for arg in args {
+        cmd.arg(arg.expose_secret());
+    }
+    cmd.query_async::<Value>(conn)
+        .await
+        .map(drop)
+        .map_err(WireError::from_display)
+}
+
+/// One setup step as superuser: Redis takes commands only.
+pub(super) async fn run_step(
+    admin: Option<&AdminAccess>,
+    reach: Reach<'_>,
+    step: &AdminStep,
+) -> Result<(), WireError> {
+    let admin = admin.ok_or_else(|| WireError("Redis needs superuser access".into()))?;
+    let AdminStep::RedisCommand { words } = step else {
+        return Err(WireError("Redis runs commands only".into()));
+    };
+    let mut conn = connect(reach, admin_creds(admin)?).await?;
+    command(&mut conn, words).await
 }
 
 pub(super) async fn probe(reach: Reach<'_>, agent: &Credentials) -> Result<(), WireError> {

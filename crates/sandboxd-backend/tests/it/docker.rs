@@ -109,7 +109,8 @@ impl Harness {
         })
     }
 
-    /// Every container whose owner label is one of this test's owners.
+    /// Every container whose owner label is one of this test's owners, or that this test
+    /// process made (pool members carry a pool slot as owner).
     async fn leftovers(docker: &Docker, tag: &str) -> Vec<String> {
         let prefix = support::owner_prefix(tag);
         let options = ListContainersOptions {
@@ -126,10 +127,13 @@ impl Harness {
             .expect("list containers")
             .into_iter()
             .filter(|c| {
-                c.labels
-                    .as_ref()
-                    .and_then(|l| l.get(&format!("{NS}.owner")))
-                    .is_some_and(|o| o.starts_with(&prefix))
+                let label = |name: &str| {
+                    c.labels
+                        .as_ref()
+                        .and_then(|l| l.get(&format!("{NS}.{name}")))
+                };
+                label("owner").is_some_and(|o| o.starts_with(&prefix))
+                    || label("daemon").is_some_and(|d| *d == support::maker().to_string())
             })
             .filter_map(|c| c.id)
             .collect()

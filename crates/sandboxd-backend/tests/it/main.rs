@@ -3,6 +3,7 @@
 mod attack_docker;
 mod attack_process;
 mod docker;
+mod pool;
 mod process;
 mod reset;
 mod support;

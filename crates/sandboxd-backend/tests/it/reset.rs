@@ -164,7 +164,7 @@ async fn mariadb_round(backend: &dyn Backend, instance: &Instance) {
 }
 
 /// Each engine's round on its instance, then their teardown.
-async fn every_round(backend: &dyn Backend, [pg, redis, mariadb]: [&Instance; 3]) {
+pub(crate) async fn every_round(backend: &dyn Backend, [pg, redis, mariadb]: [&Instance; 3]) {
     postgres_round(backend, pg).await;
     redis_round(backend, redis).await;
     mariadb_round(backend, mariadb).await;

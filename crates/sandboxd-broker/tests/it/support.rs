@@ -14,7 +14,7 @@ use async_trait::async_trait;
 use futures::FutureExt;
 use sandboxd_backend::process::{ProcessBackend, ProcessConfig};
 use sandboxd_backend::{
-    Backend, BackendError, DoctorCheck, InstanceHandle, InstanceRequest, ListedInstance, Sweep,
+    Backend, BackendError, DoctorCheck, IdleMember, InstanceHandle, InstanceRequest, ListedInstance, Sweep,
 };
 use sandboxd_broker::{Agent, Backends, Broker, BrokerConfig, SecretCipher, Store};
 use sandboxd_domain::envelope::{Envelope, ErrorEnvelope, OkEnvelope};
@@ -60,6 +60,28 @@ impl Counting {
         self.activation_fails.store(fail, Ordering::SeqCst);
     }
 
+    /// Counts a provision of `request` and fails it when the test injected a fault for its engine.
+    fn count(&self, request: &InstanceRequest) -> Result<(), BackendError> {
+        self.total.fetch_add(1, Ordering::SeqCst);
+        *self
+            .provisions
+            .lock()
+            .expect("lock")
+            .entry(request.engine.name.to_owned())
+            .or_default() += 1;
+        let failing = self.failing_engine.lock().expect("lock").clone();
+        if failing.as_deref() == Some(request.engine.name) {
+            return Err(BackendError::Unavailable {
+                backend: "test",
+                detail: format!(
+                    "provisioning {} fails: a fault the test injected",
+                    request.engine
+                ),
+            });
+        }
+        Ok(())
+    }
+
     pub fn provisions_of(&self, engine: &str) -> usize {
         self.provisions
             .lock()
@@ -91,24 +113,19 @@ impl Backend for Counting {
         self.inner.supports(engine).await
     }
     async fn provision(&self, request: &InstanceRequest) -> Result<Instance, BackendError> {
-        self.total.fetch_add(1, Ordering::SeqCst);
-        *self
-            .provisions
-            .lock()
-            .expect("lock")
-            .entry(request.engine.name.to_owned())
-            .or_default() += 1;
-        let failing = self.failing_engine.lock().expect("lock").clone();
-        if failing.as_deref() == Some(request.engine.name) {
-            return Err(BackendError::Unavailable {
-                backend: "test",
-                detail: format!(
-                    "provisioning {} fails: a fault the test injected",
-                    request.engine
-                ),
-            });
-        }
+        self.count(request)?;
         self.inner.provision(request).await
+    }
+    async fn provision_idle(&self, request: &InstanceRequest) -> Result<IdleMember, BackendError> {
+        self.count(request)?;
+        self.inner.provision_idle(request).await
+    }
+    async fn record_owner(
+        &self,
+        instance: &Instance,
+        owner: &AgentSlug,
+    ) -> Result<String, BackendError> {
+        self.inner.record_owner(instance, owner).await
     }
     async fn activate(
         &self,

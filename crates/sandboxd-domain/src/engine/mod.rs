@@ -67,6 +67,17 @@ pub trait EngineRecipes: Send + Sync + 'static {
     /// How to bring a live instance back to how `setup` left it, keeping the handed-out
     /// account and its credentials (`reset_sandbox`).
     fn reset(&self, agent_user: &str) -> ResetPlan;
+    /// Statements run as superuser on a warm-pool member once the server answers, before its
+    /// features: everything `setup` makes that does not depend on the handed-out account.
+    fn pool_prepare(&self) -> Vec<AdminStep> {
+        Vec::new()
+    }
+    /// Statements run as superuser when a prepared pool member is handed to an agent: after
+    /// them it is as `setup` would have left it. Kept short (one round trip where the engine
+    /// allows): an agent waits for them.
+    fn mint(&self, agent: &Credentials, facts: ServerFacts) -> Vec<AdminStep> {
+        self.setup(agent, facts)
+    }
 }
 
 impl Engine {
@@ -93,6 +104,14 @@ impl Engine {
 
     pub fn reset(&self, agent_user: &str) -> ResetPlan {
         self.recipes.reset(agent_user)
+    }
+
+    pub fn pool_prepare(&self) -> Vec<AdminStep> {
+        self.recipes.pool_prepare()
+    }
+
+    pub fn mint(&self, agent: &Credentials, facts: ServerFacts) -> Vec<AdminStep> {
+        self.recipes.mint(agent, facts)
     }
 
     pub fn render(

@@ -84,6 +84,8 @@ pub enum AdminStep {
         database: String,
         command: SecretString,
     },
+    /// One Redis command and its arguments (they may carry a password hash).
+    RedisCommand { words: Vec<SecretString> },
 }
 
 /// How `reset_sandbox` empties a live instance in place, keeping the handed-out account.

@@ -136,6 +136,13 @@ impl EngineRecipes for MariaDb {
             .collect()
     }
 
+    fn pool_prepare(&self) -> Vec<AdminStep> {
+        vec![AdminStep::Sql {
+            database: None,
+            statement: SecretString::from(create_database()),
+        }]
+    }
+
     fn reset(&self, _agent_user: &str) -> ResetPlan {
         ResetPlan::SqlDatabases {
             owned_by: None,

@@ -179,25 +179,32 @@ impl EngineRecipes for Postgres {
     }
 
     fn setup(&self, agent: &Credentials, facts: ServerFacts) -> Vec<AdminStep> {
-        let role = pg_identifier(&agent.user);
-        // CREATEROLE cannot escalate from PostgreSQL 16 on; before that it could grant itself
-        // any non-superuser role, including the pg_* server roles.
-        let createrole = if facts.major_version.is_some_and(|major| major >= 16) {
-            " CREATEROLE"
-        } else {
-            ""
-        };
-        // A SCRAM verifier, never the password: the statement may be logged by a driver.
-        let password = sql_literal(&pg_scram_verifier(&agent.password));
         let mut steps = vec![AdminStep::Sql {
             database: None,
-            statement: SecretString::from(format!(
-                "CREATE ROLE {role} LOGIN CREATEDB{createrole} NOSUPERUSER NOREPLICATION \
-                 NOBYPASSRLS PASSWORD {password}"
-            )),
+            statement: SecretString::from(create_role(agent, facts)),
         }];
         steps.extend(database_steps(&agent.user));
         steps
+    }
+
+    fn pool_prepare(&self) -> Vec<AdminStep> {
+        // The agent's database, owned by the superuser until `mint` hands it over.
+        database_steps(POSTGRES.admin_user)
+    }
+
+    fn mint(&self, agent: &Credentials, facts: ServerFacts) -> Vec<AdminStep> {
+        let role = pg_identifier(&agent.user);
+        let database = pg_identifier(POSTGRES.agent_database);
+        // One transaction in the agent's database (roles and database owners are cluster-wide),
+        // so a held superuser connection there mints the account in one round trip.
+        vec![AdminStep::Sql {
+            database: Some(POSTGRES.agent_database.to_owned()),
+            statement: SecretString::from(format!(
+                "BEGIN; {}; ALTER DATABASE {database} OWNER TO {role}; \
+                 ALTER SCHEMA public OWNER TO {role}; COMMIT",
+                create_role(agent, facts)
+            )),
+        }]
     }
 
     fn reset(&self, agent_user: &str) -> ResetPlan {
@@ -208,6 +215,24 @@ impl EngineRecipes for Postgres {
             recreate: database_steps(agent_user),
         }
     }
+}
+
+/// `CREATE ROLE` for the handed-out account.
+fn create_role(agent: &Credentials, facts: ServerFacts) -> String {
+    let role = pg_identifier(&agent.user);
+    // CREATEROLE cannot escalate from PostgreSQL 16 on; before that it could grant itself any
+    // non-superuser role, including the pg_* server roles.
+    let createrole = if facts.major_version.is_some_and(|major| major >= 16) {
+        " CREATEROLE"
+    } else {
+        ""
+    };
+    // A SCRAM verifier, never the password: the statement may be logged by a driver.
+    let password = sql_literal(&pg_scram_verifier(&agent.password));
+    format!(
+        "CREATE ROLE {role} LOGIN CREATEDB{createrole} NOSUPERUSER NOREPLICATION NOBYPASSRLS \
+         PASSWORD {password}"
+    )
 }
 
 /// The agent's database as `setup` makes it (and `reset` makes it again): owned by the agent,

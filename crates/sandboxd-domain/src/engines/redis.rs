@@ -191,6 +191,22 @@ impl EngineRecipes for Redis {
         vec![]
     }
 
+    fn mint(&self, agent: &Credentials, _facts: ServerFacts) -> Vec<AdminStep> {
+        // A pool member started with an account nobody was given: its password is replaced,
+        // its rules stay as the server started with them.
+        let words = [
+            "ACL".to_owned(),
+            "SETUSER".to_owned(),
+            agent.user.clone(),
+            "resetpass".to_owned(),
+            format!("#{}", sha256_hex(&agent.password)),
+            "on".to_owned(),
+        ];
+        vec![AdminStep::RedisCommand {
+            words: words.into_iter().map(SecretString::from).collect(),
+        }]
+    }
+
     fn reset(&self, _agent_user: &str) -> ResetPlan {
         // Keys of every database, then the functions and the script cache the agent loaded.
         ResetPlan::Commands(vec![

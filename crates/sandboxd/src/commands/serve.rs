@@ -59,6 +59,7 @@ pub async fn run(args: Args, settings: &Settings) -> ExitCode {
     let shutdown = CancellationToken::new();
     let janitor = daemon.broker.spawn_janitor(shutdown.child_token());
     let sweeper = daemon.broker.spawn_session_sweeper(shutdown.child_token());
+    let pools = daemon.broker.spawn_pools(shutdown.child_token());
     let app = http::app(&daemon, settings, shutdown.child_token());
     // The first stdout line is the address: scripts and tests read it.
     println!("sandboxd listening on http://{addr}");
@@ -106,6 +107,10 @@ pub async fn run(args: Args, settings: &Settings) -> ExitCode {
     match sweeper.await {
         Ok(()) => tracing::info!("MCP session sweeper stopped"),
         Err(err) => tracing::error!(error = %err, "MCP session sweeper failed"),
+    }
+    match pools.await {
+        Ok(()) => tracing::info!("warm pools drained"),
+        Err(err) => tracing::error!(error = %err, "warm pool task failed"),
     }
     daemon.broker.sweep_at_stop().await;
     if served.is_ok() {

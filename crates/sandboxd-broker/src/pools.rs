@@ -1,0 +1,545 @@
+//! Warm pools: per engine on the primary backend, members started, proven ready and prepared
+//! ahead of any request, held with a superuser connection and no agent account
+//! (`Backend::provision_idle`). `request_sandbox` takes one when its engine and features match
+//! and hands it out (`Backend::hand_out`: the agent's account minted, its owner recorded), and
+//! the pool refills in the background. A member is handed out once, never returned: a released
+//! sandbox is torn down like any other.
+//!
+//! What keeps a pool honest:
+//! - an idle member that stops answering is quarantined (torn down, counted) and replaced;
+//! - a pool whose members keep failing to start backs off exponentially (`PoolTuning`), says so
+//!   in its status and metrics, and tries again after the wait instead of recreating forever;
+//! - the janitor never touches a member this daemon's pools made in this run, and reaps every
+//!   other member of this daemon at once (a previous run's: pools are rebuilt after a restart);
+//! - when requests find the pool empty it holds more, up to `max_total`, and shrinks back to
+//!   `min_idle` when hand-outs stop.
+
+use std::collections::{BTreeSet, HashSet, VecDeque};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use sandboxd_backend::{Backend, IdleMember, InstanceRequest};
+use sandboxd_domain::instance::instance_name;
+use sandboxd_domain::{AgentSlug, DaemonId, EngineRef, Feature, Instance};
+use tokio::sync::Notify;
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+
+use crate::metrics::Metrics;
+
+/// One engine's pool as configured (`[pools.<engine>]`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PoolConfig {
+    pub engine: EngineRef,
+    /// Features every member has active; a request whose features include them takes a
+    /// member (the rest are activated after the hand-out).
+    pub features: BTreeSet<Feature>,
+    /// Idle members kept ready at all times.
+    pub min_idle: usize,
+    /// Most members the pool holds at once, idle or starting.
+    pub max_total: usize,
+}
+
+impl PoolConfig {
+    /// `min_idle` ≤ `max_total`, and a pool of at least one member.
+    pub fn validate(&self) -> Result<(), String> {
+        if self.max_total == 0 {
+            return Err(format!(
+                "pools.{}: max_total must be at least 1",
+                self.engine.name
+            ));
+        }
+        if self.min_idle > self.max_total {
+            return Err(format!(
+                "pools.{}: min_idle ({}) must not exceed max_total ({})",
+                self.engine.name, self.min_idle, self.max_total
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// How pools refill, check and back off.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PoolTuning {
+    /// The wait after the first failed start; it doubles with every further failure.
+    pub backoff_base: Duration,
+    /// The longest wait between attempts of a failing pool.
+    pub backoff_max: Duration,
+    /// How often idle members are asked whether they still answer.
+    pub check_interval: Duration,
+    /// Members started at once per pool.
+    pub parallel_starts: usize,
+}
+
+impl Default for PoolTuning {
+    fn default() -> Self {
+        Self {
+            backoff_base: Duration::from_secs(1),
+            backoff_max: Duration::from_secs(300),
+            check_interval: Duration::from_secs(10),
+            parallel_starts: 2,
+        }
+    }
+}
+
+impl PoolTuning {
+    fn backoff(&self, failures: u32) -> Duration {
+        let factor = 2u32.saturating_pow(failures.saturating_sub(1).min(20));
+        self.backoff_base
+            .saturating_mul(factor)
+            .min(self.backoff_max)
+    }
+}
+
+/// A pool as the operator sees it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PoolView {
+    pub engine: EngineRef,
+    pub backend: &'static str,
+    pub features: Vec<String>,
+    pub min_idle: usize,
+    pub max_total: usize,
+    /// What the pool aims to hold idle now (`min_idle`, more after requests found it empty).
+    pub target: usize,
+    pub idle: usize,
+    pub starting: usize,
+    pub handed_out: u64,
+    pub misses: u64,
+    /// Members that stopped answering while idle, or failed their hand-out.
+    pub quarantined: u64,
+    /// Failed starts in a row (0 when the last one worked).
+    pub failures: u32,
+    /// Set while the pool waits after failures: how long it still waits.
+    pub backing_off_for: Option<Duration>,
+    /// The last start failure, as the backend said it (no credentials).
+    pub last_error: Option<String>,
+}
+
+#[derive(Debug, Default)]
+struct PoolState {
+    idle: VecDeque<IdleMember>,
+    starting: usize,
+    /// Member names this pool holds or is starting or handing out: never the janitor's.
+    held: HashSet<String>,
+    target: usize,
+    failures: u32,
+    backoff_until: Option<Instant>,
+    last_error: Option<String>,
+    handed_out: u64,
+    misses: u64,
+    quarantined: u64,
+    /// Hand-outs and misses since the last shrink check.
+    demand: u64,
+}
+
+#[derive(Debug)]
+struct Pool {
+    config: Mutex<PoolConfig>,
+    state: Mutex<PoolState>,
+}
+
+impl Pool {
+    fn state(&self) -> MutexGuard<'_, PoolState> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn config(&self) -> PoolConfig {
+        self.config.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+}
+
+/// Every pool of one daemon, and what they share.
+#[derive(Debug)]
+pub(crate) struct Pools {
+    pools: Vec<Arc<Pool>>,
+    backend: Arc<dyn Backend>,
+    maker: DaemonId,
+    tuning: PoolTuning,
+    metrics_backend: &'static str,
+    /// Wakes the refill loop: a member was taken, failed, or the sizes changed.
+    wake: Notify,
+    /// Names of every member this run's pools made, until the janitor sees them gone.
+    issued: Mutex<HashSet<String>>,
+}
+
+impl Pools {
+    pub fn new(
+        configs: &[PoolConfig],
+        backend: Arc<dyn Backend>,
+        maker: DaemonId,
+        tuning: PoolTuning,
+    ) -> Self {
+        let pools = configs
+            .iter()
+            .map(|config| {
+                Arc::new(Pool {
+                    state: Mutex::new(PoolState {
+                        target: config.min_idle,
+                        ..PoolState::default()
+                    }),
+                    config: Mutex::new(config.clone()),
+                })
+            })
+            .collect();
+        Self {
+            pools,
+            metrics_backend: backend.kind().as_str(),
+            backend,
+            maker,
+            tuning,
+            wake: Notify::new(),
+            issued: Mutex::new(HashSet::new()),
+        }
+    }
+
+    fn issued(&self) -> MutexGuard<'_, HashSet<String>> {
+        self.issued.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn pool_of(&self, engine: EngineRef) -> Option<&Arc<Pool>> {
+        self.pools.iter().find(|p| p.config().engine == engine)
+    }
+
+    /// True when `name` is a member this run's pools made and the janitor must leave alone:
+    /// held now, or handed out since the janitor listed it.
+    pub fn owns(&self, name: &str) -> bool {
+        self.issued().contains(name)
+    }
+
+    /// Forgets issued names that are neither held nor among `listed` (the pool-slot instances
+    /// the janitor just listed): they were handed out or torn down.
+    pub fn forget_gone(&self, listed: &HashSet<String>) {
+        let held: HashSet<String> = self
+            .pools
+            .iter()
+            .flat_map(|p| p.state().held.iter().cloned().collect::<Vec<_>>())
+            .collect();
+        self.issued()
+            .retain(|name| held.contains(name) || listed.contains(name));
+    }
+
+    /// An idle member for `engine` whose features are all `wanted`, taken out of its pool (a
+    /// refill starts). None when no pool serves the engine or it is empty (a miss: the pool
+    /// grows towards `max_total`).
+    pub fn take(
+        &self,
+        engine: EngineRef,
+        wanted: &BTreeSet<Feature>,
+        metrics: &Metrics,
+    ) -> Option<Taken> {
+        let pool = self.pool_of(engine)?;
+        let config = pool.config();
+        if !config.features.is_subset(wanted) {
+            return None;
+        }
+        let member = {
+            let mut state = pool.state();
+            state.demand += 1;
+            match state.idle.pop_front() {
+                Some(member) => {
+                    state.handed_out += 1;
+                    Some(member)
+                }
+                None => {
+                    state.misses += 1;
+                    state.target = (state.target + 1).min(config.max_total);
+                    None
+                }
+            }
+        };
+        metrics.pool_request(engine, self.metrics_backend, member.is_some());
+        self.refresh_gauges(pool, metrics);
+        self.wake.notify_one();
+        member.map(|member| Taken {
+            pool: pool.clone(),
+            name: member.instance.name.clone(),
+            member: Some(member),
+        })
+    }
+
+    /// Hands `taken` to `owner` on the pool's backend. A failure quarantines the member (the
+    /// backend already removed it).
+    pub async fn hand_out(
+        &self,
+        mut taken: Taken,
+        owner: &AgentSlug,
+        metrics: &Metrics,
+    ) -> Result<Instance, sandboxd_backend::BackendError> {
+        let member = taken.member.take().expect("a taken member is handed out once");
+        let engine = member.instance.engine;
+        let outcome = self.backend.hand_out(member, owner).await;
+        if outcome.is_err() {
+            taken.pool.state().quarantined += 1;
+            metrics.pool_member_failed(engine, self.metrics_backend, "hand_out");
+        }
+        outcome
+    }
+
+    /// The pools' state for the operator.
+    pub fn views(&self) -> Vec<PoolView> {
+        let now = Instant::now();
+        self.pools
+            .iter()
+            .map(|pool| {
+                let config = pool.config();
+                let state = pool.state();
+                PoolView {
+                    engine: config.engine,
+                    backend: self.metrics_backend,
+                    features: config.features.iter().map(|f| f.name().to_owned()).collect(),
+                    min_idle: config.min_idle,
+                    max_total: config.max_total,
+                    target: state.target,
+                    idle: state.idle.len(),
+                    starting: state.starting,
+                    handed_out: state.handed_out,
+                    misses: state.misses,
+                    quarantined: state.quarantined,
+                    failures: state.failures,
+                    backing_off_for: state
+                        .backoff_until
+                        .filter(|until| *until > now)
+                        .map(|until| until - now),
+                    last_error: state.last_error.clone(),
+                }
+            })
+            .collect()
+    }
+
+    /// New sizes for `engine`'s pool; the refill loop adds or removes members to match.
+    pub fn resize(&self, engine: EngineRef, min_idle: usize, max_total: usize) -> Result<(), String> {
+        let pool = self
+            .pool_of(engine)
+            .ok_or_else(|| format!("no pool for {}; configure [pools.{}]", engine.name, engine.name))?;
+        let mut config = pool.config();
+        config.min_idle = min_idle;
+        config.max_total = max_total;
+        config.validate()?;
+        *pool.config.lock().unwrap_or_else(|p| p.into_inner()) = config;
+        {
+            let mut state = pool.state();
+            state.target = state.target.clamp(min_idle, max_total);
+            // An operator's change is a reason to try again now.
+            state.backoff_until = None;
+        }
+        self.wake.notify_one();
+        Ok(())
+    }
+
+    fn refresh_gauges(&self, pool: &Pool, metrics: &Metrics) {
+        let engine = pool.config().engine;
+        let state = pool.state();
+        let backing_off = state.backoff_until.is_some_and(|u| u > Instant::now());
+        metrics.pool_state(
+            engine,
+            self.metrics_backend,
+            state.idle.len(),
+            backing_off,
+        );
+    }
+
+    /// Starts the members each pool lacks, within its backoff; returns the starts begun.
+    fn fill(self: &Arc<Self>, metrics: &Arc<Metrics>) -> Vec<JoinHandle<()>> {
+        let mut started = Vec::new();
+        let now = Instant::now();
+        for pool in &self.pools {
+            let config = pool.config();
+            let slots = {
+                let mut state = pool.state();
+                if state.backoff_until.is_some_and(|until| until > now) {
+                    continue;
+                }
+                let have = state.idle.len() + state.starting;
+                let want = state.target.max(config.min_idle).min(config.max_total);
+                let room = config.max_total.saturating_sub(have);
+                let starts = want
+                    .saturating_sub(have)
+                    .min(room)
+                    .min(self.tuning.parallel_starts.saturating_sub(state.starting));
+                let mut slots = Vec::with_capacity(starts);
+                for _ in 0..starts {
+                    let slot = AgentSlug::pool_slot();
+                    let name = instance_name(config.engine, &slot, &self.maker);
+                    state.held.insert(name.clone());
+                    self.issued().insert(name.clone());
+                    state.starting += 1;
+                    slots.push((slot, name));
+                }
+                slots
+            };
+            for (slot, name) in slots {
+                let pools = self.clone();
+                let pool = pool.clone();
+                let metrics = metrics.clone();
+                let request = InstanceRequest {
+                    engine: config.engine,
+                    owner: slot,
+                    maker: self.maker.clone(),
+                    features: config.features.clone(),
+                };
+                started.push(tokio::spawn(async move {
+                    pools.start_member(&pool, request, name, &metrics).await;
+                }));
+            }
+        }
+        started
+    }
+
+    async fn start_member(
+        &self,
+        pool: &Pool,
+        request: InstanceRequest,
+        name: String,
+        metrics: &Metrics,
+    ) {
+        let began = Instant::now();
+        let outcome = self.backend.provision_idle(&request).await;
+        let engine = request.engine;
+        {
+            let mut state = pool.state();
+            state.starting -= 1;
+            match outcome {
+                Ok(member) => {
+                    state.failures = 0;
+                    state.backoff_until = None;
+                    state.last_error = None;
+                    state.idle.push_back(member);
+                    metrics.provisioned(engine, self.backend.kind(), began.elapsed());
+                }
+                Err(err) => {
+                    state.held.remove(&name);
+                    state.failures += 1;
+                    let wait = self.tuning.backoff(state.failures);
+                    state.backoff_until = Some(Instant::now() + wait);
+                    tracing::warn!(engine = engine.name, failures = state.failures, wait_ms = wait.as_millis() as u64, error = %err, "a pool member failed to start; backing off");
+                    state.last_error = Some(err.to_string());
+                    metrics.pool_member_failed(engine, self.metrics_backend, "start");
+                }
+            }
+        }
+        self.refresh_gauges(pool, metrics);
+        self.wake.notify_one();
+    }
+
+    /// Asks every idle member whether it still answers; quarantines the ones that do not, and
+    /// shrinks pools that saw no demand since the last check back towards `min_idle`.
+    async fn check(&self, metrics: &Metrics) {
+        for pool in &self.pools {
+            let config = pool.config();
+            let count = pool.state().idle.len();
+            let mut surplus = Vec::new();
+            for _ in 0..count {
+                let Some(mut member) = pool.state().idle.pop_front() else {
+                    break;
+                };
+                let handle = member.handle();
+                let answers = member.check().await.is_ok()
+                    && self.backend.is_live(&handle).await.unwrap_or(false);
+                if answers {
+                    pool.state().idle.push_back(member);
+                    continue;
+                }
+                tracing::warn!(instance = %handle.name, "an idle pool member stopped answering: quarantined");
+                {
+                    let mut state = pool.state();
+                    state.quarantined += 1;
+                    state.held.remove(&handle.name);
+                }
+                metrics.pool_member_failed(config.engine, self.metrics_backend, "idle");
+                drop(member);
+                if let Err(err) = self.backend.teardown(&handle).await {
+                    tracing::warn!(instance = %handle.name, error = %err, "removing a quarantined pool member");
+                }
+            }
+            {
+                let mut state = pool.state();
+                if state.demand == 0 && state.target > config.min_idle {
+                    state.target -= 1;
+                }
+                state.demand = 0;
+                while state.idle.len() > state.target.max(config.min_idle) {
+                    if let Some(member) = state.idle.pop_back() {
+                        state.held.remove(&member.instance.name);
+                        surplus.push(member);
+                    }
+                }
+            }
+            self.remove_members(surplus).await;
+            self.refresh_gauges(pool, metrics);
+        }
+    }
+
+    async fn remove_members(&self, members: Vec<IdleMember>) {
+        let handles: Vec<_> = members.iter().map(IdleMember::handle).collect();
+        drop(members);
+        sandboxd_backend::teardown_all(self.backend.as_ref(), handles).await;
+    }
+
+    /// Tears down every idle member (a clean stop); starts under way finish and are removed
+    /// by the next run's janitor.
+    pub async fn drain(&self) {
+        let mut members = Vec::new();
+        for pool in &self.pools {
+            let mut state = pool.state();
+            while let Some(member) = state.idle.pop_front() {
+                state.held.remove(&member.instance.name);
+                members.push(member);
+            }
+            state.target = 0;
+        }
+        self.remove_members(members).await;
+    }
+
+    /// Keeps the pools filled and checked until `shutdown`; then drains them.
+    pub fn spawn(self: &Arc<Self>, metrics: Arc<Metrics>, shutdown: CancellationToken) -> JoinHandle<()> {
+        let pools = self.clone();
+        tokio::spawn(async move {
+            let mut checks = tokio::time::interval(pools.tuning.check_interval);
+            checks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            checks.tick().await;
+            let mut starts: Vec<JoinHandle<()>> = Vec::new();
+            loop {
+                starts.retain(|s| !s.is_finished());
+                starts.extend(pools.fill(&metrics));
+                // A pool in backoff is looked at again when its wait ends.
+                let retry = pools.next_retry().unwrap_or(pools.tuning.check_interval);
+                tokio::select! {
+                    _ = shutdown.cancelled() => break,
+                    _ = pools.wake.notified() => {}
+                    _ = tokio::time::sleep(retry) => {}
+                    _ = checks.tick() => pools.check(&metrics).await,
+                }
+            }
+            for start in starts {
+                let _ = start.await;
+            }
+            pools.drain().await;
+        })
+    }
+
+    fn next_retry(&self) -> Option<Duration> {
+        let now = Instant::now();
+        self.pools
+            .iter()
+            .filter_map(|p| p.state().backoff_until)
+            .filter(|until| *until > now)
+            .map(|until| until - now)
+            .min()
+    }
+}
+
+/// A member taken out of its pool for one hand-out; its name stays the pool's (so the janitor
+/// leaves it alone) until the hand-out is over.
+#[derive(Debug)]
+pub(crate) struct Taken {
+    pool: Arc<Pool>,
+    name: String,
+    member: Option<IdleMember>,
+}
+
+impl Drop for Taken {
+    fn drop(&mut self) {
+        self.pool.state().held.remove(&self.name);
+    }
+}
