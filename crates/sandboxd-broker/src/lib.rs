@@ -107,10 +107,29 @@ impl Broker {
                 ready: AtomicBool::new(false),
             }),
         };
+        broker.apply_stored_pool_sizes().await;
         broker.reconcile().await;
         broker.janitor_pass().await;
         broker.inner.ready.store(true, Ordering::SeqCst);
         Ok(broker)
+    }
+
+    /// Sizes an operator set through the API or panel outlive a restart.
+    async fn apply_stored_pool_sizes(&self) {
+        for view in self.inner.pools.views() {
+            let key = pools::size_setting(view.engine);
+            let Ok(Some(value)) = self.store().get_setting(&key).await else {
+                continue;
+            };
+            let applied = pools::parse_sizes(&value)
+                .ok_or_else(|| format!("{key} = {value:?} is not `min_idle,max_total`"))
+                .and_then(|(min_idle, max_total)| {
+                    self.inner.pools.resize(view.engine, min_idle, max_total)
+                });
+            if let Err(err) = applied {
+                tracing::warn!(error = %err, "ignoring stored warm pool sizes");
+            }
+        }
     }
 
     pub fn metrics(&self) -> &metrics::Metrics {

@@ -19,6 +19,7 @@ use crate::audit::{AuditAction, AuditRecord, Outcome};
 use crate::config::SANDBOX_DB_ENABLED;
 use crate::error::BrokerError;
 use crate::janitor::JanitorReport;
+use crate::pools::PoolView;
 
 /// The marker a spawned agent's environment carries when its project offers sandboxes.
 pub const SERVICES_AVAILABLE_ENV: &str = "ROBOCO_SANDBOX_SERVICES_AVAILABLE";
@@ -454,6 +455,62 @@ impl Broker {
         })
         .await;
         Ok(removed)
+    }
+
+    /// The warm pools and what they hold now.
+    pub fn pools(&self) -> Vec<PoolView> {
+        self.inner.pools.views()
+    }
+
+    /// New sizes for `engine`'s warm pool, persisted (they outlive a restart and override the
+    /// configuration's) and applied at once: the pool starts or removes members to match.
+    pub async fn resize_pool(
+        &self,
+        engine: EngineRef,
+        min_idle: usize,
+        max_total: usize,
+    ) -> Result<PoolView, BrokerError> {
+        let started = Instant::now();
+        self.inner
+            .pools
+            .resize(engine, min_idle, max_total)
+            .map_err(|detail| {
+                if self.inner.pools.views().iter().any(|v| v.engine == engine) {
+                    BrokerError::Input(InputError::Malformed {
+                        what: "pool sizes",
+                        detail,
+                    })
+                } else {
+                    BrokerError::NotFound {
+                        what: "warm pool",
+                        id: format!(
+                            "{} (pools are configured per engine: [pools.{}] in the config file)",
+                            engine.name, engine.name
+                        ),
+                    }
+                }
+            })?;
+        self.store()
+            .set_setting(
+                &crate::pools::size_setting(engine),
+                &format!("{min_idle},{max_total}"),
+            )
+            .await?;
+        self.audit(AuditRecord {
+            actor: Actor::Operator,
+            action: AuditAction::SetSetting,
+            subject: engine.name,
+            project: None,
+            outcome: Outcome::Ok,
+            started,
+            detail: format!("warm pool: min_idle {min_idle}, max_total {max_total}"),
+        })
+        .await;
+        Ok(self
+            .pools()
+            .into_iter()
+            .find(|v| v.engine == engine)
+            .expect("the pool just resized exists"))
     }
 
     pub async fn settings(&self) -> Result<SettingsView, BrokerError> {

@@ -59,6 +59,17 @@ impl PoolConfig {
     }
 }
 
+/// The settings key holding an operator's sizes for `engine`'s pool (`min_idle,max_total`).
+pub(crate) fn size_setting(engine: EngineRef) -> String {
+    format!("pool_size.{}", engine.name)
+}
+
+/// Sizes read back from [`size_setting`]; None when malformed.
+pub(crate) fn parse_sizes(value: &str) -> Option<(usize, usize)> {
+    let (min_idle, max_total) = value.split_once(',')?;
+    Some((min_idle.trim().parse().ok()?, max_total.trim().parse().ok()?))
+}
+
 /// How pools refill, check and back off.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct PoolTuning {

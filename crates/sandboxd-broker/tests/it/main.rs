@@ -2,6 +2,7 @@
 
 mod faults;
 mod guards;
+mod pools;
 mod restart;
 mod sandbox;
 mod support;

@@ -24,6 +24,8 @@ use sandboxd_domain::{
 };
 
 pub use sandboxd_testkit::{docker_or_skip, show_logs, test_dir, unique};
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
 
 /// A real backend that counts what it was asked to create.
 #[derive(Debug)]
@@ -183,6 +185,8 @@ pub struct World {
     pub project: ProjectSlug,
     /// Owners this world created instances for, torn down at the end.
     owners: Mutex<Vec<AgentSlug>>,
+    /// The warm pools' task, when the test started it.
+    pools: Mutex<Option<(CancellationToken, JoinHandle<()>)>>,
     _dir: tempfile::TempDir,
 }
 
@@ -259,8 +263,46 @@ impl World {
             config,
             project,
             owners: Mutex::new(Vec::new()),
+            pools: Mutex::new(None),
             _dir: dir,
         })
+    }
+
+    /// Starts the broker's warm pools, as `sandboxd serve` does.
+    pub fn spawn_pools(&self) {
+        let shutdown = CancellationToken::new();
+        let task = self.broker.spawn_pools(shutdown.clone());
+        *self.pools.lock().expect("lock") = Some((shutdown, task));
+    }
+
+    /// Stops the warm pools as a clean stop does: their idle members are removed.
+    pub async fn stop_pools(&self) {
+        let running = self.pools.lock().expect("lock").take();
+        if let Some((shutdown, task)) = running {
+            shutdown.cancel();
+            task.await.expect("the pools' task ends");
+        }
+    }
+
+    /// Ends the warm pools' task as a crash would: their members stay behind.
+    pub async fn crash_pools(&self) {
+        let running = self.pools.lock().expect("lock").take();
+        if let Some((_, task)) = running {
+            task.abort();
+            let _ = task.await;
+        }
+    }
+
+    /// Everything the backend lists that this world's daemon made.
+    pub async fn made_here(&self) -> Vec<ListedInstance> {
+        let daemon = self.broker.daemon_id();
+        self.backend
+            .list()
+            .await
+            .expect("list")
+            .into_iter()
+            .filter(|i| &i.handle.maker == daemon)
+            .collect()
     }
 
     /// Spawns an agent of `role` in the world's project.
@@ -364,6 +406,16 @@ impl World {
     {
         let world = Arc::new(self);
         let outcome = AssertUnwindSafe(body(world.clone())).catch_unwind().await;
+        world.stop_pools().await;
+        let pool_members: Vec<ListedInstance> = world
+            .made_here()
+            .await
+            .into_iter()
+            .filter(|i| i.handle.owner.is_pool_slot())
+            .collect();
+        for member in &pool_members {
+            let _ = world.backend.teardown(&member.handle).await;
+        }
         let owners: Vec<AgentSlug> = world.owners.lock().expect("lock").clone();
         for owner in &owners {
             for instance in world.listed(owner).await {
@@ -381,6 +433,10 @@ impl World {
         if let Err(panic) = outcome {
             std::panic::resume_unwind(panic);
         }
+        assert!(
+            pool_members.is_empty(),
+            "a clean stop of the pools left members behind: {pool_members:?}"
+        );
         assert!(
             !left,
             "daemon {daemon}'s network outlived every instance of it"
