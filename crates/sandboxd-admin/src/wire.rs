@@ -10,6 +10,7 @@
 use std::collections::BTreeMap;
 
 use sandboxd_broker::{
+    PoolView,
     Actor, Agent, AuditEntry, AuditPage, InstanceView, JanitorReport, Project, SandboxView,
     SettingsView, Spawned, Task,
 };
@@ -51,6 +52,67 @@ impl From<SettingsView> for Settings {
             takes_effect: view.takes_effect.to_owned(),
         }
     }
+}
+
+/// One engine's warm pool: its sizes and what it holds now.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct PoolOut {
+    pub engine: String,
+    /// The backend its members run on (the provisioning backend).
+    pub backend: String,
+    /// Features every member has active.
+    pub features: Vec<String>,
+    pub min_idle: usize,
+    pub max_total: usize,
+    /// What the pool aims to hold idle now: `min_idle`, more after requests found it empty.
+    pub target: usize,
+    pub idle: usize,
+    pub starting: usize,
+    /// Members handed out to agents since the daemon started.
+    pub handed_out: u64,
+    /// Requests that found the pool empty (served by a cold provision).
+    pub misses: u64,
+    /// Members that stopped answering while idle or failed their hand-out.
+    pub quarantined: u64,
+    /// Failed starts in a row; 0 when the last start worked.
+    pub failures: u32,
+    /// Milliseconds the pool still waits before its next start, while it backs off.
+    pub backing_off_ms: Option<u64>,
+    /// Why the last start failed (no credentials).
+    pub last_error: Option<String>,
+}
+
+impl From<PoolView> for PoolOut {
+    fn from(view: PoolView) -> Self {
+        Self {
+            engine: view.engine.name.to_owned(),
+            backend: view.backend.to_owned(),
+            features: view.features,
+            min_idle: view.min_idle,
+            max_total: view.max_total,
+            target: view.target,
+            idle: view.idle,
+            starting: view.starting,
+            handed_out: view.handed_out,
+            misses: view.misses,
+            quarantined: view.quarantined,
+            failures: view.failures,
+            backing_off_ms: view
+                .backing_off_for
+                .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX)),
+            last_error: view.last_error,
+        }
+    }
+}
+
+/// New sizes for a warm pool: persisted, applied at once, kept across restarts.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct PutPool {
+    /// Idle members kept ready (at most `max_total`).
+    pub min_idle: usize,
+    /// Most members held at once, idle or starting (at least 1).
+    pub max_total: usize,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]

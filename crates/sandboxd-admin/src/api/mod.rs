@@ -21,6 +21,7 @@ use crate::{AppState, auth};
 mod agents;
 pub(crate) mod audit;
 mod janitor;
+mod pools;
 pub(crate) mod projects;
 mod sandboxes;
 mod settings;
@@ -48,8 +49,8 @@ pub const TAG: &str = "admin";
     info(
         title = "sandboxd admin API",
         description = "The operator's API of sandboxd: the master switch, projects and their \
-                       sandbox opt-in, agents, tasks, live sandboxes, the audit log and the \
-                       janitor. Every route takes the admin token as `Authorization: Bearer \
+                       sandbox opt-in, agents, tasks, live sandboxes, warm pools, the audit log \
+                       and the janitor. Every route takes the admin token as `Authorization: Bearer \
                        <token>`. Errors answer `{\"error\": <code>, \"message\": ...}`: 4xx for \
                        the caller's mistakes (nothing changed), 500 for failures inside sandboxd."
     ),
@@ -83,6 +84,8 @@ fn split() -> (Router<AppState>, utoipa::openapi::OpenApi) {
         .routes(routes!(sandboxes::teardown_sandbox))
         .routes(routes!(audit::list_audit))
         .routes(routes!(janitor::run_janitor))
+        .routes(routes!(pools::list_pools))
+        .routes(routes!(pools::put_pool))
         .split_for_parts()
 }
 

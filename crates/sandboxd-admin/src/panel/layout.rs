@@ -11,6 +11,7 @@ const NAV: &[(&str, &str)] = &[
     ("/settings", "Settings"),
     ("/projects", "Projects"),
     ("/sandboxes", "Sandboxes"),
+    ("/pools", "Pools"),
     ("/audit", "Audit log"),
 ];
 
@@ -20,6 +21,7 @@ pub enum Section {
     Settings,
     Projects,
     Sandboxes,
+    Pools,
     Audit,
 }
 
@@ -29,7 +31,8 @@ impl Section {
             Section::Settings => NAV[0].0,
             Section::Projects => NAV[1].0,
             Section::Sandboxes => NAV[2].0,
-            Section::Audit => NAV[3].0,
+            Section::Pools => NAV[3].0,
+            Section::Audit => NAV[4].0,
         }
     }
 }

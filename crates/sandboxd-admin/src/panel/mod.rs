@@ -3,7 +3,7 @@
 //!
 //! - `login.rs`: the admin-token login, logout, and the session gate every other page is
 //!   behind.
-//! - `settings.rs`, `projects.rs`, `sandboxes.rs`, `audit.rs`: one file per page.
+//! - `settings.rs`, `projects.rs`, `sandboxes.rs`, `pools.rs`, `audit.rs`: one file per page.
 //! - `session.rs`: in-memory sessions with a CSRF token each; `layout.rs`: the page shell.
 //! - `throttle.rs`: the login's rate limit per client.
 //! - `form.rs`: the extractors every POST handler takes to read its form ([`VerifiedForm`]
@@ -26,6 +26,7 @@ mod audit;
 mod form;
 pub(crate) mod layout;
 mod login;
+mod pools;
 mod projects;
 mod sandboxes;
 pub(crate) mod session;
@@ -56,6 +57,8 @@ pub fn router(state: AppState) -> Router<AppState> {
         .route("/sandboxes", get(sandboxes::list))
         .route("/sandboxes/{owner}/teardown", post(sandboxes::teardown))
         .route("/sandboxes/janitor", post(sandboxes::run_janitor))
+        .route("/pools", get(pools::list))
+        .route("/pools/{engine}", post(pools::resize))
         .route("/audit", get(audit::show))
         .route("/logout", post(login::logout))
         .route_layer(middleware::from_fn_with_state(

@@ -258,6 +258,12 @@ async fn operator_flow_in_a_real_browser_without_javascript() {
     let Some(app) = spawn_app(AppSpec {
         kind: Kind::Docker,
         enabled_override: None,
+        pools: vec![sandboxd_broker::PoolConfig {
+            engine: sandboxd_domain::EngineRef::parse("redis").expect("registered"),
+            features: Default::default(),
+            min_idle: 1,
+            max_total: 2,
+        }],
     })
     .await
     else {
@@ -444,6 +450,27 @@ async fn flow(app: &App, client: &Client) {
     // Gone from Docker itself.
     assert!(docker_containers(&dev.slug).is_empty(), "no container left");
 
+    // Pools: the configured redis pool (its task is not running here, so it is filling),
+    // resized from the panel.
+    open(client, app, "/pools").await;
+    let pool = text(client, "#pool-redis").await;
+    assert!(pool.contains("redis") && pool.contains("filling"), "{pool}");
+    for (field, value) in [("min_idle", "0"), ("max_total", "3")] {
+        let input = client
+            .find(Locator::Css(&format!("#pool-redis input[name={field}]")))
+            .await
+            .expect("a size field");
+        input.clear().await.expect("clear");
+        input.send_keys(value).await.expect("type");
+    }
+    shot(client, "10-pools").await;
+    submit(client, "#pool-redis button[type=submit]").await;
+    assert_eq!(path_of(client).await, "/pools");
+    let flash = text(client, ".flash").await;
+    assert!(flash.contains("keeps 0 idle, at most 3"), "{flash}");
+    let resized = app.broker().pools();
+    assert_eq!((resized[0].min_idle, resized[0].max_total), (0, 3));
+
     // The audit log shows what happened.
     open(client, app, "/audit").await;
     let audit = text(client, "#audit").await;
@@ -455,7 +482,7 @@ async fn flow(app: &App, client: &Client) {
     ] {
         assert!(audit.contains(action), "{action} in the audit page");
     }
-    shot(client, "10-audit").await;
+    shot(client, "11-audit").await;
 
     // And no page of the flow ran or shipped a script.
     assert!(!html.contains("<script"));
@@ -465,7 +492,7 @@ async fn flow(app: &App, client: &Client) {
     let origins = app.posted_origins.lock().expect("lock").clone();
     let expected: Vec<String> = [&first_url; 2] // log in, arm
         .into_iter()
-        .chain([&second_url; 4]) // log in, create, save, tear down
+        .chain([&second_url; 5]) // log in, create, save, tear down, resize a pool
         .cloned()
         .collect();
     assert_eq!(origins, expected);

@@ -14,7 +14,9 @@ use futures::FutureExt;
 use sandboxd_admin::AdminConfig;
 use sandboxd_backend::process::{ProcessBackend, ProcessConfig};
 use sandboxd_backend::{Backend, ListedInstance};
-use sandboxd_broker::{Agent, Backends, Broker, BrokerConfig, Project, SecretCipher, Store};
+use sandboxd_broker::{
+    Agent, Backends, Broker, BrokerConfig, PoolConfig, Project, SecretCipher, Store,
+};
 use sandboxd_domain::envelope::{Envelope, OkEnvelope};
 use sandboxd_domain::roles::Verb;
 use sandboxd_domain::{AgentSlug, ProjectSlug};
@@ -37,6 +39,8 @@ pub struct AppSpec {
     pub kind: Kind,
     /// `ROBOCO_SANDBOX_DB_ENABLED` as the daemon would read it (None: the stored value rules).
     pub enabled_override: Option<bool>,
+    /// Warm pools as configured; their task is not started, so they stay empty.
+    pub pools: Vec<PoolConfig>,
 }
 
 impl Default for AppSpec {
@@ -44,6 +48,7 @@ impl Default for AppSpec {
         Self {
             kind: Kind::Process,
             enabled_override: None,
+            pools: Vec::new(),
         }
     }
 }
@@ -131,6 +136,7 @@ pub async fn app_with_switch(enabled: bool) -> App {
     spawn_app(AppSpec {
         kind: Kind::Process,
         enabled_override: Some(enabled),
+        ..AppSpec::default()
     })
     .await
     .expect("process app")
@@ -153,6 +159,7 @@ pub async fn spawn_app(spec: AppSpec) -> Option<App> {
     };
     let config = BrokerConfig {
         enabled_override: spec.enabled_override,
+        pools: spec.pools,
         grace: Duration::from_secs(600),
         ..BrokerConfig::default()
     };

@@ -1,0 +1,45 @@
+//! `/v1/pools`: the warm pools (one per configured engine) and their sizes. A resize persists
+//! and applies at once; pools themselves are configured in the daemon's config file.
+
+use axum::Json;
+use axum::extract::State;
+use sandboxd_domain::EngineRef;
+
+use super::{ApiJson, ApiPath, TAG};
+use crate::AppState;
+use crate::error::ApiError;
+use crate::wire::ErrorBody;
+use crate::wire::{PoolOut, PutPool};
+
+/// Every warm pool: sizes, idle and starting members, hand-outs, misses, failures, backoff.
+#[utoipa::path(get, path = "/v1/pools", tag = TAG,
+    responses(
+        (status = 200, body = Vec<PoolOut>),
+        (status = 401, body = ErrorBody),
+    ))]
+pub async fn list_pools(State(state): State<AppState>) -> Json<Vec<PoolOut>> {
+    Json(state.broker.pools().into_iter().map(PoolOut::from).collect())
+}
+
+/// Resizes one engine's warm pool; the sizes outlive a restart.
+#[utoipa::path(put, path = "/v1/pools/{engine}", tag = TAG,
+    params(("engine" = String, Path, description = "an engine with a configured pool")),
+    request_body = PutPool,
+    responses(
+        (status = 200, body = PoolOut),
+        (status = 400, body = ErrorBody),
+        (status = 401, body = ErrorBody),
+        (status = 404, body = ErrorBody),
+    ))]
+pub async fn put_pool(
+    State(state): State<AppState>,
+    ApiPath(engine): ApiPath<String>,
+    ApiJson(body): ApiJson<PutPool>,
+) -> Result<Json<PoolOut>, ApiError> {
+    let engine = EngineRef::parse(&engine)?;
+    let pool = state
+        .broker
+        .resize_pool(engine, body.min_idle, body.max_total)
+        .await?;
+    Ok(Json(pool.into()))
+}
