@@ -10,9 +10,8 @@
 use std::collections::BTreeMap;
 
 use sandboxd_broker::{
-    PoolView,
-    Actor, Agent, AuditEntry, AuditPage, InstanceView, JanitorReport, Project, SandboxView,
-    SettingsView, Spawned, Task,
+    Actor, Agent, AuditEntry, AuditPage, InstanceView, JanitorReport, PoolView, Project,
+    SandboxView, SettingsView, Spawned, Task,
 };
 use secrecy::ExposeSecret;
 use serde::{Deserialize, Serialize};

@@ -43,10 +43,10 @@ pub use backends::Backends;
 pub use config::{BrokerConfig, SANDBOX_DB_ENABLED, parse_switch};
 pub use error::BrokerError;
 pub use janitor::{JanitorReport, ReapReason};
-pub use pools::{PoolConfig, PoolTuning, PoolView};
 pub use operator::{
     InstanceView, SERVICES_AVAILABLE_ENV, SandboxView, SettingsView, Spawned, parse_task_state,
 };
+pub use pools::{PoolConfig, PoolTuning, PoolView};
 pub use sandboxd_domain::lifecycle::TaskState;
 pub use sandboxd_store::{
     Actor, Agent, AuditEntry, AuditFilter, AuditPage, OutcomeFilter, Project, SecretCipher, Store,
@@ -142,9 +142,7 @@ impl Broker {
         &self,
         shutdown: tokio_util::sync::CancellationToken,
     ) -> tokio::task::JoinHandle<()> {
-        self.inner
-            .pools
-            .spawn(self.inner.metrics.clone(), shutdown)
+        self.inner.pools.spawn(self.inner.metrics.clone(), shutdown)
     }
 
     pub fn config(&self) -> &BrokerConfig {

@@ -249,7 +249,12 @@ impl Metrics {
             .inc();
     }
 
-    pub fn pool_member_failed(&self, engine: EngineRef, backend: &'static str, stage: &'static str) {
+    pub fn pool_member_failed(
+        &self,
+        engine: EngineRef,
+        backend: &'static str,
+        stage: &'static str,
+    ) {
         self.pool_member_failures
             .get_or_create(&PoolFailureLabels {
                 engine: engine.name,
@@ -259,7 +264,13 @@ impl Metrics {
             .inc();
     }
 
-    pub fn pool_state(&self, engine: EngineRef, backend: &'static str, idle: usize, backing_off: bool) {
+    pub fn pool_state(
+        &self,
+        engine: EngineRef,
+        backend: &'static str,
+        idle: usize,
+        backing_off: bool,
+    ) {
         let labels = PoolLabels {
             engine: engine.name,
             backend,

@@ -67,7 +67,10 @@ pub(crate) fn size_setting(engine: EngineRef) -> String {
 /// Sizes read back from [`size_setting`]; None when malformed.
 pub(crate) fn parse_sizes(value: &str) -> Option<(usize, usize)> {
     let (min_idle, max_total) = value.split_once(',')?;
-    Some((min_idle.trim().parse().ok()?, max_total.trim().parse().ok()?))
+    Some((
+        min_idle.trim().parse().ok()?,
+        max_total.trim().parse().ok()?,
+    ))
 }
 
 /// How pools refill, check and back off.
@@ -156,7 +159,10 @@ impl Pool {
     }
 
     fn config(&self) -> PoolConfig {
-        self.config.lock().unwrap_or_else(|p| p.into_inner()).clone()
+        self.config
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
     }
 }
 
@@ -277,7 +283,10 @@ impl Pools {
         owner: &AgentSlug,
         metrics: &Metrics,
     ) -> Result<Instance, sandboxd_backend::BackendError> {
-        let member = taken.member.take().expect("a taken member is handed out once");
+        let member = taken
+            .member
+            .take()
+            .expect("a taken member is handed out once");
         let engine = member.instance.engine;
         let outcome = self.backend.hand_out(member, owner).await;
         if outcome.is_err() {
@@ -298,7 +307,11 @@ impl Pools {
                 PoolView {
                     engine: config.engine,
                     backend: self.metrics_backend,
-                    features: config.features.iter().map(|f| f.name().to_owned()).collect(),
+                    features: config
+                        .features
+                        .iter()
+                        .map(|f| f.name().to_owned())
+                        .collect(),
                     min_idle: config.min_idle,
                     max_total: config.max_total,
                     target: state.target,
@@ -319,10 +332,18 @@ impl Pools {
     }
 
     /// New sizes for `engine`'s pool; the refill loop adds or removes members to match.
-    pub fn resize(&self, engine: EngineRef, min_idle: usize, max_total: usize) -> Result<(), String> {
-        let pool = self
-            .pool_of(engine)
-            .ok_or_else(|| format!("no pool for {}; configure [pools.{}]", engine.name, engine.name))?;
+    pub fn resize(
+        &self,
+        engine: EngineRef,
+        min_idle: usize,
+        max_total: usize,
+    ) -> Result<(), String> {
+        let pool = self.pool_of(engine).ok_or_else(|| {
+            format!(
+                "no pool for {}; configure [pools.{}]",
+                engine.name, engine.name
+            )
+        })?;
         let mut config = pool.config();
         config.min_idle = min_idle;
         config.max_total = max_total;
@@ -330,7 +351,8 @@ impl Pools {
         *pool.config.lock().unwrap_or_else(|p| p.into_inner()) = config;
         {
             let mut state = pool.state();
-            state.target = state.target.clamp(min_idle, max_total);
+            // The operator's sizes rule from now on; demand grows the target again.
+            state.target = min_idle;
             // An operator's change is a reason to try again now.
             state.backoff_until = None;
         }
@@ -342,12 +364,7 @@ impl Pools {
         let engine = pool.config().engine;
         let state = pool.state();
         let backing_off = state.backoff_until.is_some_and(|u| u > Instant::now());
-        metrics.pool_state(
-            engine,
-            self.metrics_backend,
-            state.idle.len(),
-            backing_off,
-        );
+        metrics.pool_state(engine, self.metrics_backend, state.idle.len(), backing_off);
     }
 
     /// Starts the members each pool lacks, within its backoff; returns the starts begun.
@@ -358,11 +375,25 @@ impl Pools {
             let config = pool.config();
             let slots = {
                 let mut state = pool.state();
+                let want = state.target.max(config.min_idle).min(config.max_total);
+                // Shrunk by an operator: the newest surplus members go.
+                let mut surplus = Vec::new();
+                while state.idle.len() > want {
+                    if let Some(member) = state.idle.pop_back() {
+                        state.held.remove(&member.instance.name);
+                        surplus.push(member);
+                    }
+                }
+                if !surplus.is_empty() {
+                    let pools = self.clone();
+                    started.push(tokio::spawn(async move {
+                        pools.remove_members(surplus).await;
+                    }));
+                }
                 if state.backoff_until.is_some_and(|until| until > now) {
                     continue;
                 }
                 let have = state.idle.len() + state.starting;
-                let want = state.target.max(config.min_idle).min(config.max_total);
                 let room = config.max_total.saturating_sub(have);
                 let starts = want
                     .saturating_sub(have)
@@ -503,7 +534,11 @@ impl Pools {
     }
 
     /// Keeps the pools filled and checked until `shutdown`; then drains them.
-    pub fn spawn(self: &Arc<Self>, metrics: Arc<Metrics>, shutdown: CancellationToken) -> JoinHandle<()> {
+    pub fn spawn(
+        self: &Arc<Self>,
+        metrics: Arc<Metrics>,
+        shutdown: CancellationToken,
+    ) -> JoinHandle<()> {
         let pools = self.clone();
         tokio::spawn(async move {
             let mut checks = tokio::time::interval(pools.tuning.check_interval);

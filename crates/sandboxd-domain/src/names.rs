@@ -235,7 +235,13 @@ mod tests {
         assert!(slot.is_pool_slot(), "{slot}");
         assert_eq!(AgentSlug::parse(slot.as_str()).expect("a valid slug"), slot);
         assert_ne!(AgentSlug::pool_slot(), slot);
-        for agent in ["pool", "pool-1", "pool-0123456g", "pool-0123456789", "dev-pool-01234567"] {
+        for agent in [
+            "pool",
+            "pool-1",
+            "pool-0123456g",
+            "pool-0123456789",
+            "dev-pool-01234567",
+        ] {
             let agent = AgentSlug::parse(agent).expect("valid");
             assert!(!agent.is_pool_slot(), "{agent}");
         }

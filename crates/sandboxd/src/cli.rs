@@ -52,6 +52,8 @@ pub enum Command {
     Tasks(commands::tasks::Args),
     /// Live sandboxes and their teardown (through the running daemon).
     Sandboxes(commands::sandboxes::Args),
+    /// Warm pools and their sizes (through the running daemon).
+    Pools(commands::pools::Args),
     /// Show or store the master switch (through the running daemon).
     Settings(commands::settings::Args),
     /// Run the orphan janitor now (through the running daemon).
@@ -97,6 +99,7 @@ async fn run(command: Command, settings: Settings) -> ExitCode {
         Command::Agents(args) => commands::agents::run(args, &settings).await,
         Command::Tasks(args) => commands::tasks::run(args, &settings).await,
         Command::Sandboxes(args) => commands::sandboxes::run(args, &settings).await,
+        Command::Pools(args) => commands::pools::run(args, &settings).await,
         Command::Settings(args) => commands::settings::run(args, &settings).await,
         Command::Janitor(args) => commands::janitor::run(args, &settings).await,
     }

@@ -18,7 +18,14 @@ use crate::wire::{PoolOut, PutPool};
         (status = 401, body = ErrorBody),
     ))]
 pub async fn list_pools(State(state): State<AppState>) -> Json<Vec<PoolOut>> {
-    Json(state.broker.pools().into_iter().map(PoolOut::from).collect())
+    Json(
+        state
+            .broker
+            .pools()
+            .into_iter()
+            .map(PoolOut::from)
+            .collect(),
+    )
 }
 
 /// Resizes one engine's warm pool; the sizes outlive a restart.

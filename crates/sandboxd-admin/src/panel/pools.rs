@@ -96,7 +96,11 @@ pub async fn resize(
     ApiPath(engine): ApiPath<String>,
     VerifiedForm { session, fields }: VerifiedForm,
 ) -> Response {
-    let size = |name: &str| fields.get(name).and_then(|v| v.trim().parse::<usize>().ok());
+    let size = |name: &str| {
+        fields
+            .get(name)
+            .and_then(|v| v.trim().parse::<usize>().ok())
+    };
     let outcome = match (
         EngineRef::parse(&engine),
         size("min_idle"),

@@ -739,21 +739,51 @@ async fn warm_pools_are_listed_and_resized_and_the_sizes_outlive_a_restart() {
         assert_eq!(status, StatusCode::OK, "{pools}");
         assert_eq!(pools[0]["engine"], "postgres");
         assert_eq!(pools[0]["backend"], "process");
-        assert_eq!((pools[0]["min_idle"].clone(), pools[0]["max_total"].clone()), (json!(1), json!(2)));
+        assert_eq!(
+            (pools[0]["min_idle"].clone(), pools[0]["max_total"].clone()),
+            (json!(1), json!(2))
+        );
         assert_eq!(pools[0]["idle"], 0, "the pools' task is not running here");
 
         // Refusals name what is allowed, and change nothing.
         for (path, body, expected, names) in [
-            ("/v1/pools/postgres", json!({"min_idle": 5, "max_total": 2}), StatusCode::BAD_REQUEST, "must not exceed max_total"),
-            ("/v1/pools/postgres", json!({"min_idle": 0, "max_total": 0}), StatusCode::BAD_REQUEST, "at least 1"),
-            ("/v1/pools/redis", json!({"min_idle": 1, "max_total": 2}), StatusCode::NOT_FOUND, "[pools.redis]"),
-            ("/v1/pools/oracle", json!({"min_idle": 1, "max_total": 2}), StatusCode::BAD_REQUEST, "allowed: "),
-            ("/v1/pools/postgres", json!({"min_idle": 1}), StatusCode::BAD_REQUEST, "max_total"),
+            (
+                "/v1/pools/postgres",
+                json!({"min_idle": 5, "max_total": 2}),
+                StatusCode::BAD_REQUEST,
+                "must not exceed max_total",
+            ),
+            (
+                "/v1/pools/postgres",
+                json!({"min_idle": 0, "max_total": 0}),
+                StatusCode::BAD_REQUEST,
+                "at least 1",
+            ),
+            (
+                "/v1/pools/redis",
+                json!({"min_idle": 1, "max_total": 2}),
+                StatusCode::NOT_FOUND,
+                "[pools.redis]",
+            ),
+            (
+                "/v1/pools/oracle",
+                json!({"min_idle": 1, "max_total": 2}),
+                StatusCode::BAD_REQUEST,
+                "allowed: ",
+            ),
+            (
+                "/v1/pools/postgres",
+                json!({"min_idle": 1}),
+                StatusCode::BAD_REQUEST,
+                "max_total",
+            ),
         ] {
             let (status, answer) = send(app.api(Method::PUT, path).json(&body)).await;
             assert_eq!(status, expected, "{path} {body}: {answer}");
             assert!(
-                answer["message"].as_str().is_some_and(|m| m.contains(names)),
+                answer["message"]
+                    .as_str()
+                    .is_some_and(|m| m.contains(names)),
                 "{path} {body}: {answer}"
             );
         }
@@ -766,14 +796,29 @@ async fn warm_pools_are_listed_and_resized_and_the_sizes_outlive_a_restart() {
         )
         .await;
         assert_eq!(status, StatusCode::OK, "{resized}");
-        assert_eq!((resized["min_idle"].clone(), resized["max_total"].clone()), (json!(3), json!(5)));
-        let page = app.broker().audit_log(&Default::default()).await.expect("audit");
+        assert_eq!(
+            (resized["min_idle"].clone(), resized["max_total"].clone()),
+            (json!(3), json!(5))
+        );
+        let page = app
+            .broker()
+            .audit_log(&Default::default())
+            .await
+            .expect("audit");
         assert_eq!(page.entries[0].action, "set_setting");
-        assert!(page.entries[0].detail.contains("min_idle 3, max_total 5"), "{:?}", page.entries[0]);
+        assert!(
+            page.entries[0].detail.contains("min_idle 3, max_total 5"),
+            "{:?}",
+            page.entries[0]
+        );
 
         app.restart().await;
         let (_, after) = send(app.api(Method::GET, "/v1/pools")).await;
-        assert_eq!((after[0]["min_idle"].clone(), after[0]["max_total"].clone()), (json!(3), json!(5)), "{after}");
+        assert_eq!(
+            (after[0]["min_idle"].clone(), after[0]["max_total"].clone()),
+            (json!(3), json!(5)),
+            "{after}"
+        );
     })
     .await;
 }

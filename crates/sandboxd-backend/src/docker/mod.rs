@@ -21,15 +21,15 @@
 //! this daemon's id are ever removed.
 
 use async_trait::async_trait;
-use sandboxd_domain::instance::{BackendKind, Instance, instance_name};
 use bollard::query_parameters::RenameContainerOptions;
+use sandboxd_domain::instance::{BackendKind, Instance, instance_name};
 use sandboxd_domain::{AgentSlug, DaemonId, EngineRef, engines};
 
 use crate::backend::{
     Backend, DoctorCheck, IdleMember, InstanceHandle, InstanceRequest, ListedInstance, Sweep,
 };
-use crate::startup::Account;
 use crate::error::BackendError;
+use crate::startup::Account;
 
 mod client;
 pub mod config;

@@ -31,8 +31,8 @@ use sandboxd_domain::{AgentSlug, EngineRef, engines};
 use crate::backend::{
     Backend, DoctorCheck, IdleMember, InstanceHandle, InstanceRequest, ListedInstance,
 };
-use crate::startup::Account;
 use crate::error::BackendError;
+use crate::startup::Account;
 
 pub mod config;
 mod files;
@@ -132,10 +132,10 @@ impl ProcessBackend {
     /// the name is the same engine's and maker's and the metadata there records the handle's
     /// owner.
     fn dir_of(&self, handle: &InstanceHandle) -> PathBuf {
-        let canonical = self
-            .config
-            .root
-            .join(instance_name(handle.engine, &handle.owner, &handle.maker));
+        let canonical =
+            self.config
+                .root
+                .join(instance_name(handle.engine, &handle.owner, &handle.maker));
         let Some((engine, slot, maker)) = parse_instance_name(&handle.name) else {
             return canonical;
         };

@@ -32,7 +32,10 @@ async fn idle_members(backend: &dyn Backend) -> Vec<IdleMember> {
     ];
     let listed = backend.list().await.expect("list");
     for member in &mut members {
-        member.check().await.expect("an idle member answers its superuser");
+        member
+            .check()
+            .await
+            .expect("an idle member answers its superuser");
         let instance = &member.instance;
         assert!(instance.owner.is_pool_slot(), "{}", instance.name);
         let found = listed
@@ -77,7 +80,10 @@ async fn hand_out_all(
         let slot_name = member.instance.name.clone();
         let instance = backend.hand_out(member, owner).await.expect("hand-out");
         assert_eq!(&instance.owner, owner);
-        assert!(passwords.insert(secrecy::ExposeSecret::expose_secret(&instance.agent.password).to_owned()));
+        assert!(
+            passwords
+                .insert(secrecy::ExposeSecret::expose_secret(&instance.agent.password).to_owned())
+        );
         let listed = backend.list().await.expect("list");
         let found = listed
             .iter()

@@ -46,7 +46,10 @@ async fn until(w: &World, within: Duration, what: &str, ready: impl Fn(&[PoolVie
         if ready(&views) {
             return;
         }
-        assert!(started.elapsed() < within, "{what} within {within:?}: {views:?}");
+        assert!(
+            started.elapsed() < within,
+            "{what} within {within:?}: {views:?}"
+        );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }
@@ -96,13 +99,21 @@ async fn ten_agents_get_distinct_working_sandboxes(kind: Kind) {
             for answer in answers {
                 let answer = ok(answer);
                 for (service, password) in passwords(&answer) {
-                    assert!(seen.insert(password), "{service}: a password handed out twice");
+                    assert!(
+                        seen.insert(password),
+                        "{service}: a password handed out twice"
+                    );
                 }
-                pg_query(evidence_of(&answer, "postgres"), "CREATE TABLE mine (id int)")
-                    .await
-                    .expect("the agent's own postgres");
+                pg_query(
+                    evidence_of(&answer, "postgres"),
+                    "CREATE TABLE mine (id int)",
+                )
+                .await
+                .expect("the agent's own postgres");
                 assert_eq!(
-                    redis_ping(evidence_of(&answer, "redis")).await.expect("ping"),
+                    redis_ping(evidence_of(&answer, "redis"))
+                        .await
+                        .expect("ping"),
                     "PONG"
                 );
             }
@@ -163,10 +174,15 @@ async fn a_member_that_dies_while_idle_is_replaced_and_never_handed_out() {
         assert!(dead.owner.is_pool_slot());
         // Killed behind the pool's back.
         w.backend.inner.teardown(&dead).await.expect("kill");
-        until(&w, Duration::from_secs(30), "the dead member replaced", |v| {
-            let pool = view(v, "postgres");
-            pool.quarantined == 1 && pool.idle == 1
-        })
+        until(
+            &w,
+            Duration::from_secs(30),
+            "the dead member replaced",
+            |v| {
+                let pool = view(v, "postgres");
+                pool.quarantined == 1 && pool.idle == 1
+            },
+        )
         .await;
         let dev = w.working_agent("developer").await;
         let answer = ok(w.call(&dev, Verb::RequestSandbox, json!({})).await);
@@ -175,7 +191,10 @@ async fn a_member_that_dies_while_idle_is_replaced_and_never_handed_out() {
             .expect("a working sandbox");
         let handed = w.listed(&dev.slug).await;
         assert_eq!(handed.len(), 1);
-        assert_ne!(handed[0].handle.name, dead.name, "the dead member was handed out");
+        assert_ne!(
+            handed[0].handle.name, dead.name,
+            "the dead member was handed out"
+        );
         assert_eq!(view(&w.broker.pools(), "postgres").handed_out, 1);
     })
     .await;
@@ -202,10 +221,17 @@ async fn a_pool_whose_members_fail_backs_off_and_recovers() {
         // 2 s. Without the backoff a failing start (no I/O at all here) repeats thousands of
         // times in 4 s.
         assert!((2..=14).contains(&attempts), "{attempts} attempts in 4 s");
+        // Between two attempts (most of the time) the pool says it waits.
+        until(
+            &w,
+            Duration::from_secs(3),
+            "the pool says it backs off",
+            |v| view(v, "redis").backing_off_for.is_some(),
+        )
+        .await;
         let views = w.broker.pools();
         let pool = view(&views, "redis");
         assert!(pool.failures >= 3, "{pool:?}");
-        assert!(pool.backing_off_for.is_some(), "{pool:?}");
         assert!(
             pool.last_error
                 .as_deref()
@@ -248,14 +274,24 @@ async fn members_left_by_a_crash_are_reaped_at_the_next_start_and_the_pool_rebui
             view(v, "redis").idle == 2
         })
         .await;
-        let before: BTreeSet<String> = w.made_here().await.into_iter().map(|i| i.handle.name).collect();
+        let before: BTreeSet<String> = w
+            .made_here()
+            .await
+            .into_iter()
+            .map(|i| i.handle.name)
+            .collect();
         assert_eq!(before.len(), 2);
         w.crash_pools().await;
         assert_eq!(w.made_here().await.len(), 2, "a crash leaves the members");
 
         // The next start on the same store: its janitor reaps the old members at once.
         let restarted = w.restarted().await;
-        let left: Vec<String> = w.made_here().await.into_iter().map(|i| i.handle.name).collect();
+        let left: Vec<String> = w
+            .made_here()
+            .await
+            .into_iter()
+            .map(|i| i.handle.name)
+            .collect();
         assert!(left.is_empty(), "the previous run's members: {left:?}");
         let shutdown = tokio_util::sync::CancellationToken::new();
         let task = restarted.spawn_pools(shutdown.clone());
@@ -268,9 +304,17 @@ async fn members_left_by_a_crash_are_reaped_at_the_next_start_and_the_pool_rebui
             assert!(started.elapsed() < Duration::from_secs(30), "{views:?}");
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
-        let after: BTreeSet<String> = w.made_here().await.into_iter().map(|i| i.handle.name).collect();
+        let after: BTreeSet<String> = w
+            .made_here()
+            .await
+            .into_iter()
+            .map(|i| i.handle.name)
+            .collect();
         assert_eq!(after.len(), 2);
-        assert!(after.is_disjoint(&before), "rebuilt, not adopted: {after:?}");
+        assert!(
+            after.is_disjoint(&before),
+            "rebuilt, not adopted: {after:?}"
+        );
         // A clean stop removes the idle members.
         shutdown.cancel();
         task.await.expect("the pools stop");

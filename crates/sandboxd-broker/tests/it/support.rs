@@ -14,7 +14,8 @@ use async_trait::async_trait;
 use futures::FutureExt;
 use sandboxd_backend::process::{ProcessBackend, ProcessConfig};
 use sandboxd_backend::{
-    Backend, BackendError, DoctorCheck, IdleMember, InstanceHandle, InstanceRequest, ListedInstance, Sweep,
+    Backend, BackendError, DoctorCheck, IdleMember, InstanceHandle, InstanceRequest,
+    ListedInstance, Sweep,
 };
 use sandboxd_broker::{Agent, Backends, Broker, BrokerConfig, SecretCipher, Store};
 use sandboxd_domain::envelope::{Envelope, ErrorEnvelope, OkEnvelope};

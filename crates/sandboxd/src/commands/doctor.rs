@@ -6,6 +6,8 @@ use std::process::ExitCode;
 use sandboxd_backend::{DoctorCheck, ListedInstance};
 use sandboxd_domain::DaemonId;
 
+use sandboxd_admin::wire::PoolOut;
+
 use crate::backends;
 use crate::config::Settings;
 use crate::output;
@@ -42,7 +44,65 @@ pub async fn checks(settings: &Settings) -> Vec<DoctorCheck> {
         )),
     }
     checks.push(makers(&super::ls::list_all(settings).await));
+    checks.extend(pools(settings).await);
     checks
+}
+
+/// One line per configured warm pool: the running daemon's view of it (a pool that backs off
+/// is reported with its cause), or what is configured when no daemon answers.
+async fn pools(settings: &Settings) -> Vec<DoctorCheck> {
+    if settings.pools.is_empty() {
+        return vec![];
+    }
+    let remote = crate::client::Remote {
+        url: None,
+        json: false,
+    };
+    let running = match crate::client::AdminClient::new(&remote, settings) {
+        Ok(client) => client
+            .get::<Vec<PoolOut>>("/v1/pools", &())
+            .await
+            .ok()
+            .map(|reply| reply.value),
+        Err(_) => None,
+    };
+    settings
+        .pools
+        .iter()
+        .map(|(engine, configured)| {
+            let subject = format!("warm pool {engine}");
+            let pool = running
+                .as_ref()
+                .and_then(|pools| pools.iter().find(|p| &p.engine == engine));
+            match pool {
+                Some(pool) if pool.backing_off_ms.is_some() => DoctorCheck::missing(
+                    subject,
+                    super::pools::state_of(pool),
+                    "fix the cause (an image or binary missing, a feature not installed); the \
+                     pool tries again by itself",
+                ),
+                Some(pool) => DoctorCheck::ok(
+                    subject,
+                    format!(
+                        "{}: {} of {} idle on {}, {} handed out",
+                        super::pools::state_of(pool),
+                        pool.idle,
+                        pool.target,
+                        pool.backend,
+                        pool.handed_out
+                    ),
+                ),
+                None => DoctorCheck::ok(
+                    subject,
+                    format!(
+                        "configured: min_idle {}, max_total {} (no running daemon answered; \
+                         `sandboxd pools` shows its state)",
+                        configured.min_idle, configured.max_total
+                    ),
+                ),
+            }
+        })
+        .collect()
 }
 
 /// Who made the instances that run here: each daemon's janitor acts only on its own, so

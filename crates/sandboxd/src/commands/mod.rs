@@ -6,6 +6,7 @@ pub mod doctor;
 pub mod janitor;
 pub mod ls;
 pub mod mcp;
+pub mod pools;
 pub mod projects;
 pub mod provision;
 pub mod sandboxes;

@@ -8,6 +8,7 @@ mod logs;
 mod mcp;
 mod operator_cli;
 mod ownership;
+mod pools;
 mod python_client;
 mod python_sdk;
 mod sandbox_verbs;

@@ -1,0 +1,123 @@
+//! `sandboxd pools [set ENGINE --min-idle N --max-total M]`: the running daemon's warm pools, and
+//! their sizes. A resize is stored, applies at once and outlives a restart; pools themselves are
+//! configured in the config file (`[pools.<engine>]`).
+
+use std::process::ExitCode;
+
+use reqwest::Method;
+use sandboxd_admin::wire::{PoolOut, PutPool};
+
+use crate::client::{AdminClient, Remote};
+use crate::config::Settings;
+use crate::output;
+
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    #[command(flatten)]
+    pub remote: Remote,
+    #[command(subcommand)]
+    pub command: Option<Command>,
+}
+
+#[derive(Debug, clap::Subcommand)]
+pub enum Command {
+    /// Resize one engine's warm pool.
+    Set {
+        engine: String,
+        /// Idle members kept ready.
+        #[arg(long)]
+        min_idle: usize,
+        /// Most members held at once, idle or starting.
+        #[arg(long)]
+        max_total: usize,
+    },
+}
+
+/// `ready`, `filling`, or `backing off (3 failures, next try in 4 s): <cause>`.
+pub fn state_of(pool: &PoolOut) -> String {
+    match pool.backing_off_ms {
+        Some(ms) => format!(
+            "backing off ({} failed start(s), next try in {} s){}",
+            pool.failures,
+            ms.div_ceil(1000),
+            pool.last_error
+                .as_deref()
+                .map(|e| format!(": {e}"))
+                .unwrap_or_default()
+        ),
+        None if pool.idle >= pool.min_idle => "ready".to_owned(),
+        None => "filling".to_owned(),
+    }
+}
+
+fn show(pools: &[PoolOut]) {
+    if pools.is_empty() {
+        println!("no warm pool is configured ([pools.<engine>] in the config file)");
+        return;
+    }
+    let rows = pools
+        .iter()
+        .map(|p| {
+            vec![
+                p.engine.clone(),
+                p.backend.clone(),
+                format!("{}/{}", p.idle, p.target),
+                p.starting.to_string(),
+                format!("{}..{}", p.min_idle, p.max_total),
+                p.handed_out.to_string(),
+                p.misses.to_string(),
+                p.quarantined.to_string(),
+                state_of(p),
+            ]
+        })
+        .collect();
+    println!(
+        "{}",
+        output::table(
+            &[
+                "engine",
+                "backend",
+                "idle/target",
+                "starting",
+                "sizes",
+                "handed out",
+                "misses",
+                "quarantined",
+                "state",
+            ],
+            rows
+        )
+    );
+}
+
+pub async fn run(args: Args, settings: &Settings) -> ExitCode {
+    let client = match AdminClient::new(&args.remote, settings) {
+        Ok(client) => client,
+        Err(err) => return err.fail(),
+    };
+    match args.command {
+        None => match client.get::<Vec<PoolOut>>("/v1/pools", &()).await {
+            Ok(reply) => reply.print(args.remote.json, |pools| show(pools)),
+            Err(err) => return err.fail(),
+        },
+        Some(Command::Set {
+            engine,
+            min_idle,
+            max_total,
+        }) => {
+            let body = PutPool {
+                min_idle,
+                max_total,
+            };
+            let path = format!("/v1/pools/{engine}");
+            match client
+                .send::<PoolOut>(Method::PUT, &path, Some(&body))
+                .await
+            {
+                Ok(reply) => reply.print(args.remote.json, |pool| show(std::slice::from_ref(pool))),
+                Err(err) => return err.fail(),
+            }
+        }
+    }
+    ExitCode::SUCCESS
+}
