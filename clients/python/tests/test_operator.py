@@ -45,3 +45,12 @@ def test_a_wrong_admin_token_is_refused(operator: Operator) -> None:
     with Operator(token="not-the-admin-token-at-all") as stranger, pytest.raises(SandboxdError) as refused:
         stranger.projects()
     assert refused.value.code in ("401", "unauthorized"), refused.value
+
+
+def test_a_pool_that_is_not_configured_cannot_be_resized(operator: Operator) -> None:
+    # The test daemon runs without warm pools: none is listed, and a resize names where pools
+    # are configured.
+    assert operator.pools() == []
+    with pytest.raises(SandboxdError) as refused:
+        operator.resize_pool("postgres", 1, 2)
+    assert "[pools.postgres]" in refused.value.message

@@ -125,13 +125,28 @@ impl Cleanup {
                 ids.push(id.to_owned());
             }
         }
-        if ids.is_empty() {
-            return 0;
+        // What daemons of the pools scenario made, under their own label namespace.
+        let namespace = crate::pools::label_namespace(self);
+        ids.extend(docker_ids(&["--filter", &format!("label={namespace}.sandbox=1")]).await);
+        let networks = docker_lines(&[
+            "network",
+            "ls",
+            "-q",
+            "--filter",
+            &format!("label={namespace}.sandbox-network=1"),
+        ])
+        .await;
+        if !ids.is_empty() {
+            let mut args = vec!["rm", "-f", "-v"];
+            args.extend(ids.iter().map(String::as_str));
+            let _ = Command::new("docker").args(&args).output().await;
         }
-        let mut args = vec!["rm", "-f", "-v"];
-        args.extend(ids.iter().map(String::as_str));
-        let _ = Command::new("docker").args(&args).output().await;
-        ids.len()
+        if !networks.is_empty() {
+            let mut args = vec!["network", "rm"];
+            args.extend(networks.iter().map(String::as_str));
+            let _ = Command::new("docker").args(&args).output().await;
+        }
+        ids.len() + networks.len()
     }
 }
 

@@ -40,7 +40,7 @@ pub fn find_binary(explicit: Option<&Path>) -> Option<PathBuf> {
     .find(|p| p.is_file())
 }
 
-fn rss_kib(pid: u32, key: &str) -> Result<f64> {
+pub fn rss_kib(pid: u32, key: &str) -> Result<f64> {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status"))?;
     status
         .lines()
@@ -49,14 +49,59 @@ fn rss_kib(pid: u32, key: &str) -> Result<f64> {
         .ok_or_else(|| anyhow!("{key} not in /proc/{pid}/status"))
 }
 
-struct Daemon {
+pub struct Daemon {
     child: Child,
     url: String,
     http: reqwest::Client,
 }
 
 impl Daemon {
-    async fn admin(&self, method: reqwest::Method, path: &str, body: Value) -> Result<Value> {
+    /// `sandboxd serve` on a fresh port with a fresh state directory and process root under
+    /// `cleanup`'s `name`, the process backend unless `env` says otherwise.
+    pub async fn spawn(
+        binary: &Path,
+        cleanup: &Cleanup,
+        name: &str,
+        env: &[(String, String)],
+    ) -> Result<Self> {
+        let home = cleanup.path(name)?;
+        let root = cleanup.process_root(name)?;
+        let mut child = Command::new(binary)
+            .args(["serve", "--listen", "127.0.0.1:0"])
+            .env("SANDBOXD_STATE_DIR", home.join("state"))
+            .env("SANDBOXD_PROCESS__ROOT", &root)
+            .env("SANDBOXD_BACKEND", "process")
+            .env("SANDBOXD_ADMIN_TOKEN", ADMIN_TOKEN)
+            .env("ROBOCO_SANDBOX_DB_ENABLED", "1")
+            .env_remove("SANDBOXD_CONFIG")
+            .envs(env.iter().map(|(k, v)| (k, v)))
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .kill_on_drop(true)
+            .spawn()
+            .with_context(|| format!("starting {}", binary.display()))?;
+        let stdout = child.stdout.take().context("daemon stdout")?;
+        let mut line = String::new();
+        tokio::time::timeout(
+            Duration::from_secs(30),
+            BufReader::new(stdout).read_line(&mut line),
+        )
+        .await
+        .context("the daemon did not print its address in 30 s")??;
+        let url = line
+            .trim()
+            .strip_prefix("sandboxd listening on ")
+            .with_context(|| format!("unexpected first line {line:?}"))?
+            .to_owned();
+        Ok(Self {
+            child,
+            url,
+            http: reqwest::Client::new(),
+        })
+    }
+
+    pub async fn admin(&self, method: reqwest::Method, path: &str, body: Value) -> Result<Value> {
         let response = self
             .http
             .request(method, format!("{}{path}", self.url))
@@ -72,7 +117,7 @@ impl Daemon {
         Ok(serde_json::from_str(&text).unwrap_or(Value::String(text)))
     }
 
-    async fn client(&self, token: &str) -> Result<RunningService<RoleClient, ()>> {
+    pub async fn client(&self, token: &str) -> Result<RunningService<RoleClient, ()>> {
         let transport = StreamableHttpClientTransport::from_config(
             StreamableHttpClientTransportConfig::with_uri(format!("{}/mcp", self.url))
                 .auth_header(token.to_owned()),
@@ -80,11 +125,11 @@ impl Daemon {
         Ok(().serve(transport).await?)
     }
 
-    fn pid(&self) -> Result<u32> {
+    pub fn pid(&self) -> Result<u32> {
         self.child.id().context("the daemon has exited")
     }
 
-    async fn stop(mut self) {
+    pub async fn stop(mut self) {
         if let Some(pid) = self.child.id().and_then(|p| i32::try_from(p).ok()) {
             let _ = nix::sys::signal::kill(
                 nix::unistd::Pid::from_raw(pid),
@@ -101,7 +146,7 @@ impl Daemon {
     }
 }
 
-async fn call(agent: &RunningService<RoleClient, ()>, verb: &str) -> Result<Value> {
+pub async fn call(agent: &RunningService<RoleClient, ()>, verb: &str) -> Result<Value> {
     let mut params = CallToolRequestParams::new(verb.to_owned());
     params.arguments = Some(serde_json::Map::new());
     let result = agent.call_tool(params).await?;
@@ -126,40 +171,7 @@ pub async fn memory(
         ));
         return Ok(());
     };
-    let home = cleanup.path("daemon")?;
-    let root = cleanup.process_root("daemon")?;
-    let mut child = Command::new(&binary)
-        .args(["serve", "--listen", "127.0.0.1:0"])
-        .env("SANDBOXD_STATE_DIR", home.join("state"))
-        .env("SANDBOXD_PROCESS__ROOT", &root)
-        .env("SANDBOXD_BACKEND", "process")
-        .env("SANDBOXD_ADMIN_TOKEN", ADMIN_TOKEN)
-        .env("ROBOCO_SANDBOX_DB_ENABLED", "1")
-        .env_remove("SANDBOXD_CONFIG")
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .kill_on_drop(true)
-        .spawn()
-        .with_context(|| format!("starting {}", binary.display()))?;
-    let stdout = child.stdout.take().context("daemon stdout")?;
-    let mut line = String::new();
-    tokio::time::timeout(
-        Duration::from_secs(30),
-        BufReader::new(stdout).read_line(&mut line),
-    )
-    .await
-    .context("the daemon did not print its address in 30 s")??;
-    let url = line
-        .trim()
-        .strip_prefix("sandboxd listening on ")
-        .with_context(|| format!("unexpected first line {line:?}"))?
-        .to_owned();
-    let daemon = Daemon {
-        child,
-        url,
-        http: reqwest::Client::new(),
-    };
+    let daemon = Daemon::spawn(&binary, cleanup, "daemon", &[]).await?;
     let outcome = drive(&daemon, &binary, n, services, report).await;
     daemon.stop().await;
     // The daemon leaves sandboxes running across restarts by design: `root` is the cleanup's,

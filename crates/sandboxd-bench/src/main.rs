@@ -10,6 +10,8 @@
 //!   is the testcontainers-rs worker; `ready` is the peers' authenticated readiness loop.
 //! - `broker`: cache hit, release and N concurrent agents through one in-process broker.
 //! - `daemon`: the real `sandboxd serve` driven over its admin API and MCP; its memory.
+//! - `pools`: warm-pool hand-outs beside cold provisions through the real daemon, idle pool
+//!   memory, and the daemon's RSS with 100 live sandboxes.
 //! - `cleanup`: everything started is found again by name/label and removed, also on Ctrl-C.
 //! - `stats`: percentiles and the report.
 
@@ -25,6 +27,7 @@ mod containers;
 mod daemon;
 mod docker;
 mod peer;
+mod pools;
 mod process;
 mod ready;
 mod reset;
@@ -47,14 +50,18 @@ enum Scenario {
     Daemon,
     /// reset_sandbox's work on a full sandbox, both backends.
     Reset,
+    /// Warm pools through the real daemon: hand-out beside cold, idle pair memory, the
+    /// daemon's RSS with 100 live sandboxes.
+    Pools,
 }
 
-const ALL: [Scenario; 6] = [
+const ALL: [Scenario; 7] = [
     Scenario::Process,
     Scenario::Reset,
     Scenario::Cache,
     Scenario::Agents,
     Scenario::Daemon,
+    Scenario::Pools,
     Scenario::Docker,
 ];
 
@@ -133,10 +140,6 @@ async fn harness(mut args: Args) -> Result<()> {
         machine: machine().await,
         ..Report::default()
     };
-    report.not_measured.push((
-        "warm-pool hand-out".into(),
-        "not implemented: warm pools are a later capability (SPEC §7)".into(),
-    ));
 
     let outcome = tokio::select! {
         outcome = run(&args, &cleanup, &mut report) => outcome,
@@ -207,6 +210,16 @@ async fn run(args: &Args, cleanup: &Cleanup, report: &mut Report) -> Result<()> 
                 broker::concurrent_agents(args.agents, args.rounds, &set, cleanup, report).await
             }
             Scenario::Reset => reset::reset(args.runs, cleanup, report).await,
+            Scenario::Pools => {
+                pools::pools_scenario(
+                    args.sandboxd_bin.as_deref(),
+                    args.runs,
+                    args.docker_runs,
+                    cleanup,
+                    report,
+                )
+                .await
+            }
             Scenario::Daemon => {
                 daemon::memory(
                     args.sandboxd_bin.as_deref(),

@@ -374,6 +374,10 @@ impl Broker {
         for instance in self.inner.backends.list_all().await {
             let last_used_at_ms = tracked.get(&instance.handle.name).copied();
             let foreign = instance.handle.maker != self.inner.daemon;
+            if !foreign && instance.handle.owner.is_pool_slot() {
+                // A warm pool's member, not anyone's sandbox: the pools' view shows it.
+                continue;
+            }
             by_owner
                 .entry((
                     foreign,

@@ -27,6 +27,8 @@ ROUTES: frozenset[tuple[str, str]] = frozenset(
         ("DELETE", "/v1/sandboxes/{owner}"),
         ("GET", "/v1/audit"),
         ("POST", "/v1/janitor/run"),
+        ("GET", "/v1/pools"),
+        ("PUT", "/v1/pools/{engine}"),
     }
 )
 """Every route this client calls; the tests check each against the daemon's OpenAPI document."""
@@ -136,3 +138,13 @@ class Operator:
 
     def run_janitor(self) -> dict[str, Any]:
         return self._request("POST", "/v1/janitor/run")
+
+    def pools(self) -> list[dict[str, Any]]:
+        """The warm pools: sizes, idle and starting members, hand-outs, misses, backoff."""
+        return self._request("GET", "/v1/pools")
+
+    def resize_pool(self, engine: str, min_idle: int, max_total: int) -> dict[str, Any]:
+        """New sizes for one engine's warm pool: stored, applied at once, kept across restarts."""
+        return self._request(
+            "PUT", "/v1/pools/{engine}", path={"engine": engine}, json={"min_idle": min_idle, "max_total": max_total}
+        )

@@ -129,6 +129,8 @@ async fn the_openapi_document_lists_exactly_the_served_routes() {
                 ("DELETE", "/v1/sandboxes/{owner}"),
                 ("GET", "/v1/audit"),
                 ("POST", "/v1/janitor/run"),
+                ("GET", "/v1/pools"),
+                ("PUT", "/v1/pools/{engine}"),
             ];
             let (_, doc) = send(app.anonymous(Method::GET, "/v1/openapi.json")).await;
             assert!(doc["openapi"].as_str().expect("version").starts_with("3."));
