@@ -5,7 +5,7 @@ use std::collections::BTreeSet;
 use std::fmt;
 
 use async_trait::async_trait;
-use sandboxd_domain::engine::ServerFacts;
+use sandboxd_domain::engine::AdminStep;
 use sandboxd_domain::instance::{BackendKind, Instance};
 use sandboxd_domain::{AgentSlug, Credentials, DaemonId, EngineRef, Feature};
 use serde::{Deserialize, Serialize};
@@ -171,12 +171,11 @@ pub trait Backend: Send + Sync + fmt::Debug {
     ) -> Result<Instance, BackendError> {
         let IdleMember {
             mut instance,
-            facts,
             mut session,
+            agent,
+            mint: steps,
         } = member;
         let engine = instance.engine;
-        let agent = Credentials::generate(engine.agent_user);
-        let steps = engine.mint(&agent, facts);
         let (minted, recorded) =
             tokio::join!(session.run(&steps), self.record_owner(&instance, owner));
         drop(session);
@@ -343,8 +342,11 @@ pub trait Backend: Send + Sync + fmt::Debug {
 #[derive(Debug)]
 pub struct IdleMember {
     pub instance: Instance,
-    facts: ServerFacts,
     session: AdminSession,
+    /// The account it will be handed out with, and the steps that make it: made while the
+    /// member waits (a SCRAM verifier is 4096 rounds of PBKDF2), run when it is handed out.
+    agent: Credentials,
+    mint: Vec<AdminStep>,
 }
 
 impl IdleMember {
@@ -369,11 +371,16 @@ impl IdleMember {
         }
         .await;
         match held {
-            Ok((session, facts)) => Ok(Self {
-                instance,
-                facts,
-                session,
-            }),
+            Ok((session, facts)) => {
+                let agent = Credentials::generate(instance.engine.agent_user);
+                let mint = instance.engine.mint(&agent, facts);
+                Ok(Self {
+                    instance,
+                    session,
+                    agent,
+                    mint,
+                })
+            }
             Err(err) => {
                 let _ = backend.teardown(&InstanceHandle::of(&instance)).await;
                 Err(err)

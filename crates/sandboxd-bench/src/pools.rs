@@ -83,12 +83,14 @@ async fn pools(daemon: &Daemon) -> Result<Vec<Value>> {
     answer.as_array().cloned().context("a list of pools")
 }
 
-/// Waits until every pool holds at least `idle` ready members.
+/// Waits until every pool holds at least `idle` ready members and starts none: a warm
+/// hand-out is measured on a settled machine, not beside a member's start.
 async fn until_idle(daemon: &Daemon, idle: u64, within: Duration) -> Result<()> {
     let started = Instant::now();
     loop {
         let pools = pools(daemon).await?;
-        if !pools.is_empty() && pools.iter().all(|p| p["idle"].as_u64() >= Some(idle)) {
+        let settled = |p: &Value| p["idle"].as_u64() >= Some(idle) && p["starting"] == 0;
+        if !pools.is_empty() && pools.iter().all(settled) {
             return Ok(());
         }
         if let Some(stuck) = pools.iter().find(|p| p["backing_off_ms"].is_u64()) {
@@ -139,8 +141,8 @@ async fn project(daemon: &Daemon, name: &str, services: &[&str]) -> Result<()> {
 }
 
 /// `runs` agents one after the other, each timed from `request_sandbox` to its answer and
-/// released after; with pools, each request waits until the pools are refilled first, so
-/// every one is a warm hand-out.
+/// released after; with pools, each request waits until the pools are full again (2 idle
+/// members each, none starting), so every one is a warm hand-out.
 async fn requests(
     daemon: &Daemon,
     runs: usize,
@@ -152,9 +154,9 @@ async fn requests(
     project(daemon, &project_name, &["postgres", "redis"]).await?;
     let mut samples = Vec::with_capacity(runs);
     for i in 0..runs {
-        let agent = working_agent(daemon, &project_name, &format!("{project_name}-a{i}")).await?;
+        let agent = working_agent(daemon, &project_name, &format!("{project_name}-{i}")).await?;
         if warm {
-            until_idle(daemon, 1, Duration::from_secs(120)).await?;
+            until_idle(daemon, 2, Duration::from_secs(120)).await?;
         }
         let started = Instant::now();
         call(&agent, "request_sandbox").await?;
@@ -227,41 +229,17 @@ pub async fn pools_scenario(
     for (backend, runs) in backends {
         let subject = format!("postgres+redis ({}, {profile} daemon)", backend.name());
         let cold_env = settings(backend, cleanup, None);
-        let daemon = Daemon::spawn(
-            &binary,
-            cleanup,
-            &format!("cold-{}", backend.name()),
-            &cold_env,
-        )
-        .await?;
-        let cold = requests(
-            &daemon,
-            runs,
-            false,
-            &format!("cold-{}", backend.name()),
-            cleanup,
-        )
-        .await;
+        // Short names: a process instance's socket path must stay within 107 bytes.
+        let initial = &backend.name()[..1];
+        let daemon = Daemon::spawn(&binary, cleanup, &format!("c{initial}"), &cold_env).await?;
+        let cold = requests(&daemon, runs, false, &format!("c{initial}"), cleanup).await;
         stop(daemon, &binary, &cold_env).await?;
         let cold =
             Series::from_samples("request_sandbox over MCP, cold (no pool)", &subject, cold?);
 
         let warm_env = settings(backend, cleanup, Some(2));
-        let daemon = Daemon::spawn(
-            &binary,
-            cleanup,
-            &format!("warm-{}", backend.name()),
-            &warm_env,
-        )
-        .await?;
-        let warm = requests(
-            &daemon,
-            runs,
-            true,
-            &format!("warm-{}", backend.name()),
-            cleanup,
-        )
-        .await;
+        let daemon = Daemon::spawn(&binary, cleanup, &format!("w{initial}"), &warm_env).await?;
+        let warm = requests(&daemon, runs, true, &format!("w{initial}"), cleanup).await;
         stop(daemon, &binary, &warm_env).await?;
         let warm =
             Series::from_samples("request_sandbox over MCP, from warm pools", &subject, warm?)
@@ -384,7 +362,7 @@ async fn daemon_with_live_sandboxes(
         project(&daemon, &name, &["redis"]).await?;
         let mut agents = Vec::with_capacity(LIVE_SANDBOXES);
         for i in 0..LIVE_SANDBOXES {
-            let agent = working_agent(&daemon, &name, &format!("{name}-a{i}")).await?;
+            let agent = working_agent(&daemon, &name, &format!("{name}-{i}")).await?;
             call(&agent, "request_sandbox").await?;
             agents.push(agent);
         }

@@ -134,6 +134,9 @@ pub struct PoolView {
 struct PoolState {
     idle: VecDeque<IdleMember>,
     starting: usize,
+    /// Members taken and being handed out: the refill waits for them, so a member's start
+    /// never competes with the hand-out an agent is waiting for.
+    handing: usize,
     /// Member names this pool holds or is starting or handing out: never the janitor's.
     held: HashSet<String>,
     target: usize,
@@ -174,8 +177,8 @@ pub(crate) struct Pools {
     maker: DaemonId,
     tuning: PoolTuning,
     metrics_backend: &'static str,
-    /// Wakes the refill loop: a member was taken, failed, or the sizes changed.
-    wake: Notify,
+    /// Wakes the refill loop: a hand-out ended, a start failed, or the sizes changed.
+    wake: Arc<Notify>,
     /// Names of every member this run's pools made, until the janitor sees them gone.
     issued: Mutex<HashSet<String>>,
 }
@@ -205,7 +208,7 @@ impl Pools {
             backend,
             maker,
             tuning,
-            wake: Notify::new(),
+            wake: Arc::new(Notify::new()),
             issued: Mutex::new(HashSet::new()),
         }
     }
@@ -256,6 +259,7 @@ impl Pools {
             match state.idle.pop_front() {
                 Some(member) => {
                     state.handed_out += 1;
+                    state.handing += 1;
                     Some(member)
                 }
                 None => {
@@ -267,12 +271,19 @@ impl Pools {
         };
         metrics.pool_request(engine, self.metrics_backend, member.is_some());
         self.refresh_gauges(pool, metrics);
-        self.wake.notify_one();
-        member.map(|member| Taken {
-            pool: pool.clone(),
-            name: member.instance.name.clone(),
-            member: Some(member),
-        })
+        match member {
+            Some(member) => Some(Taken {
+                pool: pool.clone(),
+                wake: self.wake.clone(),
+                name: member.instance.name.clone(),
+                member: Some(member),
+            }),
+            None => {
+                // A miss: the pool grows now; a hand-out refills when it is over.
+                self.wake.notify_one();
+                None
+            }
+        }
     }
 
     /// Hands `taken` to `owner` on the pool's backend. A failure quarantines the member (the
@@ -393,7 +404,7 @@ impl Pools {
                 if state.backoff_until.is_some_and(|until| until > now) {
                     continue;
                 }
-                let have = state.idle.len() + state.starting;
+                let have = state.idle.len() + state.starting + state.handing;
                 let room = config.max_total.saturating_sub(have);
                 let starts = want
                     .saturating_sub(have)
@@ -580,12 +591,71 @@ impl Pools {
 #[derive(Debug)]
 pub(crate) struct Taken {
     pool: Arc<Pool>,
+    wake: Arc<Notify>,
     name: String,
     member: Option<IdleMember>,
 }
 
 impl Drop for Taken {
     fn drop(&mut self) {
-        self.pool.state().held.remove(&self.name);
+        {
+            let mut state = self.pool.state();
+            state.held.remove(&self.name);
+            state.handing -= 1;
+        }
+        // The hand-out is over: now the pool refills.
+        self.wake.notify_one();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn config(min_idle: usize, max_total: usize) -> PoolConfig {
+        PoolConfig {
+            engine: sandboxd_domain::engines::all().next().expect("an engine"),
+            features: BTreeSet::new(),
+            min_idle,
+            max_total,
+        }
+    }
+
+    #[test]
+    fn sizes_are_validated_with_the_rule_named() {
+        assert!(config(2, 4).validate().is_ok());
+        assert!(config(0, 1).validate().is_ok());
+        assert!(
+            config(5, 4)
+                .validate()
+                .expect_err("refused")
+                .contains("must not exceed max_total")
+        );
+        assert!(
+            config(0, 0)
+                .validate()
+                .expect_err("refused")
+                .contains("at least 1")
+        );
+    }
+
+    #[test]
+    fn the_backoff_doubles_up_to_its_ceiling() {
+        let tuning = PoolTuning {
+            backoff_base: Duration::from_millis(100),
+            backoff_max: Duration::from_secs(1),
+            ..PoolTuning::default()
+        };
+        let waits: Vec<u128> = (1..=6).map(|n| tuning.backoff(n).as_millis()).collect();
+        assert_eq!(waits, [100, 200, 400, 800, 1000, 1000]);
+        assert_eq!(tuning.backoff(u32::MAX), Duration::from_secs(1));
+    }
+
+    #[test]
+    fn stored_sizes_parse_back() {
+        assert_eq!(parse_sizes("2,6"), Some((2, 6)));
+        assert_eq!(parse_sizes(" 0 , 1 "), Some((0, 1)));
+        assert_eq!(parse_sizes("2"), None);
+        assert_eq!(parse_sizes("a,b"), None);
     }
 }

@@ -15,6 +15,16 @@ use sandboxd_store::{Actor, Agent};
 
 use crate::Broker;
 use crate::audit::{AuditAction, AuditRecord, Outcome};
+use crate::pools::Taken;
+
+/// Whether a provision first removes what a crash left of the agent.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Leftovers {
+    /// Nothing is stored for the agent: instances of it that a backend lists are leftovers.
+    Clear,
+    /// The agent has a live sandbox (completed in place): its instances are not leftovers.
+    Keep,
+}
 
 /// One instance of a provision, and where it came from.
 struct Made {
@@ -195,8 +205,9 @@ impl Broker {
                 .await
                 .map_err(SandboxFailure::Store)?;
         }
-        self.clear_orphans_of(agent).await;
-        let instances = self.provision(agent, services, features).await?;
+        let instances = self
+            .provision(agent, services, features, Leftovers::Clear)
+            .await?;
         if let Err(err) = store.put_instances(agent, &instances).await {
             self.teardown_instances(&instances).await;
             return Err(SandboxFailure::Store(err));
@@ -206,20 +217,36 @@ impl Broker {
     }
 
     /// Provisions engines for `agent` on the primary backend, all or nothing: each from its
-    /// warm pool when one matches, else cold.
+    /// warm pool when one matches, else cold. With `Leftovers::Clear` (nothing is stored for
+    /// the agent) what a crash left of the agent goes first — unless every engine comes from a
+    /// pool: a member keeps its own name (or takes the agent's by a rename that fails on a
+    /// leftover, which then falls back to a cold provision), and the janitor reaps such orphans
+    /// on its next tick, so a warm hand-out does not wait for a listing of every backend.
     #[tracing::instrument(name = "provision", skip_all, fields(agent = %agent, engines = ?engines))]
     async fn provision(
         &self,
         agent: &AgentSlug,
         engines: &[EngineRef],
         features: &FeatureRequest,
+        leftovers: Leftovers,
     ) -> Result<Vec<Instance>, SandboxFailure> {
         let backend = self.inner.backends.primary();
         let started = Instant::now();
+        let taken: Vec<(EngineRef, BTreeSet<sandboxd_domain::Feature>, Option<Taken>)> = engines
+            .iter()
+            .map(|engine| {
+                let wanted = features.for_engine(*engine);
+                let taken = self.inner.pools.take(*engine, &wanted, &self.inner.metrics);
+                (*engine, wanted, taken)
+            })
+            .collect();
+        if leftovers == Leftovers::Clear && taken.iter().any(|(_, _, t)| t.is_none()) {
+            self.clear_orphans_of(agent).await;
+        }
         let outcomes = join_all(
-            engines
-                .iter()
-                .map(|engine| self.provision_one(agent, *engine, features.for_engine(*engine))),
+            taken
+                .into_iter()
+                .map(|(engine, wanted, taken)| self.provision_one(agent, engine, wanted, taken)),
         )
         .await;
         let mut made = Vec::with_capacity(outcomes.len());
@@ -286,11 +313,12 @@ impl Broker {
         agent: &AgentSlug,
         engine: EngineRef,
         features: BTreeSet<sandboxd_domain::Feature>,
+        taken: Option<Taken>,
     ) -> Result<Made, BackendError> {
         let backend = self.inner.backends.primary();
         let metrics = &self.inner.metrics;
         let began = Instant::now();
-        if let Some(taken) = self.inner.pools.take(engine, &features, metrics) {
+        if let Some(taken) = taken {
             match self.inner.pools.hand_out(taken, agent, metrics).await {
                 Ok(mut instance) => {
                     if let Err(err) = backend.activate(&mut instance, &features).await {
@@ -343,7 +371,8 @@ impl Broker {
         let added = if missing.is_empty() {
             Vec::new()
         } else {
-            self.provision(agent, &missing, features).await?
+            self.provision(agent, &missing, features, Leftovers::Keep)
+                .await?
         };
         let mut activated = false;
         for instance in cached.iter_mut() {

@@ -356,3 +356,67 @@ fn launch(ctx: &ProcessContext<'_>) -> (CommandPlan, Vec<PlannedFile>) {
     };
     (plan, vec![])
 }
+
+#[cfg(test)]
+mod tests {
+    use secrecy::ExposeSecret;
+
+    use super::*;
+
+    fn statements(steps: &[AdminStep]) -> Vec<(Option<String>, String)> {
+        steps
+            .iter()
+            .map(|step| match step {
+                AdminStep::Sql {
+                    database,
+                    statement,
+                } => (database.clone(), statement.expose_secret().to_owned()),
+                other => panic!("Postgres steps are SQL: {other:?}"),
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_pool_member_is_prepared_without_any_agent_account() {
+        let prepared = statements(&Postgres.pool_prepare());
+        let all = prepared
+            .iter()
+            .map(|(_, s)| s.as_str())
+            .collect::<Vec<_>>()
+            .join("; ");
+        assert!(
+            all.contains("CREATE DATABASE \"sandbox\" OWNER \"sandboxd_admin\""),
+            "{all}"
+        );
+        assert!(!all.contains("CREATE ROLE"), "{all}");
+    }
+
+    #[test]
+    fn minting_is_one_transaction_in_the_agent_database_with_a_verifier_only() {
+        let agent = Credentials::generate("sandbox");
+        let facts = ServerFacts {
+            major_version: Some(17),
+        };
+        let minted = statements(&Postgres.mint(&agent, facts));
+        assert_eq!(minted.len(), 1, "{minted:?}");
+        let (database, sql) = &minted[0];
+        assert_eq!(database.as_deref(), Some("sandbox"));
+        assert!(sql.starts_with("BEGIN; CREATE ROLE \"sandbox\" LOGIN CREATEDB CREATEROLE"));
+        assert!(sql.contains("ALTER DATABASE \"sandbox\" OWNER TO \"sandbox\""));
+        assert!(sql.contains("ALTER SCHEMA public OWNER TO \"sandbox\""));
+        assert!(sql.ends_with("COMMIT"));
+        assert!(sql.contains("SCRAM-SHA-256$4096:"));
+        assert!(
+            !sql.contains(agent.password.expose_secret()),
+            "the password itself"
+        );
+        // Before 16, CREATEROLE could escalate: not granted.
+        let old = statements(&Postgres.mint(
+            &agent,
+            ServerFacts {
+                major_version: Some(15),
+            },
+        ));
+        assert!(!old[0].1.contains("CREATEROLE"));
+    }
+}

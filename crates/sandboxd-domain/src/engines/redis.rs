@@ -254,3 +254,26 @@ fn launch(ctx: &ProcessContext<'_>) -> (CommandPlan, Vec<PlannedFile>) {
     }];
     (command, files)
 }
+
+#[cfg(test)]
+mod tests {
+    use secrecy::ExposeSecret;
+
+    use super::*;
+
+    #[test]
+    fn minting_replaces_the_agent_password_with_a_hash_only() {
+        let agent = Credentials::generate("sandbox");
+        let steps = Redis.mint(&agent, ServerFacts::default());
+        let [AdminStep::RedisCommand { words }] = steps.as_slice() else {
+            panic!("one command: {steps:?}");
+        };
+        let words: Vec<&str> = words.iter().map(|w| w.expose_secret()).collect();
+        assert_eq!(&words[..4], ["ACL", "SETUSER", "sandbox", "resetpass"]);
+        assert_eq!(words[4], format!("#{}", sha256_hex(&agent.password)));
+        assert_eq!(words[5], "on");
+        assert!(!words.contains(&agent.password.expose_secret()));
+        // Whatever else the user may do stays as the server started it.
+        assert!(Redis.pool_prepare().is_empty());
+    }
+}
