@@ -125,6 +125,31 @@ impl Daemon {
         Ok(().serve(transport).await?)
     }
 
+    /// A fresh developer `slug` of `project` holding a task, connected over MCP.
+    pub async fn working_agent(
+        &self,
+        project: &str,
+        slug: &str,
+    ) -> Result<RunningService<RoleClient, ()>> {
+        self.admin(
+            reqwest::Method::POST,
+            "/v1/tasks",
+            json!({"project": project, "title": format!("task of {slug}"), "description": "bench"}),
+        )
+        .await?;
+        let spawned = self
+            .admin(
+                reqwest::Method::POST,
+                "/v1/agents",
+                json!({"slug": slug, "role": "developer", "project": project}),
+            )
+            .await?;
+        let token = spawned["token"].as_str().context("agent token")?;
+        let agent = self.client(token).await?;
+        call(&agent, "give_me_work").await?;
+        Ok(agent)
+    }
+
     pub fn pid(&self) -> Result<u32> {
         self.child.id().context("the daemon has exited")
     }
@@ -200,23 +225,9 @@ async fn drive(
 
     let mut agents = Vec::with_capacity(n);
     for i in 0..n {
-        daemon
-            .admin(
-                reqwest::Method::POST,
-                "/v1/tasks",
-                json!({"project": project, "title": format!("task {i}"), "description": "bench"}),
-            )
+        let agent = daemon
+            .working_agent(&project, &format!("{project}-a{i}"))
             .await?;
-        let spawned = daemon
-            .admin(
-                reqwest::Method::POST,
-                "/v1/agents",
-                json!({"slug": format!("{project}-a{i}"), "role": "developer", "project": project}),
-            )
-            .await?;
-        let token = spawned["token"].as_str().context("agent token")?;
-        let agent = daemon.client(token).await?;
-        call(&agent, "give_me_work").await?;
         agents.push(agent);
     }
     let with_sessions = rss_kib(pid, "VmRSS:")?;

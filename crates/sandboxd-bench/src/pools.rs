@@ -103,32 +103,6 @@ async fn until_idle(daemon: &Daemon, idle: u64, within: Duration) -> Result<()> 
     }
 }
 
-/// A fresh developer of `project` holding a task, connected over MCP.
-async fn working_agent(
-    daemon: &Daemon,
-    project: &str,
-    slug: &str,
-) -> Result<rmcp::service::RunningService<rmcp::RoleClient, ()>> {
-    daemon
-        .admin(
-            reqwest::Method::POST,
-            "/v1/tasks",
-            json!({"project": project, "title": format!("task of {slug}"), "description": "bench"}),
-        )
-        .await?;
-    let spawned = daemon
-        .admin(
-            reqwest::Method::POST,
-            "/v1/agents",
-            json!({"slug": slug, "role": "developer", "project": project}),
-        )
-        .await?;
-    let token = spawned["token"].as_str().context("agent token")?;
-    let agent = daemon.client(token).await?;
-    call(&agent, "give_me_work").await?;
-    Ok(agent)
-}
-
 async fn project(daemon: &Daemon, name: &str, services: &[&str]) -> Result<()> {
     daemon
         .admin(
@@ -154,7 +128,9 @@ async fn requests(
     project(daemon, &project_name, &["postgres", "redis"]).await?;
     let mut samples = Vec::with_capacity(runs);
     for i in 0..runs {
-        let agent = working_agent(daemon, &project_name, &format!("{project_name}-{i}")).await?;
+        let agent = daemon
+            .working_agent(&project_name, &format!("{project_name}-{i}"))
+            .await?;
         if warm {
             until_idle(daemon, 2, Duration::from_secs(120)).await?;
         }
@@ -362,7 +338,7 @@ async fn daemon_with_live_sandboxes(
         project(&daemon, &name, &["redis"]).await?;
         let mut agents = Vec::with_capacity(LIVE_SANDBOXES);
         for i in 0..LIVE_SANDBOXES {
-            let agent = working_agent(&daemon, &name, &format!("{name}-{i}")).await?;
+            let agent = daemon.working_agent(&name, &format!("{name}-{i}")).await?;
             call(&agent, "request_sandbox").await?;
             agents.push(agent);
         }

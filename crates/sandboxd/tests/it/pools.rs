@@ -26,6 +26,22 @@ fn pools_json(home: &Home, daemon: &TestDaemon) -> Vec<Value> {
         .expect("a list")
 }
 
+/// `sandboxd pools set ENGINE --min-idle N --max-total M` against `daemon`.
+fn pools_set(
+    home: &Home,
+    daemon: &TestDaemon,
+    engine: &str,
+    min_idle: usize,
+    max_total: usize,
+) -> std::process::Output {
+    home.sandboxd()
+        .args(["pools", "set", engine, "--url", &daemon.url])
+        .args(["--min-idle", &min_idle.to_string()])
+        .args(["--max-total", &max_total.to_string()])
+        .output()
+        .expect("sandboxd pools set")
+}
+
 fn pool<'a>(pools: &'a [Value], engine: &str) -> &'a Value {
     pools
         .iter()
@@ -139,38 +155,10 @@ async fn fill_hand_out_and_drain(home: &Home, daemon: &TestDaemon) {
     until_idle(home, daemon, 1).await;
 
     // Resized through the CLI; refused sizes change nothing.
-    let refused = home
-        .sandboxd()
-        .args([
-            "pools",
-            "set",
-            "redis",
-            "--min-idle",
-            "3",
-            "--max-total",
-            "2",
-            "--url",
-            &daemon.url,
-        ])
-        .output()
-        .expect("pools set");
+    let refused = pools_set(home, daemon, "redis", 3, 2);
     assert_eq!(refused.status.code(), Some(2), "{refused:?}");
     assert!(String::from_utf8_lossy(&refused.stderr).contains("must not exceed max_total"));
-    let resized = home
-        .sandboxd()
-        .args([
-            "pools",
-            "set",
-            "redis",
-            "--min-idle",
-            "0",
-            "--max-total",
-            "1",
-            "--url",
-            &daemon.url,
-        ])
-        .output()
-        .expect("pools set");
+    let resized = pools_set(home, daemon, "redis", 0, 1);
     assert!(resized.status.success(), "{resized:?}");
     let started = Instant::now();
     while pool(&pools_json(home, daemon), "redis")["idle"] != 0 {
