@@ -121,11 +121,14 @@ impl Broker {
             let Ok(Some(value)) = self.store().get_setting(&key).await else {
                 continue;
             };
-            let applied = pools::parse_sizes(&value)
-                .ok_or_else(|| format!("{key} = {value:?} is not `min_idle,max_total`"))
-                .and_then(|(min_idle, max_total)| {
-                    self.inner.pools.resize(view.engine, min_idle, max_total)
-                });
+            let applied = match pools::parse_sizes(&value) {
+                Some((min_idle, max_total)) => self
+                    .inner
+                    .pools
+                    .resize(view.engine, min_idle, max_total)
+                    .map_err(|err| format!("{key} = {value:?}: {err:?}")),
+                None => Err(format!("{key} = {value:?} is not `min_idle,max_total`")),
+            };
             if let Err(err) = applied {
                 tracing::warn!(error = %err, "ignoring stored warm pool sizes");
             }

@@ -19,7 +19,7 @@ use crate::audit::{AuditAction, AuditRecord, Outcome};
 use crate::config::SANDBOX_DB_ENABLED;
 use crate::error::BrokerError;
 use crate::janitor::JanitorReport;
-use crate::pools::PoolView;
+use crate::pools::{PoolView, ResizeError};
 
 /// The marker a spawned agent's environment carries when its project offers sandboxes.
 pub const SERVICES_AVAILABLE_ENV: &str = "ROBOCO_SANDBOX_SERVICES_AVAILABLE";
@@ -478,21 +478,18 @@ impl Broker {
         self.inner
             .pools
             .resize(engine, min_idle, max_total)
-            .map_err(|detail| {
-                if self.inner.pools.views().iter().any(|v| v.engine == engine) {
-                    BrokerError::Input(InputError::Malformed {
-                        what: "pool sizes",
-                        detail,
-                    })
-                } else {
-                    BrokerError::NotFound {
-                        what: "warm pool",
-                        id: format!(
-                            "{} (pools are configured per engine: [pools.{}] in the config file)",
-                            engine.name, engine.name
-                        ),
-                    }
-                }
+            .map_err(|err| match err {
+                ResizeError::Invalid(detail) => BrokerError::Input(InputError::Malformed {
+                    what: "pool sizes",
+                    detail,
+                }),
+                ResizeError::NoPool => BrokerError::NotFound {
+                    what: "warm pool",
+                    id: format!(
+                        "{} (pools are configured per engine: [pools.{}] in the config file)",
+                        engine.name, engine.name
+                    ),
+                },
             })?;
         self.store()
             .set_setting(

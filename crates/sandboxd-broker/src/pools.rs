@@ -59,6 +59,15 @@ impl PoolConfig {
     }
 }
 
+/// Why a pool could not be resized.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum ResizeError {
+    /// No pool is configured for the engine.
+    NoPool,
+    /// The sizes break a rule (named in the text).
+    Invalid(String),
+}
+
 /// The settings key holding an operator's sizes for `engine`'s pool (`min_idle,max_total`).
 pub(crate) fn size_setting(engine: EngineRef) -> String {
     format!("pool_size.{}", engine.name)
@@ -148,6 +157,17 @@ struct PoolState {
     quarantined: u64,
     /// Hand-outs and misses since the last shrink check.
     demand: u64,
+}
+
+impl PoolState {
+    /// Takes the newest idle members beyond the first `keep` out of the pool, to be removed.
+    fn release_beyond(&mut self, keep: usize) -> Vec<IdleMember> {
+        let surplus: Vec<IdleMember> = self.idle.drain(keep.min(self.idle.len())..).collect();
+        for member in &surplus {
+            self.held.remove(&member.instance.name);
+        }
+        surplus
+    }
 }
 
 #[derive(Debug)]
@@ -348,17 +368,12 @@ impl Pools {
         engine: EngineRef,
         min_idle: usize,
         max_total: usize,
-    ) -> Result<(), String> {
-        let pool = self.pool_of(engine).ok_or_else(|| {
-            format!(
-                "no pool for {}; configure [pools.{}]",
-                engine.name, engine.name
-            )
-        })?;
+    ) -> Result<(), ResizeError> {
+        let pool = self.pool_of(engine).ok_or(ResizeError::NoPool)?;
         let mut config = pool.config();
         config.min_idle = min_idle;
         config.max_total = max_total;
-        config.validate()?;
+        config.validate().map_err(ResizeError::Invalid)?;
         *pool.config.lock().unwrap_or_else(|p| p.into_inner()) = config;
         {
             let mut state = pool.state();
@@ -388,13 +403,7 @@ impl Pools {
                 let mut state = pool.state();
                 let want = state.target.max(config.min_idle).min(config.max_total);
                 // Shrunk by an operator: the newest surplus members go.
-                let mut surplus = Vec::new();
-                while state.idle.len() > want {
-                    if let Some(member) = state.idle.pop_back() {
-                        state.held.remove(&member.instance.name);
-                        surplus.push(member);
-                    }
-                }
+                let surplus = state.release_beyond(want);
                 if !surplus.is_empty() {
                     let pools = self.clone();
                     started.push(tokio::spawn(async move {
@@ -481,7 +490,6 @@ impl Pools {
         for pool in &self.pools {
             let config = pool.config();
             let count = pool.state().idle.len();
-            let mut surplus = Vec::new();
             for _ in 0..count {
                 let Some(mut member) = pool.state().idle.pop_front() else {
                     break;
@@ -505,19 +513,15 @@ impl Pools {
                     tracing::warn!(instance = %handle.name, error = %err, "removing a quarantined pool member");
                 }
             }
-            {
+            let surplus = {
                 let mut state = pool.state();
                 if state.demand == 0 && state.target > config.min_idle {
                     state.target -= 1;
                 }
                 state.demand = 0;
-                while state.idle.len() > state.target.max(config.min_idle) {
-                    if let Some(member) = state.idle.pop_back() {
-                        state.held.remove(&member.instance.name);
-                        surplus.push(member);
-                    }
-                }
-            }
+                let keep = state.target.max(config.min_idle);
+                state.release_beyond(keep)
+            };
             self.remove_members(surplus).await;
             self.refresh_gauges(pool, metrics);
         }
@@ -529,16 +533,12 @@ impl Pools {
         sandboxd_backend::teardown_all(self.backend.as_ref(), handles).await;
     }
 
-    /// Tears down every idle member (a clean stop); starts under way finish and are removed
-    /// by the next run's janitor.
+    /// Tears down every idle member (a clean stop, once the starts under way finished).
     pub async fn drain(&self) {
         let mut members = Vec::new();
         for pool in &self.pools {
             let mut state = pool.state();
-            while let Some(member) = state.idle.pop_front() {
-                state.held.remove(&member.instance.name);
-                members.push(member);
-            }
+            members.extend(state.release_beyond(0));
             state.target = 0;
         }
         self.remove_members(members).await;

@@ -115,14 +115,19 @@ pub(super) async fn connect_admin(
     connect(&admin_config(admin, reach, database)).await
 }
 
+/// The server's own refusal (its message and SQLSTATE), or the driver's error.
+fn refused(err: tokio_postgres::Error) -> WireError {
+    match err.as_db_error() {
+        Some(db) => WireError(format!("{} ({})", db.message(), db.code().code())),
+        None => WireError::from_display(err),
+    }
+}
+
 pub(super) async fn execute(client: &Client, statement: &SecretString) -> Result<(), WireError> {
     client
         .batch_execute(statement.expose_secret())
         .await
-        .map_err(|err| match err.as_db_error() {
-            Some(db) => WireError(format!("{} ({})", db.message(), db.code().code())),
-            None => WireError::from_display(err),
-        })
+        .map_err(refused)
 }
 
 pub(super) async fn ping(client: &Client) -> Result<(), WireError> {
@@ -139,11 +144,7 @@ pub(super) async fn probe(
     database: &str,
 ) -> Result<(), WireError> {
     let client = connect(&agent_config(reach, agent, database)).await?;
-    client
-        .simple_query("SELECT 1")
-        .await
-        .map(drop)
-        .map_err(WireError::from_display)
+    ping(&client).await
 }
 
 pub(super) async fn activate(
@@ -291,10 +292,6 @@ pub(super) async fn agent_query(
     let mut config = agent_config(reach, agent, database);
     config.application_name("sandboxd sandbox_sql");
     let client = connect(&config).await?;
-    let refused = |err: tokio_postgres::Error| match err.as_db_error() {
-        Some(db) => WireError(format!("{} ({})", db.message(), db.code().code())),
-        None => WireError::from_display(err),
-    };
     client
         .batch_execute(&format!(
             "SET statement_timeout = {}",

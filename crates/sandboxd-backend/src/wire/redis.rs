@@ -64,11 +64,15 @@ pub(super) async fn connect_admin(
 }
 
 pub(super) async fn ping(conn: &mut MultiplexedConnection) -> Result<(), WireError> {
-    redis::cmd("PING")
-        .query_async::<String>(conn)
+    let pong: String = redis::cmd("PING")
+        .query_async(conn)
         .await
-        .map(drop)
-        .map_err(WireError::from_display)
+        .map_err(WireError::from_display)?;
+    if pong == "PONG" {
+        Ok(())
+    } else {
+        Err(WireError(format!("PING answered {pong:?}")))
+    }
 }
 
 /// One command and its arguments; the server's error is the error.
@@ -105,15 +109,7 @@ pub(super) async fn run_step(
 
 pub(super) async fn probe(reach: Reach<'_>, agent: &Credentials) -> Result<(), WireError> {
     let mut conn = connect(reach, agent).await?;
-    let pong: String = redis::cmd("PING")
-        .query_async(&mut conn)
-        .await
-        .map_err(WireError::from_display)?;
-    if pong == "PONG" {
-        Ok(())
-    } else {
-        Err(WireError(format!("PING answered {pong:?}")))
-    }
+    ping(&mut conn).await
 }
 
 /// Names of loaded modules from `MODULE LIST` (RESP2 or RESP3 shapes).
