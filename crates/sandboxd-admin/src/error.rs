@@ -109,6 +109,11 @@ impl ApiError {
                 }
                 BrokerError::Conflict { .. } => (StatusCode::CONFLICT, "conflict", err.to_string()),
                 BrokerError::Foreign { .. } => (StatusCode::CONFLICT, "foreign", err.to_string()),
+                BrokerError::FeatureUnavailable(_) => (
+                    StatusCode::BAD_REQUEST,
+                    "feature_unavailable",
+                    err.to_string(),
+                ),
                 _ => (
                     StatusCode::INTERNAL_SERVER_ERROR,
                     "internal",

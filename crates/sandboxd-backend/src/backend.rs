@@ -11,6 +11,7 @@ use sandboxd_domain::{AgentSlug, Credentials, DaemonId, EngineRef, Feature};
 use serde::{Deserialize, Serialize};
 
 use crate::error::BackendError;
+use crate::probe::FeatureProbe;
 use crate::wire::{
     self, ActivationError, AdminSession, AgentStatement, QueryAnswer, QueryLimits, Reach,
 };
@@ -217,6 +218,23 @@ pub trait Backend: Send + Sync + fmt::Debug {
     /// Where features of `engine` come from, for "not available in …" errors: the image, or
     /// this host's packages.
     fn feature_location(&self, engine: EngineRef) -> String;
+
+    /// What runs `engine` here, as an identity that changes when what the backend runs does
+    /// (an image rebuilt under its tag, a server program or host package installed): what a
+    /// cached [`FeatureProbe`] is keyed by.
+    async fn provider(&self, engine: EngineRef) -> Result<String, BackendError>;
+
+    /// Which of `engine`'s allowlisted features this backend really provides, found on a
+    /// throwaway instance owned by `slot` (a pool slot) and made by `maker`; it is torn down
+    /// before this returns.
+    async fn probe_features(
+        &self,
+        engine: EngineRef,
+        slot: &AgentSlug,
+        maker: &DaemonId,
+    ) -> Result<FeatureProbe, BackendError> {
+        crate::probe::features(self, engine, slot, maker).await
+    }
 
     /// Where sandboxd itself dials the instance as its superuser: the handed-out address,
     /// unless the backend knows one that works from where sandboxd runs (a container's address

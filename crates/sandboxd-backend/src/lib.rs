@@ -4,6 +4,8 @@
 //! - [`process`]: local child processes from the host's packages (the embedded default).
 //! - [`wire`]: one client per protocol family (Postgres, Redis, MySQL, MongoDB) for setup,
 //!   readiness probes and feature activation.
+//! - [`probe`]: which allowlisted features a backend really provides, found on a throwaway
+//!   instance.
 //! - [`set`]: whole-set provisioning, all or nothing.
 //! - [`readiness`]: polling an authenticated round trip up to a deadline.
 //!
@@ -14,6 +16,7 @@
 pub mod backend;
 pub mod docker;
 pub mod error;
+pub mod probe;
 pub mod process;
 pub mod readiness;
 pub mod set;
@@ -24,4 +27,5 @@ pub use backend::{
     Backend, DoctorCheck, IdleMember, InstanceHandle, InstanceRequest, ListedInstance, Sweep,
 };
 pub use error::BackendError;
+pub use probe::FeatureProbe;
 pub use set::{provision_set, provision_set_timed, teardown_all};

@@ -28,6 +28,9 @@ pub struct BrokerConfig {
     /// Warm pools on the primary backend, one per engine at most.
     pub pools: Vec<crate::pools::PoolConfig>,
     pub pool_tuning: crate::pools::PoolTuning,
+    /// How long a feature probe is trusted before what runs the engine (image id, host
+    /// packages) is compared again; a change means a new probe.
+    pub feature_probe_recheck: Duration,
 }
 
 impl BrokerConfig {
@@ -49,6 +52,7 @@ impl Default for BrokerConfig {
             enabled_override: None,
             pools: Vec::new(),
             pool_tuning: crate::pools::PoolTuning::default(),
+            feature_probe_recheck: Duration::from_secs(60),
         }
     }
 }

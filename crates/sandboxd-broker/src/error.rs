@@ -20,6 +20,10 @@ pub enum BrokerError {
          (`sandboxd teardown --owner …` for the CLI's, that daemon's `sandboxd sandboxes rm`)"
     )]
     Foreign { name: String, maker: DaemonId },
+    /// A standing feature no backend of this sandboxd provides; the message says where it
+    /// exists, or what provides it.
+    #[error("{0}")]
+    FeatureUnavailable(String),
     #[error("store: {0}")]
     Store(#[source] StoreError),
     #[error("backend: {0}")]
@@ -37,7 +41,11 @@ impl BrokerError {
     pub fn is_client_error(&self) -> bool {
         matches!(
             self,
-            Self::Input(_) | Self::NotFound { .. } | Self::Conflict { .. } | Self::Foreign { .. }
+            Self::Input(_)
+                | Self::NotFound { .. }
+                | Self::Conflict { .. }
+                | Self::Foreign { .. }
+                | Self::FeatureUnavailable(_)
         )
     }
 }

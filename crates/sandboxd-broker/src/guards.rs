@@ -3,6 +3,7 @@
 //! unavailable" is retryable.
 
 use std::sync::atomic::Ordering;
+use std::time::Duration;
 
 use sandboxd_domain::envelope::{ErrorCode, ErrorEnvelope};
 use sandboxd_domain::error::{allowed_list, quote};
@@ -13,6 +14,9 @@ use sandboxd_store::{Agent, Task};
 
 use crate::Broker;
 use crate::envelopes::internal;
+
+/// How long a request waits for a feature probe under way before activation decides.
+const PROBE_PATIENCE: Duration = Duration::from_secs(10);
 
 /// What passed the guards.
 #[derive(Debug)]
@@ -140,10 +144,11 @@ impl Broker {
                 asked
             }
         };
-        let mut features = project
+        let standing = project
             .as_ref()
             .and_then(|p| p.sandbox_extensions.clone())
             .unwrap_or_default();
+        let mut features = standing.clone();
         for (engine_name, wanted) in args.extensions.iter().flatten() {
             let engine = match EngineRef::parse(engine_name) {
                 Ok(engine) if services.contains(&engine) => engine,
@@ -165,11 +170,14 @@ impl Broker {
             };
             for name in wanted {
                 let feature = Feature::parse(engine, name).map_err(|_| {
-                    let allowlist = allowed_list(engine.features.iter().map(|f| f.name));
+                    let allowlist = match self.offered_now(engine) {
+                        Some(probe) => allowed_list(probe.names()),
+                        None => allowed_list(engine.features.iter().map(|f| f.name)),
+                    };
                     ErrorEnvelope::new(
                         ErrorCode::FeatureNotAllowed,
                         format!(
-                            "feature {} is not in {}'s allowlist; allowed: {allowlist}",
+                            "feature {} is not among {}'s features here; allowed: {allowlist}",
                             quote(name),
                             engine.name
                         ),
@@ -182,6 +190,7 @@ impl Broker {
                 features.insert(feature);
             }
         }
+        self.check_provided(agent, &standing, &features).await?;
 
         // 5. The provisioner is reachable.
         let unavailable = |why: String| {
@@ -208,5 +217,73 @@ impl Broker {
             asked,
             features,
         })
+    }
+
+    /// Guard 4's last part: every feature is one the primary backend provides, as far as its
+    /// probe knows (a probe that cannot answer in time leaves it to activation, which names
+    /// what is missing). The call's own extras are the agent's to drop; the project's standing
+    /// ones are an operator's to fix.
+    async fn check_provided(
+        &self,
+        agent: &Agent,
+        standing: &FeatureRequest,
+        features: &FeatureRequest,
+    ) -> Result<(), ErrorEnvelope> {
+        for engine in features.engines() {
+            let Some(probe) = self.offered(engine, PROBE_PATIENCE).await else {
+                continue;
+            };
+            let lacking = features
+                .for_engine(engine)
+                .into_iter()
+                .find(|feature| !probe.provides(*feature));
+            let Some(feature) = lacking else {
+                continue;
+            };
+            let offered = allowed_list(probe.names());
+            let why = probe
+                .missing
+                .get(feature.name())
+                .map(|reason| format!(" ({reason})"))
+                .unwrap_or_default();
+            let message = |whose: String| {
+                format!(
+                    "{whose} {} is not available on this sandboxd: {} lacks it{why}; available \
+                     for {}: {offered}",
+                    quote(feature.name()),
+                    probe.source,
+                    engine.name
+                )
+            };
+            return Err(if standing.for_engine(engine).contains(&feature) {
+                ErrorEnvelope::new(
+                    ErrorCode::FeatureNotAllowed,
+                    message(format!(
+                        "project {}'s standing {} feature",
+                        agent.project, engine.name
+                    )),
+                    "do not retry: an operator must provide it on this sandboxd or remove it \
+                     from the project's standing features; run your tests without a database \
+                     meanwhile",
+                )
+            } else {
+                ErrorEnvelope::new(
+                    ErrorCode::FeatureNotAllowed,
+                    message(format!("{} feature", engine.name)),
+                    if probe.available.is_empty() {
+                        format!(
+                            "call request_sandbox again without extensions for {}",
+                            engine.name
+                        )
+                    } else {
+                        format!(
+                            "call request_sandbox again with {} features from: {offered}",
+                            engine.name
+                        )
+                    },
+                )
+            });
+        }
+        Ok(())
     }
 }

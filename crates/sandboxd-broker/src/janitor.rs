@@ -299,8 +299,10 @@ impl Broker {
 
     /// At a clean stop: removes what this daemon's instances shared when none is left (its
     /// Docker network), so a stopped daemon with no sandbox leaves nothing behind. Sandboxes
-    /// that are still up keep it.
+    /// that are still up keep it. Feature probes under way end first: each removes its
+    /// instance.
     pub async fn sweep_at_stop(&self) {
+        self.wait_for_probes().await;
         for backend in self.inner.backends.all() {
             if let Err(err) = backend.sweep(&self.inner.daemon, Sweep::Now).await {
                 tracing::warn!(backend = %backend.kind(), error = %err, "sweeping at stop failed");

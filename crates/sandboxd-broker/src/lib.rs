@@ -8,6 +8,8 @@
 //!   live on every cache hit, persisted with encrypted credentials so a restart keeps them;
 //!   `sandbox_verbs.rs`: what an agent does with the sandbox it holds (`reset_sandbox`,
 //!   `sandbox_info`).
+//! - `feature_probes.rs`: which allowlisted features each backend really provides, probed on a
+//!   throwaway instance and cached: what agents are offered and operators may make standing.
 //! - `janitor.rs`: reaps instances whose owner is gone, from what the backends list.
 //! - `operator.rs`: the operator's verbs (agents, projects, tasks, sandboxes, settings, audit).
 //! - `metrics.rs`, and the audit trail written by every verb and action.
@@ -27,6 +29,7 @@ mod backends;
 mod config;
 mod envelopes;
 mod error;
+mod feature_probes;
 mod guards;
 mod janitor;
 mod locks;
@@ -73,6 +76,7 @@ struct Inner {
     locks: locks::AgentLocks,
     metrics: Arc<metrics::Metrics>,
     pools: Arc<pools::Pools>,
+    feature_probes: feature_probes::FeatureProbes,
     /// False until startup reconciliation finished: until then `request_sandbox` answers
     /// "provisioner unavailable" (retryable).
     ready: AtomicBool,
@@ -94,6 +98,7 @@ impl Broker {
             store.daemon_id().clone(),
             config.pool_tuning,
         ));
+        let config_recheck = config.feature_probe_recheck;
         let broker = Self {
             inner: Arc::new(Inner {
                 daemon: store.daemon_id().clone(),
@@ -104,6 +109,7 @@ impl Broker {
                 locks: locks::AgentLocks::default(),
                 metrics: Arc::new(metrics::Metrics::default()),
                 pools,
+                feature_probes: feature_probes::FeatureProbes::new(config_recheck),
                 ready: AtomicBool::new(false),
             }),
         };

@@ -47,6 +47,7 @@ pub struct PoolLabels {
     pub backend: &'static str,
 }
 
+/// An engine, a backend and a result: pool requests (hit, miss), feature probes (ok, failed).
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct PoolResultLabels {
     pub engine: &'static str,
@@ -93,6 +94,7 @@ pub struct Metrics {
     pub pool_backing_off: Family<PoolLabels, Gauge>,
     pub pool_requests: Family<PoolResultLabels, Counter>,
     pub pool_member_failures: Family<PoolFailureLabels, Counter>,
+    pub feature_probes: Family<PoolResultLabels, Counter>,
 }
 
 impl Default for Metrics {
@@ -115,6 +117,7 @@ impl Default for Metrics {
         let pool_backing_off = Family::<PoolLabels, Gauge>::default();
         let pool_requests = Family::<PoolResultLabels, Counter>::default();
         let pool_member_failures = Family::<PoolFailureLabels, Counter>::default();
+        let feature_probes = Family::<PoolResultLabels, Counter>::default();
         registry.register(
             "pool_idle_members",
             "Warm-pool members ready to be handed out, per engine and backend",
@@ -134,6 +137,12 @@ impl Default for Metrics {
             "pool_member_failures",
             "Warm-pool members that failed, by stage: start, idle (quarantined), hand_out",
             pool_member_failures.clone(),
+        );
+        registry.register(
+            "feature_probes",
+            "Probes of which allowlisted features a backend provides, per engine, backend and \
+             result (ok, failed)",
+            feature_probes.clone(),
         );
         registry.register(
             "reset_seconds",
@@ -183,6 +192,7 @@ impl Default for Metrics {
             pool_backing_off,
             pool_requests,
             pool_member_failures,
+            feature_probes,
         }
     }
 }
@@ -281,6 +291,16 @@ impl Metrics {
         self.pool_backing_off
             .get_or_create(&labels)
             .set(i64::from(backing_off));
+    }
+
+    pub fn feature_probe(&self, engine: EngineRef, backend: BackendKind, ok: bool) {
+        self.feature_probes
+            .get_or_create(&PoolResultLabels {
+                engine: engine.name,
+                backend: backend.as_str(),
+                result: if ok { "ok" } else { "failed" },
+            })
+            .inc();
     }
 
     pub fn verb(&self, verb: Verb, outcome: Outcome) {

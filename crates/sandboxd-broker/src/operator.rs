@@ -2,7 +2,7 @@
 //! API, the panel and the CLI; every change is audited with the operator as actor.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use rand::RngCore;
 use sandboxd_domain::error::{allowed_list, quote};
@@ -20,6 +20,10 @@ use crate::config::SANDBOX_DB_ENABLED;
 use crate::error::BrokerError;
 use crate::janitor::JanitorReport;
 use crate::pools::{PoolView, ResizeError};
+
+/// How long spawning an agent waits for a feature probe under way before its briefing names the
+/// allowlist.
+const BRIEFING_PATIENCE: Duration = Duration::from_secs(10);
 
 /// The marker a spawned agent's environment carries when its project offers sandboxes.
 pub const SERVICES_AVAILABLE_ENV: &str = "ROBOCO_SANDBOX_SERVICES_AVAILABLE";
@@ -166,6 +170,7 @@ impl Broker {
                  you hold a task and your tests need one; it answers with credentials and an env \
                  dict to export. Never use any other database credentials."
             ));
+            briefing.extend(self.features_briefing(&services, &project_row).await);
         }
         self.audit(AuditRecord {
             actor: Actor::Operator,
@@ -186,6 +191,46 @@ impl Broker {
             env,
             briefing,
         })
+    }
+
+    /// The briefing's word on features: what is always active, and what a call may add (only
+    /// what this sandboxd's backend provides).
+    async fn features_briefing(&self, services: &[EngineRef], project: &Project) -> Vec<String> {
+        let standing = project.sandbox_extensions.clone().unwrap_or_default();
+        let mut always = Vec::new();
+        let mut extra = Vec::new();
+        for engine in services {
+            let active = standing.for_engine(*engine);
+            if !active.is_empty() {
+                let names: Vec<&str> = active.iter().map(|f| f.name()).collect();
+                always.push(format!("{} {}", engine.name, names.join(", ")));
+            }
+            let offered: Vec<&str> = match self.offered(*engine, BRIEFING_PATIENCE).await {
+                Some(probe) => probe.names(),
+                None => engine.features.iter().map(|f| f.name).collect(),
+            };
+            let more: Vec<&str> = offered
+                .into_iter()
+                .filter(|name| !active.iter().any(|f| f.name() == *name))
+                .collect();
+            if !more.is_empty() {
+                extra.push(format!("{} {}", engine.name, more.join(", ")));
+            }
+        }
+        let mut lines = Vec::new();
+        if !always.is_empty() {
+            lines.push(format!(
+                "Every sandbox of this project has these features active: {}.",
+                always.join("; ")
+            ));
+        }
+        if !extra.is_empty() {
+            lines.push(format!(
+                "Features you may add with request_sandbox(extensions=…): {}.",
+                extra.join("; ")
+            ));
+        }
+        lines
     }
 
     /// Removes an agent; its sandbox is released first (best effort) and it can no longer
@@ -263,6 +308,11 @@ impl Broker {
                     ),
                 }
                 .into());
+            }
+        }
+        for feature in extensions.iter().flat_map(|e| e.features()) {
+            if let Some(why) = self.unavailable_here(feature).await {
+                return Err(BrokerError::FeatureUnavailable(why));
             }
         }
         let services = (!deduped.is_empty()).then_some(deduped);

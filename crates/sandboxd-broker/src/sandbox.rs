@@ -97,8 +97,9 @@ impl SandboxFailure {
             format!("retry request_sandbox in a little while; {outcome}")
         } else {
             format!(
-                "call request_sandbox again without the unavailable feature, or ask an operator \
-                 to provide it; {outcome}"
+                "if you asked for the unavailable feature, call request_sandbox again without \
+                 it; if it is one of your project's standing features, an operator must provide \
+                 it or remove it from the project; {outcome}"
             )
         };
         ErrorEnvelope::new(ErrorCode::InvalidState, message, remediate).retryable(retryable)

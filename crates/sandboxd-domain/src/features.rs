@@ -131,6 +131,11 @@ impl FeatureRequest {
         self.0.keys().copied()
     }
 
+    /// Every feature, engine by engine.
+    pub fn features(&self) -> impl Iterator<Item = Feature> + '_ {
+        self.0.values().flatten().copied()
+    }
+
     pub fn for_engine(&self, engine: EngineRef) -> BTreeSet<Feature> {
         self.0.get(&engine).cloned().unwrap_or_default()
     }
@@ -140,8 +145,8 @@ impl FeatureRequest {
     }
 
     pub fn merge(&mut self, other: &Self) {
-        for feature in other.0.values().flatten() {
-            self.insert(*feature);
+        for feature in other.features() {
+            self.insert(feature);
         }
     }
 

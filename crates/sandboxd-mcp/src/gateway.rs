@@ -5,9 +5,13 @@ use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, Implementation, ListToolsResult,
     PaginatedRequestParams, ServerCapabilities, ServerConfig,
 };
+use std::time::Duration;
+
+use futures::future::join_all;
 use rmcp::service::RequestContext;
 use rmcp::{ErrorData, RoleServer, ServerHandler};
-use sandboxd_broker::{Agent, Broker};
+use sandboxd_broker::{Agent, Broker, Project};
+use sandboxd_domain::EngineRef;
 use sandboxd_domain::envelope::{Envelope, ErrorCode, ErrorEnvelope};
 use sandboxd_domain::error::quote;
 use sandboxd_domain::roles::Verb;
@@ -18,6 +22,9 @@ use crate::tools::{Offer, tools_for};
 pub struct Gateway {
     broker: Broker,
 }
+
+/// How long `tools/list` waits for a feature probe under way before it offers the allowlist.
+const PROBE_PATIENCE: Duration = Duration::from_secs(10);
 
 const INSTRUCTIONS: &str = "sandboxd gives you, on demand, a throwaway database for your task's \
 tests. Start with give_me_work (or claim_review); every answer says what to call next in `next`, \
@@ -60,6 +67,48 @@ impl Gateway {
     }
 }
 
+impl Gateway {
+    /// What the caller's project lets it ask for: its services, and per service the features
+    /// this sandboxd's backend provides (waiting a little for a probe under way).
+    async fn offer(&self, project: Option<Project>) -> Offer {
+        let Some(project) = project else {
+            return Offer::default();
+        };
+        let services = project.sandbox_services.unwrap_or_default();
+        let offered = join_all(services.iter().map(|engine| async move {
+            let names = match self.broker.offered(*engine, PROBE_PATIENCE).await {
+                Some(probe) => probe.names(),
+                None => engine.features.iter().map(|f| f.name).collect(),
+            };
+            (*engine, names)
+        }))
+        .await;
+        let standing = project
+            .sandbox_extensions
+            .map(|standing| {
+                standing
+                    .to_map()
+                    .into_keys()
+                    .filter_map(|name| EngineRef::parse(&name).ok())
+                    .map(|engine| {
+                        let names = standing
+                            .for_engine(engine)
+                            .iter()
+                            .map(|f| f.name())
+                            .collect();
+                        (engine, names)
+                    })
+                    .collect()
+            })
+            .unwrap_or_default();
+        Offer {
+            services: (!services.is_empty()).then_some(services),
+            features: offered.into_iter().collect(),
+            standing,
+        }
+    }
+}
+
 impl ServerHandler for Gateway {
     fn get_info(&self) -> ServerConfig {
         server_config()
@@ -73,14 +122,14 @@ impl ServerHandler for Gateway {
         let agent = self.agent(&context)?;
         // A project the store cannot read right now only loses its enum: the call itself
         // answers the real refusal.
-        let services = match self.broker.project(&agent.project).await {
-            Ok(project) => project.and_then(|p| p.sandbox_services),
+        let project = match self.broker.project(&agent.project).await {
+            Ok(project) => project,
             Err(error) => {
                 tracing::warn!(%error, "reading the caller's project for tools/list");
                 None
             }
         };
-        let offer = Offer { services };
+        let offer = self.offer(project).await;
         let tools = self
             .broker
             .manifest(&agent.role)

@@ -2,6 +2,7 @@
 //! honest annotations, the output schema its answers conform to, and a description an agent's
 //! model can act on.
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use rmcp::model::{JsonObject, Tool, ToolAnnotations};
@@ -15,6 +16,29 @@ pub struct Offer {
     /// The engines the project opted into; `None` when it did not opt in (the schema then lists
     /// no choice, and `request_sandbox` answers why).
     pub services: Option<Vec<EngineRef>>,
+    /// Per opted-in engine, the features a call may add: its allowlist ∩ what this sandboxd's
+    /// backend provides (the allowlist while that is not known yet).
+    pub features: BTreeMap<EngineRef, Vec<&'static str>>,
+    /// The project's standing features: active in every sandbox without asking.
+    pub standing: BTreeMap<EngineRef, Vec<&'static str>>,
+}
+
+impl Offer {
+    /// What the tool's description adds: the standing features, so a model does not ask again.
+    fn standing_note(&self) -> Option<String> {
+        if self.standing.is_empty() {
+            return None;
+        }
+        let list: Vec<String> = self
+            .standing
+            .iter()
+            .map(|(engine, names)| format!("{} {}", engine.name, names.join(", ")))
+            .collect();
+        Some(format!(
+            "Your project's sandboxes always have these features active: {}.",
+            list.join("; ")
+        ))
+    }
 }
 
 fn object(value: serde_json::Value) -> JsonObject {
@@ -32,7 +56,26 @@ fn input_schema(verb: Verb, offer: &Offer) -> JsonObject {
         let names: Vec<&str> = services.iter().map(|engine| engine.name).collect();
         let properties = &mut schema["properties"];
         properties["services"]["items"] = serde_json::json!({"type": "string", "enum": names});
-        properties["extensions"]["propertyNames"] = serde_json::json!({"enum": names});
+        let per_engine: serde_json::Map<String, serde_json::Value> = services
+            .iter()
+            .map(|engine| {
+                let offered = offer.features.get(engine).cloned().unwrap_or_default();
+                (
+                    engine.name.to_owned(),
+                    serde_json::json!({
+                        "type": "array",
+                        "items": {"type": "string", "enum": offered},
+                        "uniqueItems": true,
+                    }),
+                )
+            })
+            .collect();
+        let extensions = &mut properties["extensions"];
+        extensions["properties"] = serde_json::Value::Object(per_engine);
+        extensions["additionalProperties"] = serde_json::Value::Bool(false);
+        if let Some(map) = extensions.as_object_mut() {
+            map.remove("propertyNames");
+        }
     }
     object(schema)
 }
@@ -46,10 +89,18 @@ fn annotations(verb: Verb) -> ToolAnnotations {
         .open_world(hints.open_world)
 }
 
+fn description(verb: Verb, offer: &Offer) -> String {
+    let text = verbs::description(verb);
+    match offer.standing_note() {
+        Some(note) if verb == Verb::RequestSandbox => format!("{text} {note}"),
+        _ => text.to_owned(),
+    }
+}
+
 fn tool(verb: Verb, offer: &Offer, output: &Arc<JsonObject>) -> Tool {
     Tool::new(
         verb.name(),
-        verbs::description(verb),
+        description(verb, offer),
         Arc::new(input_schema(verb, offer)),
     )
     .with_title(verbs::title(verb))

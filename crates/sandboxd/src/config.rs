@@ -144,6 +144,9 @@ pub struct BrokerSettings {
     pub pool_backoff_max_secs: u64,
     /// How often idle pool members are asked whether they still answer.
     pub pool_check_interval_secs: u64,
+    /// How long a feature probe is trusted before what runs the engine (the image's id, the
+    /// host's programs and packages) is compared again; a change means a new probe.
+    pub feature_probe_recheck_secs: u64,
 }
 
 impl Default for BrokerSettings {
@@ -159,6 +162,7 @@ impl Default for BrokerSettings {
             pool_backoff_base_ms: millis(base.pool_tuning.backoff_base),
             pool_backoff_max_secs: base.pool_tuning.backoff_max.as_secs(),
             pool_check_interval_secs: base.pool_tuning.check_interval.as_secs(),
+            feature_probe_recheck_secs: base.feature_probe_recheck.as_secs(),
         }
     }
 }

@@ -15,6 +15,8 @@ const LOCAL_PREFIX: &str = "sandboxd-local/";
 pub(super) struct ImageFacts {
     /// `VOLUME` paths: each gets a tmpfs so no anonymous volume is ever created.
     pub volumes: Vec<String>,
+    /// The image's content id (`sha256:…`): a rebuilt image under the same tag has a new one.
+    pub id: String,
 }
 
 /// How to get `image` onto the engine.
@@ -53,6 +55,7 @@ pub(super) async fn resolve(
         match docker.inspect_image(image).await {
             Ok(found) => {
                 let facts = ImageFacts {
+                    id: found.id.unwrap_or_default(),
                     volumes: found.config.and_then(|c| c.volumes).unwrap_or_default(),
                 };
                 return Ok((image.clone(), facts));

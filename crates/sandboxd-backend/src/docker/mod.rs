@@ -189,6 +189,12 @@ impl Backend for DockerBackend {
         Ok(Some(image))
     }
 
+    async fn provider(&self, engine: EngineRef) -> Result<String, BackendError> {
+        let docker = self.client.get().await?;
+        let (image, facts) = images::resolve(docker, engine, &self.config.images(engine)).await?;
+        Ok(format!("{image}@{}", facts.id))
+    }
+
     async fn provision(&self, request: &InstanceRequest) -> Result<Instance, BackendError> {
         self.provision_one(request, Account::Now).await
     }

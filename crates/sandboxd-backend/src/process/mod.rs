@@ -19,7 +19,7 @@
 //!   files, and where the engines' programs are.
 
 use std::collections::BTreeMap;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -53,6 +53,8 @@ use metadata::Metadata;
 pub use space::SOURCE as MOUNT_SOURCE;
 
 const HOST: &str = "127.0.0.1";
+/// Debian's record of installed packages: it changes whenever one is installed or removed.
+const PACKAGE_DATABASE: &str = "/var/lib/dpkg/status";
 
 /// Reports long steps (building a template) to whoever shows progress.
 pub type Progress = Arc<dyn Fn(&str) + Send + Sync>;
@@ -179,6 +181,26 @@ impl Backend for ProcessBackend {
     async fn supports(&self, engine: EngineRef) -> Result<(), BackendError> {
         let recipe = Self::recipe(engine)?;
         Self::programs(engine, &recipe).map(drop)
+    }
+
+    /// The server programs with their modification times, and the host's package database's:
+    /// installing an extension's package changes no program, but it changes that.
+    async fn provider(&self, engine: EngineRef) -> Result<String, BackendError> {
+        let recipe = Self::recipe(engine)?;
+        let programs = Self::programs(engine, &recipe)?;
+        let stamp = |path: &Path| {
+            path.metadata()
+                .and_then(|m| m.modified())
+                .ok()
+                .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
+                .map_or(0, |d| d.as_nanos())
+        };
+        let mut identity: Vec<String> = programs
+            .values()
+            .map(|path| format!("{}@{}", path.display(), stamp(path)))
+            .collect();
+        identity.push(format!("dpkg@{}", stamp(Path::new(PACKAGE_DATABASE))));
+        Ok(identity.join(" "))
     }
 
     async fn provision(&self, request: &InstanceRequest) -> Result<Instance, BackendError> {

@@ -3,6 +3,7 @@
 mod attack_docker;
 mod attack_process;
 mod docker;
+mod features;
 mod pool;
 mod process;
 mod reset;

@@ -1,6 +1,7 @@
 //! Black-box tests of the broker against real backends and a real store: one binary.
 
 mod faults;
+mod features;
 mod guards;
 mod pools;
 mod restart;

@@ -14,7 +14,7 @@ use async_trait::async_trait;
 use futures::FutureExt;
 use sandboxd_backend::process::{ProcessBackend, ProcessConfig};
 use sandboxd_backend::{
-    Backend, BackendError, DoctorCheck, IdleMember, InstanceHandle, InstanceRequest,
+    Backend, BackendError, DoctorCheck, FeatureProbe, IdleMember, InstanceHandle, InstanceRequest,
     ListedInstance, Sweep,
 };
 use sandboxd_broker::{Agent, Backends, Broker, BrokerConfig, SecretCipher, Store};
@@ -167,6 +167,18 @@ impl Backend for Counting {
     fn feature_location(&self, engine: EngineRef) -> String {
         self.inner.feature_location(engine)
     }
+    async fn provider(&self, engine: EngineRef) -> Result<String, BackendError> {
+        self.inner.provider(engine).await
+    }
+    /// A probe's throwaway instance is not a sandbox: not counted.
+    async fn probe_features(
+        &self,
+        engine: EngineRef,
+        slot: &AgentSlug,
+        maker: &DaemonId,
+    ) -> Result<FeatureProbe, BackendError> {
+        self.inner.probe_features(engine, slot, maker).await
+    }
 }
 
 /// Which backend a world runs on.
@@ -183,6 +195,7 @@ pub struct World {
     pub store_path: PathBuf,
     key_path: PathBuf,
     config: BrokerConfig,
+    others: Vec<Arc<dyn Backend>>,
     pub project: ProjectSlug,
     /// Owners this world created instances for, torn down at the end.
     owners: Mutex<Vec<AgentSlug>>,
@@ -199,6 +212,9 @@ pub struct WorldSpec {
     pub enabled: bool,
     pub tweak_config: fn(&mut BrokerConfig),
     pub tweak_process: fn(&mut ProcessConfig),
+    /// Docker beside the primary backend, as a daemon has it when the engine answers (the
+    /// world is skipped without Docker).
+    pub docker_beside: bool,
 }
 
 impl Default for WorldSpec {
@@ -210,6 +226,7 @@ impl Default for WorldSpec {
             enabled: true,
             tweak_config: |_| {},
             tweak_process: |_| {},
+            docker_beside: false,
         }
     }
 }
@@ -232,6 +249,10 @@ impl World {
             Kind::Docker => Arc::new(docker_or_skip().await?),
         };
         let backend = Arc::new(Counting::new(inner));
+        let mut others: Vec<Arc<dyn Backend>> = Vec::new();
+        if spec.docker_beside {
+            others.push(Arc::new(docker_or_skip().await?));
+        }
         let store_path = dir.path().join("sandboxd.db");
         let key_path = dir.path().join("secret.key");
         let store = open_store(&store_path, &key_path).await;
@@ -244,7 +265,7 @@ impl World {
         let broker = Broker::start(
             config.clone(),
             store,
-            Backends::new(backend.clone(), vec![]),
+            Backends::new(backend.clone(), others.clone()),
         )
         .await
         .expect("broker");
@@ -262,6 +283,7 @@ impl World {
             store_path,
             key_path,
             config,
+            others,
             project,
             owners: Mutex::new(Vec::new()),
             pools: Mutex::new(None),
@@ -374,6 +396,12 @@ impl World {
         self.owners.lock().expect("lock").push(owner.clone());
     }
 
+    /// The world's store, opened beside its broker: for writing what an operator surface
+    /// would refuse (a standing feature set before the backend changed).
+    pub async fn store(&self) -> Store {
+        open_store(&self.store_path, &self.key_path).await
+    }
+
     /// A second broker on the same store and backend, as after a restart or a crash.
     pub async fn restarted(&self) -> Broker {
         self.restarted_with(self.backend.clone()).await
@@ -382,9 +410,13 @@ impl World {
     /// A second broker on the same store, with `backend` instead of the world's.
     pub async fn restarted_with(&self, backend: Arc<dyn Backend>) -> Broker {
         let store = open_store(&self.store_path, &self.key_path).await;
-        Broker::start(self.config.clone(), store, Backends::new(backend, vec![]))
-            .await
-            .expect("broker")
+        Broker::start(
+            self.config.clone(),
+            store,
+            Backends::new(backend, self.others.clone()),
+        )
+        .await
+        .expect("broker")
     }
 
     /// Instances the backend lists for `owner`.

@@ -3,8 +3,11 @@
 use std::collections::BTreeMap;
 use std::process::ExitCode;
 
-use sandboxd_backend::{DoctorCheck, ListedInstance};
-use sandboxd_domain::DaemonId;
+use std::sync::Arc;
+
+use futures::future::join_all;
+use sandboxd_backend::{Backend, DoctorCheck, FeatureProbe, ListedInstance, Sweep};
+use sandboxd_domain::{AgentSlug, DaemonId, engines};
 
 use sandboxd_admin::wire::PoolOut;
 
@@ -23,7 +26,6 @@ pub async fn checks(settings: &Settings) -> Vec<DoctorCheck> {
     let mut checks = Vec::new();
     match backends::process(settings, progress.clone()) {
         Ok(process) => {
-            use sandboxd_backend::Backend;
             checks.extend(process.doctor().await);
         }
         Err(err) => checks.push(DoctorCheck::missing(
@@ -34,7 +36,6 @@ pub async fn checks(settings: &Settings) -> Vec<DoctorCheck> {
     }
     match backends::docker(settings) {
         Ok(docker) => {
-            use sandboxd_backend::Backend;
             checks.extend(docker.doctor().await);
         }
         Err(err) => checks.push(DoctorCheck::missing(
@@ -43,6 +44,7 @@ pub async fn checks(settings: &Settings) -> Vec<DoctorCheck> {
             "fix the [docker] settings",
         )),
     }
+    checks.extend(features(&backends::all(settings, progress).await).await);
     checks.push(makers(&super::ls::list_all(settings).await));
     checks.extend(pools(settings).await);
     checks
@@ -103,6 +105,63 @@ async fn pools(settings: &Settings) -> Vec<DoctorCheck> {
             }
         })
         .collect()
+}
+
+/// One line per backend and engine with an allowlist: which features it really provides, found
+/// on a throwaway instance (what a daemon on that backend offers its agents), and what to
+/// install for the rest.
+async fn features(backends: &[Arc<dyn Backend>]) -> Vec<DoctorCheck> {
+    let probes = backends.iter().flat_map(|backend| {
+        engines::all()
+            .filter(|engine| !engine.features.is_empty())
+            .map(move |engine| async move {
+                backend.supports(engine).await.ok()?;
+                let subject = format!("{} features ({})", engine.name, backend.kind());
+                let probe = backend
+                    .probe_features(engine, &AgentSlug::pool_slot(), &DaemonId::cli())
+                    .await;
+                Some(match probe {
+                    Ok(probe) => feature_check(subject, &probe),
+                    Err(err) => DoctorCheck::missing(
+                        subject,
+                        format!("the probe failed: {err}"),
+                        "see the message",
+                    ),
+                })
+            })
+    });
+    let checks = join_all(probes).await.into_iter().flatten().collect();
+    for backend in backends {
+        if let Err(err) = backend.sweep(&DaemonId::cli(), Sweep::Now).await {
+            tracing::debug!(backend = %backend.kind(), error = %err, "sweeping after the feature probes");
+        }
+    }
+    checks
+}
+
+fn feature_check(subject: String, probe: &FeatureProbe) -> DoctorCheck {
+    let available = format!(
+        "{} from {}",
+        sandboxd_domain::error::allowed_list(probe.names()),
+        probe.source
+    );
+    if probe.missing.is_empty() {
+        return DoctorCheck::ok(subject, available);
+    }
+    let missing: Vec<&str> = probe.missing.keys().copied().collect();
+    let fix: Vec<String> = probe
+        .missing
+        .iter()
+        .map(|(name, why)| format!("{name}: {why}"))
+        .collect();
+    DoctorCheck::missing(
+        subject,
+        format!(
+            "{available}; missing: {} (agents are not offered them)",
+            missing.join(", ")
+        ),
+        fix.join("; "),
+    )
 }
 
 /// Who made the instances that run here: each daemon's janitor acts only on its own, so

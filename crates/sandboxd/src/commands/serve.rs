@@ -60,6 +60,7 @@ pub async fn run(args: Args, settings: &Settings) -> ExitCode {
     let janitor = daemon.broker.spawn_janitor(shutdown.child_token());
     let sweeper = daemon.broker.spawn_session_sweeper(shutdown.child_token());
     let pools = daemon.broker.spawn_pools(shutdown.child_token());
+    let probes = daemon.broker.spawn_feature_probes(shutdown.child_token());
     let app = http::app(&daemon, settings, shutdown.child_token());
     // The first stdout line is the address: scripts and tests read it.
     println!("sandboxd listening on http://{addr}");
@@ -111,6 +112,9 @@ pub async fn run(args: Args, settings: &Settings) -> ExitCode {
     match pools.await {
         Ok(()) => tracing::info!("warm pools drained"),
         Err(err) => tracing::error!(error = %err, "warm pool task failed"),
+    }
+    if let Err(err) = probes.await {
+        tracing::error!(error = %err, "feature probe task failed");
     }
     daemon.broker.sweep_at_stop().await;
     if served.is_ok() {
