@@ -131,17 +131,9 @@ impl Broker {
             })
     }
 
-    /// The features of `engine` agents may ask for here, as far as known now: the primary
-    /// backend's probe, or None when it has not answered (yet).
-    pub(crate) fn offered_now(&self, engine: EngineRef) -> Option<Arc<FeatureProbe>> {
-        let kind = self.inner.backends.primary().kind();
-        match self.inner.feature_probes.cached(kind, engine)? {
-            Probed::Known { probe, .. } => Some(probe),
-            Probed::Failed { .. } => None,
-        }
-    }
-
-    /// [`Self::offered_now`], waiting up to `patience` for a probe under way or started now.
+    /// What the primary backend provides of `engine`'s allowlist: what agents may ask for here.
+    /// Waits up to `patience` for a probe under way or started now; None while that does not
+    /// answer (callers then offer the allowlist and leave the rest to activation).
     pub async fn offered(
         &self,
         engine: EngineRef,

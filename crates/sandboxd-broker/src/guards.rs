@@ -169,12 +169,12 @@ impl Broker {
                 }
             };
             for name in wanted {
-                let feature = Feature::parse(engine, name).map_err(|_| {
-                    let allowlist = match self.offered_now(engine) {
+                let Ok(feature) = Feature::parse(engine, name) else {
+                    let allowlist = match self.offered(engine, PROBE_PATIENCE).await {
                         Some(probe) => allowed_list(probe.names()),
                         None => allowed_list(engine.features.iter().map(|f| f.name)),
                     };
-                    ErrorEnvelope::new(
+                    return Err(ErrorEnvelope::new(
                         ErrorCode::FeatureNotAllowed,
                         format!(
                             "feature {} is not among {}'s features here; allowed: {allowlist}",
@@ -185,8 +185,8 @@ impl Broker {
                             "call request_sandbox again with {} features from: {allowlist}",
                             engine.name
                         ),
-                    )
-                })?;
+                    ));
+                };
                 features.insert(feature);
             }
         }

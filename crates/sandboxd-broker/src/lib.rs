@@ -50,6 +50,7 @@ pub use operator::{
     InstanceView, SERVICES_AVAILABLE_ENV, SandboxView, SettingsView, Spawned, parse_task_state,
 };
 pub use pools::{PoolConfig, PoolTuning, PoolView};
+pub use sandboxd_backend::FeatureProbe;
 pub use sandboxd_domain::lifecycle::TaskState;
 pub use sandboxd_store::{
     Actor, Agent, AuditEntry, AuditFilter, AuditPage, OutcomeFilter, Project, SecretCipher, Store,

@@ -1,14 +1,18 @@
 //! Projects: the list, and one project's Sandbox card — a checkbox per engine of the registry
-//! and, per engine, a checkbox per feature of its allowlist. Saving goes through the same
-//! validation as the API (registry, allowlists, then the broker).
+//! and, per engine, a checkbox per feature of its allowlist (greyed out where this sandboxd's
+//! backend does not provide it). Saving goes through the same validation as the API
+//! (registry, allowlists, then the broker, which refuses a feature no backend provides).
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
 
 use axum::Extension;
 use axum::extract::State;
 use axum::response::{IntoResponse, Response};
+use futures::future::join_all;
 use maud::{Markup, html};
-use sandboxd_broker::{BrokerError, Project};
+use sandboxd_broker::{BrokerError, FeatureProbe, Project};
 use sandboxd_domain::engine::FeatureKind;
 use sandboxd_domain::{EngineRef, ProjectSlug, engines};
 
@@ -147,8 +151,39 @@ fn feature_noun(engine: EngineRef) -> &'static str {
     }
 }
 
-/// The Sandbox card: every engine of the registry, every feature of its allowlist.
-fn sandbox_card(session: &PanelSession, project: &Project) -> Markup {
+/// Per engine with an allowlist, what this sandboxd's backend provides (absent while unknown).
+type Offered = BTreeMap<EngineRef, Arc<FeatureProbe>>;
+
+/// How long the card waits for a feature probe under way before it shows the allowlist alone.
+const PROBE_PATIENCE: Duration = Duration::from_secs(10);
+
+async fn offered(state: &AppState) -> Offered {
+    let probes = engines::all()
+        .filter(|engine| !engine.features.is_empty())
+        .map(|engine| async move { (engine, state.broker.offered(engine, PROBE_PATIENCE).await) });
+    join_all(probes)
+        .await
+        .into_iter()
+        .filter_map(|(engine, probe)| probe.map(|probe| (engine, probe)))
+        .collect()
+}
+
+/// Why `feature` of `engine` cannot be chosen here, or None when it can (or nothing is known).
+fn lacking(offered: &Offered, engine: EngineRef, feature: &str) -> Option<String> {
+    let probe = offered.get(&engine)?;
+    if probe.names().contains(&feature) {
+        return None;
+    }
+    let why = probe.missing.get(feature).cloned().unwrap_or_default();
+    Some(format!(
+        "not provided by this sandboxd ({}): {why}",
+        probe.source
+    ))
+}
+
+/// The Sandbox card: every engine of the registry, every feature of its allowlist; a feature
+/// this sandboxd's backend does not provide cannot be newly chosen.
+fn sandbox_card(session: &PanelSession, project: &Project, offered: &Offered) -> Markup {
     let services = project.sandbox_services.clone().unwrap_or_default();
     let extensions = project.sandbox_extensions.clone().unwrap_or_default();
     html! {
@@ -157,7 +192,9 @@ fn sandbox_card(session: &PanelSession, project: &Project) -> Markup {
             p class="muted" {
                 "Services this project's developers and QA agents may request with "
                 code { "request_sandbox" } ". The first request provisions the whole set; "
-                "extensions are activated by the daemon, only from each engine's allowlist."
+                "extensions are activated by the daemon, only from each engine's allowlist, "
+                "and only those this sandboxd's backend provides (the others are greyed out; "
+                "hover for what provides them)."
             }
             form method="post" action={ "/projects/" (project.slug) } {
                 (csrf_field(session))
@@ -182,11 +219,15 @@ fn sandbox_card(session: &PanelSession, project: &Project) -> Markup {
                                     } @else {
                                         div class="chips" {
                                             @for feature in engine.features {
-                                                label class="chip" title=(feature.summary) {
+                                                @let checked = chosen.iter().any(|f| f.name() == feature.name);
+                                                @let lacks = lacking(offered, engine, feature.name);
+                                                label class={ "chip" @if lacks.is_some() { " unavailable" } }
+                                                    title=(lacks.clone().unwrap_or_else(|| feature.summary.to_owned())) {
                                                     input type="checkbox" name="feature"
                                                         value={ (engine.name) ":" (feature.name) }
                                                         id={ "feature-" (engine.name) "-" (feature.name) }
-                                                        checked[chosen.iter().any(|f| f.name() == feature.name)];
+                                                        checked[checked]
+                                                        disabled[lacks.is_some() && !checked];
                                                     (feature.name)
                                                 }
                                             }
@@ -240,8 +281,9 @@ pub async fn show(
             return failure(&session, Section::Projects, "Project", err);
         }
     };
+    let offered = offered(&state).await;
     let body = html! {
-        (sandbox_card(&session, &project))
+        (sandbox_card(&session, &project, &offered))
         div class="columns" {
             section class="card" {
                 h2 { "Agents" }

@@ -259,7 +259,7 @@ async fn projects_are_validated_against_the_registry_and_allowlists() {
             let path = format!("/v1/projects/{slug}");
             let (status, project) = send(app.api(Method::PUT, &path).json(&json!({
                 "sandbox_services": ["postgres", "redis"],
-                "sandbox_extensions": {"postgres": ["vector"]}
+                "sandbox_extensions": {"postgres": ["pg_trgm"]}
             })))
             .await;
             assert_eq!(status, StatusCode::OK, "{project}");
@@ -267,7 +267,7 @@ async fn projects_are_validated_against_the_registry_and_allowlists() {
             assert_eq!(project["sandbox_services"], json!(["postgres", "redis"]));
             assert_eq!(
                 project["sandbox_extensions"],
-                json!({"postgres": ["vector"]})
+                json!({"postgres": ["pg_trgm"]})
             );
             let (status, read) = send(app.api(Method::GET, &path)).await;
             assert_eq!(status, StatusCode::OK);
@@ -293,6 +293,13 @@ async fn projects_are_validated_against_the_registry_and_allowlists() {
                            "sandbox_extensions": {"redis": ["vector"]}}),
                     "feature_not_allowed",
                     "search, json, bloom",
+                ),
+                // Allowlisted, but this host's PostgreSQL (the process backend) has no pgvector.
+                (
+                    json!({"sandbox_services": ["postgres"],
+                           "sandbox_extensions": {"postgres": ["vector"]}}),
+                    "feature_unavailable",
+                    "not available on this sandboxd's process backend",
                 ),
                 (
                     json!({"sandbox_services": ["postgres"],
@@ -376,7 +383,7 @@ async fn spawn_answers_a_working_token_once_and_remove_revokes_it() {
         .await
         .run(|app| async move {
             let project = app
-                .project(&["postgres", "redis"], &["postgres=vector"])
+                .project(&["postgres", "redis"], &["postgres=pg_trgm"])
                 .await;
             let slug = unique("dev");
             let (status, spawned) = send(app.api(Method::POST, "/v1/agents").json(&json!({

@@ -357,6 +357,16 @@ async fn flow(app: &App, client: &Client) {
     click(client, "#service-postgres").await;
     click(client, "#service-redis").await;
     click(client, "#feature-postgres-vector").await;
+    // The local Redis image has no RedisJSON: its box cannot be checked.
+    assert!(
+        !client
+            .find(Locator::Id("feature-redis-json"))
+            .await
+            .expect("checkbox")
+            .is_enabled()
+            .await
+            .expect("state")
+    );
     shot(client, "05-project-card-checked").await;
     submit(client, "#save-sandbox").await;
     assert!(

@@ -218,7 +218,7 @@ async fn every_page_works_without_script_and_sends_a_strict_policy() {
     app()
         .await
         .run(|app| async move {
-            let project = app.project(&["postgres"], &["postgres=vector"]).await;
+            let project = app.project(&["postgres"], &["postgres=pg_trgm"]).await;
             let browser = Browser::new(&app);
             browser.login().await;
             for path in [
@@ -432,7 +432,7 @@ async fn the_sandbox_card_saves_through_the_broker_and_refuses_what_it_refuses()
                         ("csrf", &csrf),
                         ("service", "postgres"),
                         ("service", "redis"),
-                        ("feature", "postgres:vector"),
+                        ("feature", "postgres:pg_trgm"),
                     ],
                 )
                 .await;
@@ -454,14 +454,22 @@ async fn the_sandbox_card_saves_through_the_broker_and_refuses_what_it_refuses()
                     .as_ref()
                     .expect("features")
                     .to_map()["postgres"],
-                ["vector"]
+                ["pg_trgm"]
             );
             let card = browser.get(&format!("/projects/{slug}")).await.html;
             assert!(card.contains("Saved: postgres, redis."), "{card}");
             assert!(
-                card.contains("id=\"feature-postgres-vector\" checked"),
+                card.contains("id=\"feature-postgres-pg_trgm\" checked"),
                 "{card}"
             );
+            // This host's PostgreSQL has no pgvector: its box cannot be newly checked, and says
+            // what provides it.
+            assert!(
+                card.contains("id=\"feature-postgres-vector\" disabled"),
+                "{card}"
+            );
+            assert!(card.contains("chip unavailable"), "{card}");
+            assert!(card.contains("pgvector"), "{card}");
 
             // A feature of a service left unchecked, a feature outside the allowlist, an
             // engine the registry does not know: refused with the reason, nothing changed.
@@ -473,6 +481,10 @@ async fn the_sandbox_card_saves_through_the_broker_and_refuses_what_it_refuses()
                 (
                     vec![("service", "postgres"), ("feature", "postgres:plpython3u")],
                     "vector, postgis",
+                ),
+                (
+                    vec![("service", "postgres"), ("feature", "postgres:vector")],
+                    "is not available on this sandboxd",
                 ),
                 (
                     vec![("service", "oracle")],

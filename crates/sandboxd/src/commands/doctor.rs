@@ -111,6 +111,10 @@ async fn pools(settings: &Settings) -> Vec<DoctorCheck> {
 /// on a throwaway instance (what a daemon on that backend offers its agents), and what to
 /// install for the rest.
 async fn features(backends: &[Arc<dyn Backend>]) -> Vec<DoctorCheck> {
+    // A maker of its own: concurrent doctors and `sandboxd provision` (maker `cli`) never share
+    // a Docker network with this run's probes, and its sweep touches nothing of theirs.
+    let maker = DaemonId::generate();
+    let maker = &maker;
     let probes = backends.iter().flat_map(|backend| {
         engines::all()
             .filter(|engine| !engine.features.is_empty())
@@ -118,7 +122,7 @@ async fn features(backends: &[Arc<dyn Backend>]) -> Vec<DoctorCheck> {
                 backend.supports(engine).await.ok()?;
                 let subject = format!("{} features ({})", engine.name, backend.kind());
                 let probe = backend
-                    .probe_features(engine, &AgentSlug::pool_slot(), &DaemonId::cli())
+                    .probe_features(engine, &AgentSlug::pool_slot(), maker)
                     .await;
                 Some(match probe {
                     Ok(probe) => feature_check(subject, &probe),
@@ -132,7 +136,7 @@ async fn features(backends: &[Arc<dyn Backend>]) -> Vec<DoctorCheck> {
     });
     let checks = join_all(probes).await.into_iter().flatten().collect();
     for backend in backends {
-        if let Err(err) = backend.sweep(&DaemonId::cli(), Sweep::Now).await {
+        if let Err(err) = backend.sweep(maker, Sweep::Now).await {
             tracing::debug!(backend = %backend.kind(), error = %err, "sweeping after the feature probes");
         }
     }

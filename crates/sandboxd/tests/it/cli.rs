@@ -164,6 +164,20 @@ fn doctor_reports_what_is_installed_and_what_to_install() {
         })
         .expect("a postgres check");
     assert_eq!(postgres["ok"], true, "{postgres}");
+    // What the process backend really provides of postgres's allowlist, probed: this host's
+    // PostgreSQL has contrib's extensions and no pgvector package.
+    let features = checks
+        .iter()
+        .find(|c| c["subject"] == "postgres features (process)")
+        .expect("a feature probe line");
+    let detail = features["detail"].as_str().expect("detail");
+    assert!(detail.contains("pg_trgm"), "{features}");
+    assert!(detail.contains("missing: vector"), "{features}");
+    assert_eq!(features["ok"], false, "{features}");
+    assert!(
+        features["fix"].as_str().expect("fix").contains("pgvector"),
+        "{features}"
+    );
     if let Some(mongo) = checks.iter().find(|c| {
         c["subject"]
             .as_str()
@@ -285,6 +299,21 @@ fn docker_without_image_config_runs_the_images_that_are_there() {
             .find(|c| c["subject"] == "postgres (docker)")
             .expect("a postgres (docker) check");
         assert_eq!(postgres["ok"], true, "{postgres}");
+        // The local image carries every allowlisted extension, and doctor found them there.
+        let features = checks
+            .as_array()
+            .expect("checks")
+            .iter()
+            .find(|c| c["subject"] == "postgres features (docker)")
+            .expect("a feature probe line for docker");
+        assert_eq!(features["ok"], true, "{features}");
+        assert!(
+            features["detail"]
+                .as_str()
+                .expect("detail")
+                .starts_with("citext, pg_trgm, postgis, uuid-ossp, vector from image "),
+            "{features}"
+        );
         let detail = postgres["detail"].as_str().expect("detail");
         let image = detail
             .strip_prefix("runs image ")

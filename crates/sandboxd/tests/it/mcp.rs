@@ -160,6 +160,81 @@ async fn each_role_lists_exactly_its_verbs() {
     assert!(!spawn["briefing"].to_string().contains("request_sandbox()"));
 }
 
+/// `tools/list` offers, per service, only the features this daemon's backend provides, and
+/// names the project's standing ones; the admin API refuses a standing feature it lacks.
+#[tokio::test]
+async fn tools_offer_only_the_features_the_backend_provides() {
+    let home = Home::new();
+    let daemon = spawn_daemon(&home);
+    let project = unique("feat");
+    let path = format!("/v1/projects/{project}");
+    let put = |extensions: Value| {
+        daemon.admin(
+            reqwest::Method::PUT,
+            &path,
+            Some(json!({"sandbox_services": ["postgres", "redis"], "sandbox_extensions": extensions})),
+        )
+    };
+    // This host's PostgreSQL has no pgvector package.
+    let (status, body) = put(json!({"postgres": ["vector"]})).await;
+    assert_eq!(status, 400, "{body}");
+    assert_eq!(body["error"], "feature_unavailable", "{body}");
+    let message = body["message"].as_str().expect("message");
+    assert!(message.contains("process backend"), "{message}");
+    assert!(
+        message.contains("available here for postgres: "),
+        "{message}"
+    );
+    let (status, body) = put(json!({"postgres": ["pg_trgm"]})).await;
+    assert_eq!(status, 200, "{body}");
+
+    let agent = daemon.agent("developer", &project).await;
+    let tools = agent.service.list_all_tools().await.expect("tools");
+    let request = tools
+        .iter()
+        .find(|t| t.name == "request_sandbox")
+        .expect("request_sandbox");
+    let extensions = &request.input_schema["properties"]["extensions"];
+    assert_eq!(extensions["additionalProperties"], false, "{extensions}");
+    let offered = |service: &str| -> BTreeSet<String> {
+        extensions["properties"][service]["items"]["enum"]
+            .as_array()
+            .unwrap_or_else(|| panic!("an enum for {service}: {extensions}"))
+            .iter()
+            .map(|v| v.as_str().expect("name").to_owned())
+            .collect()
+    };
+    let postgres = offered("postgres");
+    for present in ["pg_trgm", "citext", "uuid-ossp"] {
+        assert!(postgres.contains(present), "{present}: {postgres:?}");
+    }
+    assert!(!postgres.contains("vector"), "{postgres:?}");
+    // Debian's Redis on this host loads no RedisJSON or RedisBloom.
+    let redis = offered("redis");
+    assert!(
+        !redis.contains("json") && !redis.contains("bloom"),
+        "{redis:?}"
+    );
+    let description = request.description.as_deref().unwrap_or("");
+    assert!(
+        description.contains("always have these features active: postgres pg_trgm"),
+        "{description}"
+    );
+
+    // The schema is what the daemon enforces: asking beyond it is refused, nothing is made.
+    daemon.task(&project).await;
+    agent.ok("give_me_work", json!({})).await;
+    let refusal = agent
+        .refused(
+            "request_sandbox",
+            json!({"extensions": {"postgres": ["vector"]}}),
+        )
+        .await;
+    assert_eq!(refusal["error"], "feature_not_allowed", "{refusal}");
+    assert!(daemon.sandboxes().await.is_empty());
+    teardown_everything(&home);
+}
+
 #[tokio::test]
 async fn a_reviewer_crafting_request_sandbox_is_refused_and_nothing_is_created() {
     let home = Home::new();
@@ -172,7 +247,7 @@ async fn a_reviewer_crafting_request_sandbox_is_refused_and_nothing_is_created()
     let envelope = reviewer.refused("drop_database", json!({})).await;
     assert_eq!(envelope["error"], "verb_not_allowed");
     assert!(daemon.sandboxes().await.is_empty());
-    assert!(crate::support::instance_dirs(&home).is_empty());
+    assert!(crate::support::sandbox_dirs(&home).is_empty());
 }
 
 #[tokio::test]

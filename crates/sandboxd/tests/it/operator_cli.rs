@@ -10,7 +10,7 @@ use futures::FutureExt;
 use serde_json::{Value, json};
 
 use crate::support::{
-    ADMIN_TOKEN, Home, TestDaemon, instance_dirs, spawn_daemon, teardown_everything, unique,
+    ADMIN_TOKEN, Home, TestDaemon, sandbox_dirs, spawn_daemon, teardown_everything, unique,
 };
 
 fn cli(home: &Home, daemon: &TestDaemon, args: &[&str]) -> Output {
@@ -103,6 +103,24 @@ async fn flow(home: &Home, daemon: &TestDaemon) {
         ),
         2,
         "vector, postgis, pg_trgm, citext, uuid-ossp",
+    );
+    // This host's PostgreSQL has no pgvector: the process backend refuses it, naming the package.
+    refused(
+        &cli(
+            home,
+            daemon,
+            &[
+                "projects",
+                "set",
+                &project,
+                "--services",
+                "postgres",
+                "--features",
+                "postgres=vector",
+            ],
+        ),
+        2,
+        "feature vector of postgres is not available on this sandboxd's process backend",
     );
     refused(
         &cli(
@@ -224,10 +242,10 @@ async fn flow(home: &Home, daemon: &TestDaemon) {
         out.contains(&slug) && out.contains("postgres, redis") && out.contains("live"),
         "{out}"
     );
-    assert_eq!(instance_dirs(home).len(), 2);
+    assert_eq!(sandbox_dirs(home).len(), 2);
     let out = stdout(&cli(home, daemon, &["sandboxes", "rm", &slug]));
     assert!(out.contains("tore down 2 instance(s)"), "{out}");
-    assert!(instance_dirs(home).is_empty(), "the instances are gone");
+    assert!(sandbox_dirs(home).is_empty(), "the instances are gone");
     assert_eq!(
         json_of(&cli(home, daemon, &["sandboxes", "ls", "--json"])),
         json!([])

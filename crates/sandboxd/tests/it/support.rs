@@ -375,6 +375,29 @@ pub fn instance_dirs(home: &Home) -> Vec<PathBuf> {
         .unwrap_or_default()
 }
 
+/// The instance directories of sandboxes: not those a pool slot owns (warm-pool members and a
+/// daemon's feature probes, which come and go on their own).
+pub fn sandbox_dirs(home: &Home) -> Vec<PathBuf> {
+    instance_dirs(home)
+        .into_iter()
+        .filter(|dir| {
+            // Named after its first owner: a pool slot's keeps that name when it is handed out,
+            // and then its metadata names the agent.
+            let name = dir.file_name().unwrap_or_default().to_string_lossy();
+            let slot = sandboxd_domain::instance::parse_instance_name(&name)
+                .is_some_and(|(_, owner, _)| owner.is_pool_slot());
+            let meta = std::fs::read_to_string(dir.join("sandboxd.json")).unwrap_or_default();
+            let owner = serde_json::from_str::<Value>(&meta).unwrap_or_default()["owner"]
+                .as_str()
+                .and_then(|owner| sandboxd_domain::AgentSlug::parse(owner).ok());
+            match owner {
+                Some(owner) => !owner.is_pool_slot(),
+                None => !slot,
+            }
+        })
+        .collect()
+}
+
 /// Tears down whatever a test left (through a fresh CLI, from metadata) and asserts the root
 /// is empty.
 pub fn teardown_everything(home: &Home) {
