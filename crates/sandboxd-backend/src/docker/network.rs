@@ -112,9 +112,102 @@ fn free_subnet(pool: &SubnetPool, taken: &[(u32, u8)], start: u32) -> Option<(u3
         .find(|candidate| !taken.iter().any(|t| overlaps(*t, *candidate)))
 }
 
-/// `maker`'s network, created when missing. `lock` serializes creation in this process: the
-/// instances of a set are provisioned in parallel and the engine does not refuse a second
-/// network of the same name.
+/// One of `maker`'s networks of its daemon network's name.
+#[derive(Debug)]
+struct Ours {
+    id: String,
+    created_ms: i64,
+    icc_off: bool,
+}
+
+/// `maker`'s networks named `name`, oldest first (then by id), and whether a network of that
+/// name is someone else's. More than one of ours only when two processes of one maker (two
+/// `sandboxd provision` CLIs) created it at the same moment: the engine does not refuse a
+/// second network of a name.
+async fn daemon_networks(
+    docker: &Docker,
+    labels: &Labels,
+    maker: &DaemonId,
+    name: &str,
+) -> Result<(Vec<Ours>, bool), BackendError> {
+    let listed = docker
+        .list_networks(Some(ListNetworksOptions {
+            filters: Some(HashMap::from([("name".to_owned(), vec![name.to_owned()])])),
+        }))
+        .await
+        .map_err(|err| client::error("listing", "networks", err))?;
+    let mut ours = Vec::new();
+    let mut foreign = false;
+    // The engine's name filter matches substrings.
+    for network in listed
+        .into_iter()
+        .filter(|n| n.name.as_deref() == Some(name))
+    {
+        let Some(created_ms) = labels.parse_daemon_network(network.labels.as_ref(), maker) else {
+            foreign = true;
+            continue;
+        };
+        ours.push(Ours {
+            id: network.id.unwrap_or_default(),
+            created_ms,
+            icc_off: network
+                .options
+                .as_ref()
+                .and_then(|o| o.get(ICC_OPTION))
+                .is_some_and(|v| v == "false"),
+        });
+    }
+    ours.sort_by(|a, b| (a.created_ms, &a.id).cmp(&(b.created_ms, &b.id)));
+    Ok((ours, foreign))
+}
+
+/// The refusal when a network of the daemon network's name is not the daemon's.
+fn not_ours(name: &str) -> BackendError {
+    BackendError::Docker {
+        operation: "creating",
+        name: format!("network {name}"),
+        detail: "a network with this name exists that this daemon did not make; remove or rename \
+                 it"
+        .into(),
+    }
+}
+
+/// Keeps the oldest of `ours` and removes the others that nothing uses yet (another process of
+/// the same maker that attached to one moves to the oldest when its next create finds it gone).
+/// Returns the id of the one kept.
+async fn keep_oldest(docker: &Docker, name: &str, ours: Vec<Ours>) -> Result<String, BackendError> {
+    let mut ours = ours.into_iter();
+    let Some(keeper) = ours.next() else {
+        return Err(BackendError::Docker {
+            operation: "creating",
+            name: format!("network {name}"),
+            detail: "the network vanished while it was being created".into(),
+        });
+    };
+    if !keeper.icc_off {
+        return Err(BackendError::Docker {
+            operation: "creating",
+            name: format!("network {name}"),
+            detail: "a network with this name has inter-container traffic on; remove or rename it"
+                .into(),
+        });
+    }
+    for duplicate in ours {
+        match docker.remove_network(&duplicate.id).await {
+            Ok(()) => {
+                tracing::debug!(network = %name, id = %duplicate.id, "removed a duplicate daemon network")
+            }
+            Err(err) => {
+                tracing::debug!(network = %name, id = %duplicate.id, error = %err, "a duplicate daemon network stays for now")
+            }
+        }
+    }
+    Ok(keeper.id)
+}
+
+/// `maker`'s network, created when missing; answers its id (its name can be shared for a
+/// moment by a duplicate, see [`daemon_networks`]). `lock` serializes creation in this
+/// process: the instances of a set are provisioned in parallel.
 pub(super) async fn ensure_daemon_network(
     docker: &Docker,
     labels: &Labels,
@@ -124,30 +217,12 @@ pub(super) async fn ensure_daemon_network(
 ) -> Result<String, BackendError> {
     let name = daemon_network_name(maker);
     let _turn = lock.lock().await;
-    match docker.inspect_network(&name, None).await {
-        Ok(found) => {
-            let ours = labels
-                .parse_daemon_network(found.labels.as_ref(), maker)
-                .is_some();
-            let icc_off = found
-                .options
-                .as_ref()
-                .and_then(|o| o.get(ICC_OPTION))
-                .is_some_and(|v| v == "false");
-            return if ours && icc_off {
-                Ok(name)
-            } else {
-                Err(BackendError::Docker {
-                    operation: "creating",
-                    name: format!("network {name}"),
-                    detail: "a network with this name exists that this daemon did not make (or \
-                             one with inter-container traffic on); remove or rename it"
-                        .into(),
-                })
-            };
-        }
-        Err(err) if client::is_not_found(&err) => {}
-        Err(err) => return Err(client::error("inspecting", &format!("network {name}"), err)),
+    let (ours, foreign) = daemon_networks(docker, labels, maker, &name).await?;
+    if foreign {
+        return Err(not_ours(&name));
+    }
+    if !ours.is_empty() {
+        return keep_oldest(docker, &name, ours).await;
     }
     let mut taken = subnets_in_use(docker).await?;
     let start = rand::rng().random_range(0..pool.len());
@@ -175,7 +250,10 @@ pub(super) async fn ensure_daemon_network(
         match docker.create_network(request).await {
             Ok(_) => {
                 tracing::debug!(network = %name, subnet = %cidr(subnet), "created the daemon network");
-                return Ok(name);
+                // Another process of this maker may have created one too: all settle on the
+                // oldest.
+                let (ours, _) = daemon_networks(docker, labels, maker, &name).await?;
+                return keep_oldest(docker, &name, ours).await;
             }
             // Another daemon took that subnet since the listing: try the next free one.
             Err(err) if is_overlap(&err) => taken.push(subnet),
@@ -227,18 +305,29 @@ pub(super) async fn sweep(
     settle: Duration,
 ) -> Result<bool, BackendError> {
     let name = daemon_network_name(maker);
-    let found = match docker.inspect_network(&name, None).await {
-        Ok(found) => found,
-        Err(err) if client::is_not_found(&err) => return Ok(false),
-        Err(err) => return Err(client::error("inspecting", &format!("network {name}"), err)),
-    };
-    let Some(created) = labels.parse_daemon_network(found.labels.as_ref(), maker) else {
-        return Ok(false);
-    };
-    if age_of(created) < settle {
-        return Ok(false);
+    // Someone else's network of that name is not listed among ours: never swept.
+    let (ours, _) = daemon_networks(docker, labels, maker, &name).await?;
+    let mut removed = false;
+    for network in ours {
+        if age_of(network.created_ms) < settle {
+            continue;
+        }
+        removed |= remove_unused(docker, labels, lock, maker, &name, &network.id, settle).await?;
     }
-    let id = found.id.clone().unwrap_or_else(|| name.clone());
+    Ok(removed)
+}
+
+/// Removes the network `id` when no container of `maker` is left (looking again for a while
+/// when `settle` is zero).
+async fn remove_unused(
+    docker: &Docker,
+    labels: &Labels,
+    lock: &Mutex<()>,
+    maker: &DaemonId,
+    name: &str,
+    id: &str,
+    settle: Duration,
+) -> Result<bool, BackendError> {
     // A container just removed can keep its endpoint on the network for a while on a busy
     // engine: with no container of ours left, a stop or teardown (`settle` zero) looks again
     // for a few seconds before giving up; the janitor's pass leaves it to its next tick. The
@@ -265,7 +354,7 @@ pub(super) async fn sweep(
         if !members.is_empty() {
             return Ok(false);
         }
-        match docker.remove_network(&id).await {
+        match docker.remove_network(id).await {
             Ok(()) => {
                 tracing::info!(network = %name, "removed the daemon network: none of its sandboxes is left");
                 return Ok(true);

@@ -731,3 +731,83 @@ async fn the_sweep_removes_the_unused_network_of_its_own_maker_only() {
         })
         .await;
 }
+
+/// Two processes of one maker (two `sandboxd provision` CLIs started together) can both create
+/// its network: the engine keeps both under one name, and looking it up by name then fails as
+/// ambiguous. Every provision settles on the oldest, removes an unused duplicate, and attaches
+/// by id; the sweep removes every one of the maker's.
+#[tokio::test]
+async fn duplicate_networks_of_one_maker_settle_on_the_oldest() {
+    let Some(harness) = Harness::new("atk-dup", &[REDIS], |_| {}).await else {
+        return;
+    };
+    harness
+        .run(|backend, docker| async move {
+            // A maker of its own: the other tests' network is not disturbed.
+            let maker = DaemonId::generate();
+            let name = format!("sandboxd-net-{maker}");
+            let mut ids = Vec::new();
+            for (created, subnet) in [("1000", "10.254.251.0/24"), ("2000", "10.254.252.0/24")] {
+                let made = docker
+                    .create_network(NetworkCreateRequest {
+                        name: name.clone(),
+                        driver: Some("bridge".to_owned()),
+                        ipam: Some(bollard::models::Ipam {
+                            config: Some(vec![bollard::models::IpamConfig {
+                                subnet: Some(subnet.to_owned()),
+                                ..Default::default()
+                            }]),
+                            ..Default::default()
+                        }),
+                        options: Some(HashMap::from([(
+                            "com.docker.network.bridge.enable_icc".to_owned(),
+                            "false".to_owned(),
+                        )])),
+                        labels: Some(HashMap::from([
+                            ("sandboxd.sandbox-network".to_owned(), "1".to_owned()),
+                            ("sandboxd.daemon".to_owned(), maker.to_string()),
+                            ("sandboxd.created".to_owned(), created.to_owned()),
+                        ])),
+                        ..NetworkCreateRequest::default()
+                    })
+                    .await
+                    .expect("a network of the maker's name");
+                ids.push(made.id);
+            }
+            let owner = harness_owner("atk-dup");
+            let request = sandboxd_backend::InstanceRequest {
+                maker: maker.clone(),
+                ..support::request("redis", &owner, &[])
+            };
+            let instance = backend.provision(&request).await.expect("provisioned");
+            let inspected: serde_json::Value =
+                serde_json::from_str(&inspect_json(&docker, &instance.backend_id).await)
+                    .expect("json");
+            let joined = inspected["NetworkSettings"]["Networks"][&name]["NetworkID"]
+                .as_str()
+                .map(str::to_owned);
+            assert_eq!(joined.as_deref(), Some(ids[0].as_str()), "the oldest");
+            let left = |docker: Docker, name: String| async move {
+                docker
+                    .list_networks(None::<bollard::query_parameters::ListNetworksOptions>)
+                    .await
+                    .expect("networks")
+                    .into_iter()
+                    .filter(|n| n.name.as_deref() == Some(name.as_str()))
+                    .filter_map(|n| n.id)
+                    .collect::<Vec<_>>()
+            };
+            assert_eq!(
+                left(docker.clone(), name.clone()).await,
+                [ids[0].clone()],
+                "the unused duplicate is gone"
+            );
+            backend
+                .teardown(&InstanceHandle::of(&instance))
+                .await
+                .expect("teardown");
+            assert_eq!(backend.sweep(&maker, Sweep::Now).await.expect("sweep"), 1);
+            assert!(left(docker.clone(), name.clone()).await.is_empty());
+        })
+        .await;
+}
