@@ -12,7 +12,10 @@
 //! containers: only the daemon that made it removes it, when none of its containers is left —
 //! by the janitor's `sweep` once it has been unused for `network_settle`, or at once by
 //! `sweep_now` (the CLI's teardown, a daemon's clean stop). It is not removed with every last
-//! container, so sandboxes coming and going do not churn networks.
+//! container, so sandboxes coming and going do not churn networks. The engine does not refuse a
+//! second network of one name, so two processes of one maker (two `sandboxd provision` CLIs)
+//! can make two at once: every provision then settles on the oldest (containers attach by id)
+//! and removes an unused duplicate, and the sweep removes each of the maker's.
 //!
 //! With a configured network (the operator's), it is only checked before anything joins it: a
 //! missing network is a configuration error with a fix, not an engine message after the fact.
