@@ -27,6 +27,10 @@ use tokio_util::sync::CancellationToken;
 
 use crate::metrics::Metrics;
 
+/// How long a take waits for a member out for its health check before it counts a miss: the
+/// check is one round trip (milliseconds); a cold start is far longer.
+const CHECKED_MEMBER_WAIT: Duration = Duration::from_millis(100);
+
 /// One engine's pool as configured (`[pools.<engine>]`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PoolConfig {
@@ -146,6 +150,9 @@ struct PoolState {
     /// Members taken and being handed out: the refill waits for them, so a member's start
     /// never competes with the hand-out an agent is waiting for.
     handing: usize,
+    /// Members out of `idle` for their health check's round trip: a take waits for one
+    /// ([`CHECKED_MEMBER_WAIT`]) rather than missing it.
+    checking: usize,
     /// Member names this pool holds or is starting or handing out: never the janitor's.
     held: HashSet<String>,
     target: usize,
@@ -174,6 +181,8 @@ impl PoolState {
 struct Pool {
     config: Mutex<PoolConfig>,
     state: Mutex<PoolState>,
+    /// Wakes takes waiting for a member out for its health check: it is back (or gone).
+    checked: Notify,
 }
 
 impl Pool {
@@ -219,6 +228,7 @@ impl Pools {
                         ..PoolState::default()
                     }),
                     config: Mutex::new(config.clone()),
+                    checked: Notify::new(),
                 })
             })
             .collect();
@@ -260,9 +270,10 @@ impl Pools {
     }
 
     /// An idle member for `engine` whose features are all `wanted`, taken out of its pool (a
-    /// refill starts). None when no pool serves the engine or it is empty (a miss: the pool
-    /// grows towards `max_total`).
-    pub fn take(
+    /// refill starts); when every idle member is out for its health check, the first one back
+    /// (waiting up to [`CHECKED_MEMBER_WAIT`]). None when no pool serves the engine or it is
+    /// empty (a miss: the pool grows towards `max_total`).
+    pub async fn take(
         &self,
         engine: EngineRef,
         wanted: &BTreeSet<Feature>,
@@ -273,21 +284,28 @@ impl Pools {
         if !config.features.is_subset(wanted) {
             return None;
         }
-        let member = {
-            let mut state = pool.state();
-            state.demand += 1;
-            match state.idle.pop_front() {
-                Some(member) => {
+        let deadline = tokio::time::Instant::now() + CHECKED_MEMBER_WAIT;
+        let member = loop {
+            // Registered before the look, so a member returned right after it is not missed.
+            let checked = pool.checked.notified();
+            tokio::pin!(checked);
+            checked.as_mut().enable();
+            {
+                let mut state = pool.state();
+                if let Some(member) = state.idle.pop_front() {
+                    state.demand += 1;
                     state.handed_out += 1;
                     state.handing += 1;
-                    Some(member)
+                    break Some(member);
                 }
-                None => {
+                if state.checking == 0 || tokio::time::Instant::now() >= deadline {
+                    state.demand += 1;
                     state.misses += 1;
                     state.target = (state.target + 1).min(config.max_total);
-                    None
+                    break None;
                 }
             }
+            let _ = tokio::time::timeout_at(deadline, checked).await;
         };
         metrics.pool_request(engine, self.metrics_backend, member.is_some());
         self.refresh_gauges(pool, metrics);
@@ -491,22 +509,34 @@ impl Pools {
             let config = pool.config();
             let count = pool.state().idle.len();
             for _ in 0..count {
-                let Some(mut member) = pool.state().idle.pop_front() else {
+                let Some(mut member) = ({
+                    let mut state = pool.state();
+                    let member = state.idle.pop_front();
+                    state.checking += usize::from(member.is_some());
+                    member
+                }) else {
                     break;
                 };
                 let handle = member.handle();
                 let answers = member.check().await.is_ok()
                     && self.backend.is_live(&handle).await.unwrap_or(false);
                 if answers {
-                    pool.state().idle.push_back(member);
+                    {
+                        let mut state = pool.state();
+                        state.checking -= 1;
+                        state.idle.push_back(member);
+                    }
+                    pool.checked.notify_waiters();
                     continue;
                 }
                 tracing::warn!(instance = %handle.name, "an idle pool member stopped answering: quarantined");
                 {
                     let mut state = pool.state();
+                    state.checking -= 1;
                     state.quarantined += 1;
                     state.held.remove(&handle.name);
                 }
+                pool.checked.notify_waiters();
                 metrics.pool_member_failed(config.engine, self.metrics_backend, "idle");
                 drop(member);
                 if let Err(err) = self.backend.teardown(&handle).await {

@@ -233,14 +233,17 @@ impl Broker {
     ) -> Result<Vec<Instance>, SandboxFailure> {
         let backend = self.inner.backends.primary();
         let started = Instant::now();
-        let taken: Vec<(EngineRef, BTreeSet<sandboxd_domain::Feature>, Option<Taken>)> = engines
-            .iter()
-            .map(|engine| {
+        let taken: Vec<(EngineRef, BTreeSet<sandboxd_domain::Feature>, Option<Taken>)> =
+            join_all(engines.iter().map(|engine| async move {
                 let wanted = features.for_engine(*engine);
-                let taken = self.inner.pools.take(*engine, &wanted, &self.inner.metrics);
+                let taken = self
+                    .inner
+                    .pools
+                    .take(*engine, &wanted, &self.inner.metrics)
+                    .await;
                 (*engine, wanted, taken)
-            })
-            .collect();
+            }))
+            .await;
         if leftovers == Leftovers::Clear && taken.iter().any(|(_, _, t)| t.is_none()) {
             self.clear_orphans_of(agent).await;
         }

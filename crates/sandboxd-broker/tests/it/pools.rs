@@ -65,10 +65,6 @@ async fn ten_agents_get_distinct_working_sandboxes(kind: Kind) {
         kind,
         tweak_config: |config| {
             quick_tuning(config);
-            // A member being health-checked is out of its pool for that round trip, and a take
-            // then misses it (see the closing notes); this test counts hand-outs, so its pools
-            // are not checked while the ten requests arrive.
-            config.pool_tuning.check_interval = Duration::from_secs(120);
             config.pools = vec![pool("postgres", 2, 4), pool("redis", 2, 4)];
         },
         ..WorldSpec::default()
@@ -152,6 +148,55 @@ async fn ten_agents_get_distinct_working_sandboxes_from_process_pools() {
 #[tokio::test]
 async fn ten_agents_get_distinct_working_sandboxes_from_docker_pools() {
     ten_agents_get_distinct_working_sandboxes(Kind::Docker).await;
+}
+
+/// A member is out of its pool for its health check's round trip; a request in that moment
+/// waits for it instead of missing it and starting cold. With checks back to back, every
+/// request of a pool of one still gets the member.
+#[tokio::test]
+async fn a_member_under_its_health_check_is_waited_for_not_missed() {
+    World::new(WorldSpec {
+        services: vec!["redis"],
+        tweak_config: |config| {
+            quick_tuning(config);
+            config.pool_tuning.check_interval = Duration::from_millis(2);
+            config.pools = vec![pool("redis", 1, 1)];
+        },
+        ..WorldSpec::default()
+    })
+    .await
+    .expect("process world")
+    .run(|w| async move {
+        w.spawn_pools();
+        const ROUNDS: u64 = 8;
+        for round in 0..ROUNDS {
+            until(&w, Duration::from_secs(30), "the member is ready", |v| {
+                view(v, "redis").idle == 1
+            })
+            .await;
+            let agent = w.working_agent("developer").await;
+            let answer = ok(w.call(&agent, Verb::RequestSandbox, json!({})).await);
+            assert_eq!(
+                redis_ping(evidence_of(&answer, "redis"))
+                    .await
+                    .expect("ping"),
+                "PONG"
+            );
+            let redis = view(&w.broker.pools(), "redis").clone();
+            assert_eq!(redis.misses, 0, "round {round}: {redis:?}");
+            assert_eq!(redis.handed_out, round + 1, "{redis:?}");
+        }
+        until(&w, Duration::from_secs(30), "the pool refilled", |v| {
+            view(v, "redis").idle == 1
+        })
+        .await;
+        assert_eq!(
+            w.backend.total(),
+            ROUNDS as usize + 1,
+            "every instance was a pool member: no cold start"
+        );
+    })
+    .await;
 }
 
 #[tokio::test]
