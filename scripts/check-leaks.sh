@@ -4,18 +4,42 @@
 # tmpfs mounts, cgroups or uid leases.
 set -uo pipefail
 
+#
+# `--record FILE` writes the labeled Docker objects present now (before a run) and exits;
+# `--since FILE` then leaves those out: what a run found already there is not its leak (a stale
+# engine record, say: Docker can keep a removed container's endpoint counted on its network,
+# which then cannot be removed until the engine restarts). They are named, not hidden.
+
 say() { printf '[check-leaks] %s\n' "$*"; }
 leaks=0
 
+labeled() {
+  case $1 in
+    container) docker ps -aq --no-trunc --filter label=sandboxd.sandbox=1 ;;
+    # Daemon networks carry sandboxd.sandbox-network=1 (containers carry sandboxd.sandbox=1).
+    network) (docker network ls -q --no-trunc --filter label=sandboxd.sandbox=1;
+              docker network ls -q --no-trunc --filter label=sandboxd.sandbox-network=1) | sort -u ;;
+    volume) docker volume ls -q --filter label=sandboxd.sandbox=1 ;;
+  esac
+}
+
+if [ "${1:-}" = --record ]; then
+  : >"$2"
+  if docker info >/dev/null 2>&1; then
+    for kind in container network volume; do labeled $kind >>"$2"; done
+  fi
+  exit 0
+fi
+baseline=/dev/null
+[ "${1:-}" = --since ] && baseline=$2
+
 if docker info >/dev/null 2>&1; then
   for kind in container network volume; do
-    case $kind in
-      container) ids=$(docker ps -aq --filter label=sandboxd.sandbox=1) ;;
-      # Daemon networks carry sandboxd.sandbox-network=1 (containers carry sandboxd.sandbox=1).
-      network) ids=$( (docker network ls -q --filter label=sandboxd.sandbox=1;
-                       docker network ls -q --filter label=sandboxd.sandbox-network=1) | sort -u) ;;
-      volume) ids=$(docker volume ls -q --filter label=sandboxd.sandbox=1) ;;
-    esac
+    before=$(labeled $kind | grep -Fxf "$baseline" || true)
+    if [ -n "$before" ]; then
+      say "note: $(printf '%s\n' "$before" | grep -c .) labeled ${kind}(s) were there before this run (not counted): $(printf '%s ' $before)"
+    fi
+    ids=$(labeled $kind | grep -vFxf "$baseline" || true)
     n=$(printf '%s' "$ids" | grep -c . || true)
     if [ "$n" -gt 0 ]; then
       say "LEAK: $n sandboxd-labeled ${kind}(s)"; leaks=1

@@ -14,8 +14,11 @@
 //! `sweep_now` (the CLI's teardown, a daemon's clean stop). It is not removed with every last
 //! container, so sandboxes coming and going do not churn networks. The engine does not refuse a
 //! second network of one name, so two processes of one maker (two `sandboxd provision` CLIs)
-//! can make two at once: every provision then settles on the oldest (containers attach by id)
-//! and removes an unused duplicate, and the sweep removes each of the maker's.
+//! can make two at once; a lookup by that name is then "ambiguous", and only then are the
+//! maker's networks listed: a provision settles on the oldest (containers attach by id) and
+//! removes an unused duplicate, and the sweep removes each of the maker's. (The listing is not
+//! the usual lookup: while other networks are created and removed, the engine's list can miss
+//! one.)
 //!
 //! With a configured network (the operator's), it is only checked before anything joins it: a
 //! missing network is a configuration error with a fix, not an engine message after the fact.
@@ -220,12 +223,40 @@ pub(super) async fn ensure_daemon_network(
 ) -> Result<String, BackendError> {
     let name = daemon_network_name(maker);
     let _turn = lock.lock().await;
-    let (ours, foreign) = daemon_networks(docker, labels, maker, &name).await?;
-    if foreign {
-        return Err(not_ours(&name));
-    }
-    if !ours.is_empty() {
-        return keep_oldest(docker, &name, ours).await;
+    // Looked up by name (the engine's listing can miss a network while others are created and
+    // removed around it); listed only when the name is ambiguous.
+    match docker.inspect_network(&name, None).await {
+        Ok(found) => {
+            if labels
+                .parse_daemon_network(found.labels.as_ref(), maker)
+                .is_none()
+            {
+                return Err(not_ours(&name));
+            }
+            return keep_oldest(
+                docker,
+                &name,
+                vec![Ours {
+                    id: found.id.unwrap_or_else(|| name.clone()),
+                    created_ms: 0,
+                    icc_off: found
+                        .options
+                        .as_ref()
+                        .and_then(|o| o.get(ICC_OPTION))
+                        .is_some_and(|v| v == "false"),
+                }],
+            )
+            .await;
+        }
+        Err(err) if client::is_not_found(&err) => {}
+        Err(err) if is_ambiguous(&err) => {
+            let (ours, foreign) = daemon_networks(docker, labels, maker, &name).await?;
+            if foreign {
+                return Err(not_ours(&name));
+            }
+            return keep_oldest(docker, &name, ours).await;
+        }
+        Err(err) => return Err(client::error("inspecting", &format!("network {name}"), err)),
     }
     let mut taken = subnets_in_use(docker).await?;
     let start = rand::rng().random_range(0..pool.len());
@@ -251,12 +282,9 @@ pub(super) async fn ensure_daemon_network(
             ..NetworkCreateRequest::default()
         };
         match docker.create_network(request).await {
-            Ok(_) => {
+            Ok(created) => {
                 tracing::debug!(network = %name, subnet = %cidr(subnet), "created the daemon network");
-                // Another process of this maker may have created one too: all settle on the
-                // oldest.
-                let (ours, _) = daemon_networks(docker, labels, maker, &name).await?;
-                return keep_oldest(docker, &name, ours).await;
+                return Ok(created.id);
             }
             // Another daemon took that subnet since the listing: try the next free one.
             Err(err) if is_overlap(&err) => taken.push(subnet),
@@ -273,6 +301,15 @@ pub(super) async fn ensure_daemon_network(
             cidr((pool.base, pool.pool_prefix))
         ),
     })
+}
+
+/// The engine's answer to a lookup by a name two networks share.
+fn is_ambiguous(err: &bollard::errors::Error) -> bool {
+    matches!(
+        err,
+        bollard::errors::Error::DockerResponseServerError { message, .. }
+            if message.contains("ambiguous")
+    )
 }
 
 fn is_overlap(err: &bollard::errors::Error) -> bool {
@@ -308,8 +345,20 @@ pub(super) async fn sweep(
     settle: Duration,
 ) -> Result<bool, BackendError> {
     let name = daemon_network_name(maker);
-    // Someone else's network of that name is not listed among ours: never swept.
-    let (ours, _) = daemon_networks(docker, labels, maker, &name).await?;
+    let ours = match docker.inspect_network(&name, None).await {
+        Ok(found) => match labels.parse_daemon_network(found.labels.as_ref(), maker) {
+            Some(created_ms) => vec![Ours {
+                id: found.id.unwrap_or_else(|| name.clone()),
+                created_ms,
+                icc_off: true,
+            }],
+            None => return Ok(false),
+        },
+        Err(err) if client::is_not_found(&err) => return Ok(false),
+        // Someone else's network of that name is not listed among ours: never swept.
+        Err(err) if is_ambiguous(&err) => daemon_networks(docker, labels, maker, &name).await?.0,
+        Err(err) => return Err(client::error("inspecting", &format!("network {name}"), err)),
+    };
     let mut removed = false;
     for network in ours {
         if age_of(network.created_ms) < settle {
