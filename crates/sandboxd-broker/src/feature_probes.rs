@@ -27,6 +27,8 @@ pub(crate) enum Probed {
         /// The provider's identity when it was probed.
         provider: String,
         probe: Arc<FeatureProbe>,
+        /// When the provider was asked for that identity.
+        at: Instant,
     },
     Failed {
         why: String,
@@ -96,11 +98,6 @@ impl FeatureProbes {
     }
 }
 
-/// Engines whose allowlist is not empty: the only ones worth a probe.
-fn with_features() -> impl Iterator<Item = EngineRef> {
-    engines::all().filter(|engine| !engine.features.is_empty())
-}
-
 impl Broker {
     /// What `backend` provides of `engine`'s allowlist: cached, probed when unknown, when its
     /// provider changed, or when a failed probe is old enough to try again.
@@ -129,6 +126,14 @@ impl Broker {
                 why: "the provider changes while it is probed".into(),
                 at: Instant::now(),
             })
+    }
+
+    /// The names of [`Self::offered`], or the whole allowlist while the probe does not answer.
+    pub async fn offered_names(&self, engine: EngineRef, patience: Duration) -> Vec<&'static str> {
+        match self.offered(engine, patience).await {
+            Some(probe) => probe.names(),
+            None => engine.features.iter().map(|f| f.name).collect(),
+        }
     }
 
     /// What the primary backend provides of `engine`'s allowlist: what agents may ask for here.
@@ -203,6 +208,7 @@ impl Broker {
                 Probed::Known {
                     provider,
                     probe: Arc::new(probe),
+                    at: started,
                 }
             }
             Err(err) => {
@@ -222,11 +228,12 @@ impl Broker {
     ) -> bool {
         match outcome {
             Probed::Failed { at, .. } => at.elapsed() < RETRY_FAILED,
-            Probed::Known { provider, .. } => {
+            Probed::Known { provider, at, .. } => {
                 let recheck = self.inner.feature_probes.recheck;
                 {
+                    // The probe itself asked the provider first: no second look right after it.
                     let compared = slot.compared.lock().unwrap_or_else(|p| p.into_inner());
-                    if compared.is_some_and(|at| at.elapsed() < recheck) {
+                    if compared.unwrap_or(*at).elapsed() < recheck {
                         return true;
                     }
                 }
@@ -244,7 +251,7 @@ impl Broker {
         let broker = self.clone();
         tokio::spawn(async move {
             let primary = broker.inner.backends.primary().clone();
-            for engine in with_features() {
+            for engine in engines::with_features() {
                 if primary.supports(engine).await.is_err() {
                     continue;
                 }

@@ -170,10 +170,7 @@ impl Broker {
             };
             for name in wanted {
                 let Ok(feature) = Feature::parse(engine, name) else {
-                    let allowlist = match self.offered(engine, PROBE_PATIENCE).await {
-                        Some(probe) => allowed_list(probe.names()),
-                        None => allowed_list(engine.features.iter().map(|f| f.name)),
-                    };
+                    let allowlist = allowed_list(self.offered_names(engine, PROBE_PATIENCE).await);
                     return Err(ErrorEnvelope::new(
                         ErrorCode::FeatureNotAllowed,
                         format!(

@@ -205,11 +205,9 @@ impl Broker {
                 let names: Vec<&str> = active.iter().map(|f| f.name()).collect();
                 always.push(format!("{} {}", engine.name, names.join(", ")));
             }
-            let offered: Vec<&str> = match self.offered(*engine, BRIEFING_PATIENCE).await {
-                Some(probe) => probe.names(),
-                None => engine.features.iter().map(|f| f.name).collect(),
-            };
-            let more: Vec<&str> = offered
+            let more: Vec<&str> = self
+                .offered_names(*engine, BRIEFING_PATIENCE)
+                .await
                 .into_iter()
                 .filter(|name| !active.iter().any(|f| f.name() == *name))
                 .collect();

@@ -11,7 +11,6 @@ use futures::future::join_all;
 use rmcp::service::RequestContext;
 use rmcp::{ErrorData, RoleServer, ServerHandler};
 use sandboxd_broker::{Agent, Broker, Project};
-use sandboxd_domain::EngineRef;
 use sandboxd_domain::envelope::{Envelope, ErrorCode, ErrorEnvelope};
 use sandboxd_domain::error::quote;
 use sandboxd_domain::roles::Verb;
@@ -76,31 +75,24 @@ impl Gateway {
         };
         let services = project.sandbox_services.unwrap_or_default();
         let offered = join_all(services.iter().map(|engine| async move {
-            let names = match self.broker.offered(*engine, PROBE_PATIENCE).await {
-                Some(probe) => probe.names(),
-                None => engine.features.iter().map(|f| f.name).collect(),
-            };
-            (*engine, names)
+            (
+                *engine,
+                self.broker.offered_names(*engine, PROBE_PATIENCE).await,
+            )
         }))
         .await;
-        let standing = project
-            .sandbox_extensions
-            .map(|standing| {
-                standing
-                    .to_map()
-                    .into_keys()
-                    .filter_map(|name| EngineRef::parse(&name).ok())
-                    .map(|engine| {
-                        let names = standing
-                            .for_engine(engine)
-                            .iter()
-                            .map(|f| f.name())
-                            .collect();
-                        (engine, names)
-                    })
-                    .collect()
+        let standing = project.sandbox_extensions.unwrap_or_default();
+        let standing = standing
+            .engines()
+            .map(|engine| {
+                let names = standing
+                    .for_engine(engine)
+                    .iter()
+                    .map(|f| f.name())
+                    .collect();
+                (engine, names)
             })
-            .unwrap_or_default();
+            .collect();
         Offer {
             services: (!services.is_empty()).then_some(services),
             features: offered.into_iter().collect(),

@@ -73,9 +73,6 @@ fn input_schema(verb: Verb, offer: &Offer) -> JsonObject {
         let extensions = &mut properties["extensions"];
         extensions["properties"] = serde_json::Value::Object(per_engine);
         extensions["additionalProperties"] = serde_json::Value::Bool(false);
-        if let Some(map) = extensions.as_object_mut() {
-            map.remove("propertyNames");
-        }
     }
     object(schema)
 }

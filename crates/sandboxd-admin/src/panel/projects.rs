@@ -158,8 +158,7 @@ type Offered = BTreeMap<EngineRef, Arc<FeatureProbe>>;
 const PROBE_PATIENCE: Duration = Duration::from_secs(10);
 
 async fn offered(state: &AppState) -> Offered {
-    let probes = engines::all()
-        .filter(|engine| !engine.features.is_empty())
+    let probes = engines::with_features()
         .map(|engine| async move { (engine, state.broker.offered(engine, PROBE_PATIENCE).await) });
     join_all(probes)
         .await

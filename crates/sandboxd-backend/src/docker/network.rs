@@ -126,6 +126,25 @@ struct Ours {
     icc_off: bool,
 }
 
+impl Ours {
+    /// The network `id` with these labels and options, when `maker` made it.
+    fn of(
+        labels: &Labels,
+        maker: &DaemonId,
+        id: Option<String>,
+        network_labels: Option<&HashMap<String, String>>,
+        options: Option<&HashMap<String, String>>,
+    ) -> Option<Self> {
+        Some(Self {
+            created_ms: labels.parse_daemon_network(network_labels, maker)?,
+            id: id.unwrap_or_default(),
+            icc_off: options
+                .and_then(|o| o.get(ICC_OPTION))
+                .is_some_and(|v| v == "false"),
+        })
+    }
+}
+
 /// `maker`'s networks named `name`, oldest first (then by id), and whether a network of that
 /// name is someone else's. More than one of ours only when two processes of one maker (two
 /// `sandboxd provision` CLIs) created it at the same moment: the engine does not refuse a
@@ -149,19 +168,16 @@ async fn daemon_networks(
         .into_iter()
         .filter(|n| n.name.as_deref() == Some(name))
     {
-        let Some(created_ms) = labels.parse_daemon_network(network.labels.as_ref(), maker) else {
-            foreign = true;
-            continue;
-        };
-        ours.push(Ours {
-            id: network.id.unwrap_or_default(),
-            created_ms,
-            icc_off: network
-                .options
-                .as_ref()
-                .and_then(|o| o.get(ICC_OPTION))
-                .is_some_and(|v| v == "false"),
-        });
+        match Ours::of(
+            labels,
+            maker,
+            network.id,
+            network.labels.as_ref(),
+            network.options.as_ref(),
+        ) {
+            Some(one) => ours.push(one),
+            None => foreign = true,
+        }
     }
     ours.sort_by(|a, b| (a.created_ms, &a.id).cmp(&(b.created_ms, &b.id)));
     Ok((ours, foreign))
@@ -227,26 +243,15 @@ pub(super) async fn ensure_daemon_network(
     // removed around it); listed only when the name is ambiguous.
     match docker.inspect_network(&name, None).await {
         Ok(found) => {
-            if labels
-                .parse_daemon_network(found.labels.as_ref(), maker)
-                .is_none()
-            {
-                return Err(not_ours(&name));
-            }
-            return keep_oldest(
-                docker,
-                &name,
-                vec![Ours {
-                    id: found.id.unwrap_or_else(|| name.clone()),
-                    created_ms: 0,
-                    icc_off: found
-                        .options
-                        .as_ref()
-                        .and_then(|o| o.get(ICC_OPTION))
-                        .is_some_and(|v| v == "false"),
-                }],
+            let one = Ours::of(
+                labels,
+                maker,
+                found.id,
+                found.labels.as_ref(),
+                found.options.as_ref(),
             )
-            .await;
+            .ok_or_else(|| not_ours(&name))?;
+            return keep_oldest(docker, &name, vec![one]).await;
         }
         Err(err) if client::is_not_found(&err) => {}
         Err(err) if is_ambiguous(&err) => {
@@ -346,12 +351,14 @@ pub(super) async fn sweep(
 ) -> Result<bool, BackendError> {
     let name = daemon_network_name(maker);
     let ours = match docker.inspect_network(&name, None).await {
-        Ok(found) => match labels.parse_daemon_network(found.labels.as_ref(), maker) {
-            Some(created_ms) => vec![Ours {
-                id: found.id.unwrap_or_else(|| name.clone()),
-                created_ms,
-                icc_off: true,
-            }],
+        Ok(found) => match Ours::of(
+            labels,
+            maker,
+            found.id,
+            found.labels.as_ref(),
+            found.options.as_ref(),
+        ) {
+            Some(one) => vec![one],
             None => return Ok(false),
         },
         Err(err) if client::is_not_found(&err) => return Ok(false),

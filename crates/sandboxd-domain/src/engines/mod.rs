@@ -26,6 +26,11 @@ pub fn all() -> impl Iterator<Item = EngineRef> {
     REGISTRY.iter().map(|engine| EngineRef(engine))
 }
 
+/// Engines whose feature allowlist is not empty: the only ones a backend is probed for.
+pub fn with_features() -> impl Iterator<Item = EngineRef> {
+    all().filter(|engine| !engine.features.is_empty())
+}
+
 /// The registered names, comma-separated, for "allowed: …" messages.
 pub fn allowed_names() -> String {
     allowed_list(REGISTRY.iter().map(|e| e.name))

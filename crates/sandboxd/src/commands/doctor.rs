@@ -24,9 +24,13 @@ pub struct Args {
 pub async fn checks(settings: &Settings) -> Vec<DoctorCheck> {
     let (progress, _) = output::progress();
     let mut checks = Vec::new();
-    match backends::process(settings, progress.clone()) {
+    // The backends built here are the ones probed for features below (one that cannot run an
+    // engine is skipped there).
+    let mut built: Vec<Arc<dyn Backend>> = Vec::new();
+    match backends::process(settings, progress) {
         Ok(process) => {
             checks.extend(process.doctor().await);
+            built.push(Arc::new(process));
         }
         Err(err) => checks.push(DoctorCheck::missing(
             "process backend",
@@ -37,6 +41,7 @@ pub async fn checks(settings: &Settings) -> Vec<DoctorCheck> {
     match backends::docker(settings) {
         Ok(docker) => {
             checks.extend(docker.doctor().await);
+            built.push(Arc::new(docker));
         }
         Err(err) => checks.push(DoctorCheck::missing(
             "docker backend",
@@ -44,7 +49,7 @@ pub async fn checks(settings: &Settings) -> Vec<DoctorCheck> {
             "fix the [docker] settings",
         )),
     }
-    checks.extend(features(&backends::all(settings, progress).await).await);
+    checks.extend(features(&built).await);
     checks.push(makers(&super::ls::list_all(settings).await));
     checks.extend(pools(settings).await);
     checks
@@ -116,23 +121,21 @@ async fn features(backends: &[Arc<dyn Backend>]) -> Vec<DoctorCheck> {
     let maker = DaemonId::generate();
     let maker = &maker;
     let probes = backends.iter().flat_map(|backend| {
-        engines::all()
-            .filter(|engine| !engine.features.is_empty())
-            .map(move |engine| async move {
-                backend.supports(engine).await.ok()?;
-                let subject = format!("{} features ({})", engine.name, backend.kind());
-                let probe = backend
-                    .probe_features(engine, &AgentSlug::pool_slot(), maker)
-                    .await;
-                Some(match probe {
-                    Ok(probe) => feature_check(subject, &probe),
-                    Err(err) => DoctorCheck::missing(
-                        subject,
-                        format!("the probe failed: {err}"),
-                        "see the message",
-                    ),
-                })
+        engines::with_features().map(move |engine| async move {
+            backend.supports(engine).await.ok()?;
+            let subject = format!("{} features ({})", engine.name, backend.kind());
+            let probe = backend
+                .probe_features(engine, &AgentSlug::pool_slot(), maker)
+                .await;
+            Some(match probe {
+                Ok(probe) => feature_check(subject, &probe),
+                Err(err) => DoctorCheck::missing(
+                    subject,
+                    format!("the probe failed: {err}"),
+                    "see the message",
+                ),
             })
+        })
     });
     let checks = join_all(probes).await.into_iter().flatten().collect();
     for backend in backends {
