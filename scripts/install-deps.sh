@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs what sandboxd and its tests need on a fresh Debian machine: the database servers the
 # process backend runs, the browser the panel tests drive, debootstrap for the local images, and
-# the unprivileged users instances run as (one pool account per live instance). Idempotent; prints what it does.
+# the unprivileged users instances run as (one pool account per live instance), and Podman (the
+# Docker backend's tests run against its compatible API too). Idempotent; prints what it does.
 set -euo pipefail
 
 packages=(
@@ -11,6 +12,7 @@ packages=(
   util-linux procps
   debootstrap
   chromium chromium-driver
+  podman containernetworking-plugins golang-github-containernetworking-plugin-dnsname
 )
 
 say() { printf '[install-deps] %s\n' "$*"; }

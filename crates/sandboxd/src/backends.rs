@@ -40,6 +40,7 @@ pub fn docker(settings: &Settings) -> Result<DockerBackend, BackendError> {
         network: docker.network.clone(),
         subnet_pool: docker.subnet_pool.clone(),
         subnet_prefix: docker.subnet_prefix,
+        instance_subnet_prefix: docker.instance_subnet_prefix,
         network_settle: DockerConfig::default().network_settle,
         label_namespace: docker.label_namespace.clone(),
         uid_base: docker.uid_base,
@@ -47,6 +48,8 @@ pub fn docker(settings: &Settings) -> Result<DockerBackend, BackendError> {
         memory_mb: docker.memory_mb,
         cpus: docker.cpus,
         pids_limit: docker.pids_limit,
+        nofile_limit: docker.nofile_limit,
+        nproc_limit: docker.nproc_limit,
         grace: Duration::from_secs(docker.grace_secs),
         stop_timeout: Duration::from_secs(docker.stop_timeout_secs),
         images: engines::all()

@@ -269,6 +269,9 @@ pub struct DockerSettings {
     pub subnet_pool: String,
     /// Prefix length of each daemon network's subnet.
     pub subnet_prefix: u8,
+    /// Prefix length of each instance's own network, on an engine whose bridge networks
+    /// cannot turn inter-container traffic off (Podman).
+    pub instance_subnet_prefix: u8,
     /// Label namespace: labels are `<ns>.sandbox`, `<ns>.owner`, …
     pub label_namespace: String,
     /// Containers run as a uid from `uid_base .. uid_base + uid_count`, a range no host
@@ -278,6 +281,11 @@ pub struct DockerSettings {
     pub memory_mb: u64,
     pub cpus: f64,
     pub pids_limit: i64,
+    /// Open files (`RLIMIT_NOFILE`, soft = hard) in each container; must not exceed the
+    /// engine's own hard limit.
+    pub nofile_limit: u64,
+    /// Processes of the container's uid (`RLIMIT_NPROC`, soft = hard), likewise.
+    pub nproc_limit: u64,
     /// A same-named container younger than this is never cleared.
     pub grace_secs: u64,
     /// How long a container may take to stop at teardown before it is killed.
@@ -292,12 +300,15 @@ impl Default for DockerSettings {
             network: base.network,
             subnet_pool: base.subnet_pool,
             subnet_prefix: base.subnet_prefix,
+            instance_subnet_prefix: base.instance_subnet_prefix,
             label_namespace: base.label_namespace,
             uid_base: base.uid_base,
             uid_count: base.uid_count,
             memory_mb: base.memory_mb,
             cpus: base.cpus,
             pids_limit: base.pids_limit,
+            nofile_limit: base.nofile_limit,
+            nproc_limit: base.nproc_limit,
             grace_secs: base.grace.as_secs(),
             stop_timeout_secs: base.stop_timeout.as_secs(),
         }

@@ -26,6 +26,9 @@ pub struct DockerConfig {
     /// The prefix length of each daemon network's subnet: /22 gives 1021 container addresses
     /// per daemon and room for 64 daemons' networks in a /16.
     pub subnet_prefix: u8,
+    /// The prefix length of each instance's own network on an engine whose bridge networks
+    /// cannot turn inter-container traffic off (Podman): /28 gives 4096 instances in a /16.
+    pub instance_subnet_prefix: u8,
     /// A daemon network without containers is removed by the janitor only past this age: a
     /// provision may be between creating it and creating its first container.
     pub network_settle: Duration,
@@ -43,6 +46,13 @@ pub struct DockerConfig {
     pub cpus: f64,
     /// Process/thread cap per container.
     pub pids_limit: i64,
+    /// `RLIMIT_NOFILE` (soft = hard) in each container. Set explicitly because an engine's own
+    /// default can exceed what the host lets it set: Podman asks for 1048576, and where the
+    /// engine's hard limit is lower, runc fails every container ("error setting rlimit").
+    pub nofile_limit: u64,
+    /// `RLIMIT_NPROC` (soft = hard) in each container, for the same reason. It counts every
+    /// process of the container's uid on the host, so it stays well above `pids_limit`.
+    pub nproc_limit: u64,
     /// A same-named container younger than this is never cleared.
     pub grace: Duration,
     /// How long `docker stop` waits before the engine kills the container at teardown.
@@ -61,6 +71,7 @@ impl Default for DockerConfig {
             network: None,
             subnet_pool: "10.213.0.0/16".to_owned(),
             subnet_prefix: 22,
+            instance_subnet_prefix: 28,
             network_settle: Duration::from_secs(60),
             label_namespace: "sandboxd".to_owned(),
             uid_base: 1_500_000_000,
@@ -68,6 +79,9 @@ impl Default for DockerConfig {
             memory_mb: 512,
             cpus: 1.0,
             pids_limit: 256,
+            // Redis's default 10000 clients fit (it keeps 32 descriptors for itself).
+            nofile_limit: 10_240,
+            nproc_limit: 8_192,
             grace: Duration::from_secs(180),
             stop_timeout: Duration::from_secs(2),
             images: BTreeMap::new(),
@@ -146,6 +160,8 @@ impl DockerConfig {
                 "subnet_pool holds no subnet of subnet_prefix".into(),
             ));
         }
+        super::network::SubnetPool::parse(&self.subnet_pool, self.instance_subnet_prefix)
+            .map_err(|detail| invalid(format!("instance_{detail}")))?;
         if self.uid_base != 0
             && (self.uid_base < 65_536
                 || self.uid_count == 0
@@ -168,6 +184,12 @@ impl DockerConfig {
         }
         if self.pids_limit < 16 {
             return Err(invalid("pids_limit must be at least 16".into()));
+        }
+        if self.nofile_limit < 64 {
+            return Err(invalid("nofile_limit must be at least 64".into()));
+        }
+        if self.nproc_limit < 64 {
+            return Err(invalid("nproc_limit must be at least 64".into()));
         }
         Ok(())
     }
@@ -222,6 +244,14 @@ mod tests {
             },
             DockerConfig {
                 cpus: 0.0,
+                ..DockerConfig::default()
+            },
+            DockerConfig {
+                instance_subnet_prefix: 30,
+                ..DockerConfig::default()
+            },
+            DockerConfig {
+                nofile_limit: 8,
                 ..DockerConfig::default()
             },
             DockerConfig {

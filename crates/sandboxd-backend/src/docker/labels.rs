@@ -16,8 +16,11 @@ const CREATED: &str = "created";
 const PORT: &str = "port";
 /// The network the container joined, when it publishes nothing.
 const NETWORK: &str = "network";
-/// Marks a daemon's own network (which also carries daemon and created).
+/// Marks a network sandboxd made (which also carries daemon and created): a daemon's own, or
+/// an instance's.
 const DAEMON_NETWORK: &str = "sandbox-network";
+/// On a network: `1`, it is one instance's own. On a container: the name of its own network.
+const INSTANCE_NETWORK: &str = "instance-network";
 
 /// What the labels of one container say.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -65,6 +68,7 @@ impl Labels {
         maker: &DaemonId,
         created_at_ms: i64,
         network: Option<&str>,
+        own_network: Option<&str>,
     ) -> HashMap<String, String> {
         let mut labels = HashMap::from([
             (self.key(SANDBOX), "1".to_owned()),
@@ -77,7 +81,51 @@ impl Labels {
         if let Some(network) = network {
             labels.insert(self.key(NETWORK), network.to_owned());
         }
+        if let Some(own) = own_network {
+            labels.insert(self.key(INSTANCE_NETWORK), own.to_owned());
+        }
         labels
+    }
+
+    /// The labels of one instance's own network.
+    pub fn for_instance_network(
+        &self,
+        maker: &DaemonId,
+        created_at_ms: i64,
+    ) -> HashMap<String, String> {
+        let mut labels = self.for_daemon_network(maker, created_at_ms);
+        labels.insert(self.key(INSTANCE_NETWORK), "1".to_owned());
+        labels
+    }
+
+    /// The list filter selecting `maker`'s instance networks.
+    pub fn instance_networks_filter(&self, maker: &DaemonId) -> HashMap<String, Vec<String>> {
+        HashMap::from([(
+            "label".to_owned(),
+            vec![
+                format!("{}=1", self.key(INSTANCE_NETWORK)),
+                format!("{}={maker}", self.key(DAEMON)),
+            ],
+        )])
+    }
+
+    /// Creation time of an instance network `maker` made; None for any other network.
+    pub fn parse_instance_network(
+        &self,
+        labels: Option<&HashMap<String, String>>,
+        maker: &DaemonId,
+    ) -> Option<i64> {
+        let created = self.parse_daemon_network(labels, maker)?;
+        (labels?.get(&self.key(INSTANCE_NETWORK)).map(String::as_str) == Some("1"))
+            .then_some(created)
+    }
+
+    /// The container's own network, when it has one.
+    pub fn instance_network_of(&self, labels: Option<&HashMap<String, String>>) -> Option<String> {
+        labels?
+            .get(&self.key(INSTANCE_NETWORK))
+            .filter(|name| !name.is_empty() && *name != "1")
+            .cloned()
     }
 
     /// The labels of a daemon's own network.
@@ -161,7 +209,7 @@ mod tests {
         let engine = EngineRef::parse("redis").expect("registered");
         let owner = AgentSlug::parse("dev-1").expect("valid");
         let maker = DaemonId::generate();
-        let map = labels.for_instance(engine, &owner, &maker, 1234, Some("agents"));
+        let map = labels.for_instance(engine, &owner, &maker, 1234, Some("agents"), None);
         assert_eq!(map["acme.sbx.sandbox"], "1");
         assert_eq!(map["acme.sbx.owner"], "dev-1");
         assert_eq!(map["acme.sbx.daemon"], maker.as_str());
@@ -175,6 +223,39 @@ mod tests {
         assert_eq!(parsed.port, 6379);
         assert_eq!(parsed.network.as_deref(), Some("agents"));
         assert_eq!(labels.filter()["label"], ["acme.sbx.sandbox=1"]);
+        assert_eq!(labels.instance_network_of(Some(&map)), None);
+    }
+
+    #[test]
+    fn an_instance_network_is_named_by_its_container_and_found_only_by_its_maker() {
+        let labels = Labels::new("sandboxd");
+        let (mine, other) = (DaemonId::generate(), DaemonId::generate());
+        let engine = EngineRef::parse("postgres").expect("registered");
+        let owner = AgentSlug::parse("dev-1").expect("valid");
+        let container =
+            labels.for_instance(engine, &owner, &mine, 7, None, Some("sandboxd-inet-x-1"));
+        assert_eq!(
+            labels.instance_network_of(Some(&container)).as_deref(),
+            Some("sandboxd-inet-x-1")
+        );
+        let network = labels.for_instance_network(&mine, 42);
+        assert_eq!(
+            labels.parse_instance_network(Some(&network), &mine),
+            Some(42)
+        );
+        assert_eq!(labels.parse_instance_network(Some(&network), &other), None);
+        // A daemon network is not an instance network, nor a network a container.
+        let daemon = labels.for_daemon_network(&mine, 42);
+        assert_eq!(labels.parse_instance_network(Some(&daemon), &mine), None);
+        assert_eq!(labels.instance_network_of(Some(&network)), None);
+        assert!(labels.parse(Some(&network)).is_none());
+        assert_eq!(
+            labels.instance_networks_filter(&mine)["label"],
+            [
+                "sandboxd.instance-network=1".to_owned(),
+                format!("sandboxd.daemon={mine}")
+            ]
+        );
     }
 
     #[test]

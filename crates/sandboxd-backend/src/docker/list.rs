@@ -18,8 +18,7 @@ impl DockerBackend {
             filters: Some(self.labels.filter()),
             ..ListContainersOptions::default()
         };
-        let summaries = docker
-            .list_containers(Some(options))
+        let summaries = client::read_settled(|| docker.list_containers(Some(options.clone())))
             .await
             .map_err(|err| client::error("listing", "containers", err))?;
         let mut listed = Vec::new();

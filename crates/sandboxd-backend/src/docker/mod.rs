@@ -2,13 +2,14 @@
 //! the Docker Engine API (bollard, over a unix socket; Podman's compatible socket works through the
 //! same code). Parts:
 //! - [`config`]: `DockerConfig`, every default documented.
-//! - `client`: the lazily negotiated connection and error mapping.
+//! - `client`: the lazily negotiated connection, which engine answers (Docker or Podman), and
+//!   error mapping.
 //! - `labels`: the labels that find instances again after any restart.
 //! - `spec`: an engine's recipe turned into the hardened create body (pure, unit-tested).
 //! - `images`: image presence; sandboxd never pulls.
 //! - `network`: the daemon's own bridge network with inter-container traffic off (its subnet
-//!   from sandboxd's pool), or the operator's configured network, checked before anything
-//!   joins it.
+//!   from sandboxd's pool), or on Podman a network per container, or the operator's configured
+//!   network, checked before anything joins it.
 //! - `provision`, `list`, `teardown`: the lifecycle verbs, in the step names both backends use;
 //!   `state`: what an inspect says about a container.
 //!
@@ -16,7 +17,8 @@
 //! mode, a writable root filesystem or a port on anything but 127.0.0.1; no password of any kind
 //! appears in a container's config, command line or labels (the handed-out account is created
 //! over the wire after start, the superuser's password reaches the entrypoint on stdin); no
-//! container reaches another on the daemon's network (inter-container traffic is off on it);
+//! container reaches another on the daemon's network (inter-container traffic is off on it),
+//! nor, on Podman, any other container's network (each has its own);
 //! only containers carrying `<ns>.sandbox=1` and networks carrying `<ns>.sandbox-network=1` and
 //! this daemon's id are ever removed.
 
@@ -52,6 +54,8 @@ pub struct DockerBackend {
     labels: Labels,
     client: client::Client,
     subnets: network::SubnetPool,
+    /// The subnets of instances' own networks (Podman), from the same pool.
+    instance_subnets: network::SubnetPool,
     /// Serializes creating and removing the daemon network in this process: instances are
     /// provisioned in parallel, and the engine accepts two networks of one name.
     networks: tokio::sync::Mutex<()>,
@@ -113,10 +117,17 @@ impl DockerBackend {
                 backend: "docker",
                 detail,
             })?;
+        let instance_subnets =
+            network::SubnetPool::parse(&config.subnet_pool, config.instance_subnet_prefix)
+                .map_err(|detail| BackendError::Unavailable {
+                    backend: "docker",
+                    detail,
+                })?;
         Ok(Self {
             labels: Labels::new(&config.label_namespace),
             client: client::Client::new(config.socket_path()),
             subnets,
+            instance_subnets,
             networks: tokio::sync::Mutex::new(()),
             config,
         })
@@ -133,20 +144,30 @@ impl DockerBackend {
             .version()
             .await
             .map_err(|err| client::error("asking the version of", "the engine", err))?;
-        // Docker names its server component `Engine`, Podman `Podman Engine`.
-        let product = version
-            .platform
-            .map(|p| p.name)
-            .filter(|n| !n.is_empty())
-            .or_else(|| {
-                let first = version.components.as_ref()?.first()?.name.clone();
-                Some(if first == "Engine" {
-                    "Docker Engine".to_owned()
-                } else {
-                    first
+        // Docker names its server component `Engine` (and its platform `Docker Engine - …`),
+        // Podman `Podman Engine` (its platform is the OS, `linux/amd64/debian-12`).
+        let component = version
+            .components
+            .as_ref()
+            .and_then(|c| c.first())
+            .map(|c| c.name.clone());
+        let product = match component.as_deref() {
+            Some(name) if name.starts_with("Podman") => name.to_owned(),
+            _ => version
+                .platform
+                .map(|p| p.name)
+                .filter(|n| !n.is_empty())
+                .or_else(|| {
+                    component.map(|c| {
+                        if c == "Engine" {
+                            "Docker Engine".to_owned()
+                        } else {
+                            c
+                        }
+                    })
                 })
-            })
-            .unwrap_or_else(|| "container engine".to_owned());
+                .unwrap_or_else(|| "container engine".to_owned()),
+        };
         Ok(format!(
             "{product} {} (API {})",
             version.version.unwrap_or_default(),
@@ -282,8 +303,15 @@ impl Backend for DockerBackend {
             Sweep::Settled => self.config.network_settle,
             Sweep::Now => std::time::Duration::ZERO,
         };
-        let removed = network::sweep(docker, &self.labels, &self.networks, maker, settle).await?;
-        Ok(usize::from(removed))
+        let removed = match self.client.flavor().await?.isolation() {
+            client::Isolation::DaemonNetwork => usize::from(
+                network::sweep(docker, &self.labels, &self.networks, maker, settle).await?,
+            ),
+            client::Isolation::NetworkPerInstance => {
+                network::sweep_instance_networks(docker, &self.labels, maker, settle).await?
+            }
+        };
+        Ok(removed)
     }
 
     async fn list(&self) -> Result<Vec<ListedInstance>, BackendError> {
@@ -310,6 +338,14 @@ impl Backend for DockerBackend {
             subject,
             format!("{version} at {}", self.config.socket),
         )];
+        if self.config.network.is_none()
+            && let Ok(flavor) = self.client.flavor().await
+        {
+            checks.push(DoctorCheck::ok(
+                "docker tenant isolation",
+                flavor.isolation().describe(),
+            ));
+        }
         checks.push(self.uid_check());
         if let Some(network) = &self.config.network {
             let subject = format!("docker network {network}");

@@ -20,6 +20,13 @@
 //! the usual lookup: while other networks are created and removed, the engine's list can miss
 //! one.)
 //!
+//! Podman's bridge networks have no inter-container switch (netavark lets the containers of one
+//! network talk; its compatible API ignores the option with a warning) but drop traffic between
+//! networks. On Podman (`client::Isolation::NetworkPerInstance`) each container therefore gets
+//! a network of its own, `sandboxd-inet-<daemon>-<random>` (a `/instance_subnet_prefix` of the
+//! same pool), named in the container's labels: teardown removes it after the container, and
+//! the sweep removes any of the maker's that no container names once it has settled.
+//!
 //! With a configured network (the operator's), it is only checked before anything joins it: a
 //! missing network is a configuration error with a fix, not an engine message after the fact.
 
@@ -263,14 +270,35 @@ pub(super) async fn ensure_daemon_network(
         }
         Err(err) => return Err(client::error("inspecting", &format!("network {name}"), err)),
     }
-    let mut taken = subnets_in_use(docker).await?;
+    let taken = subnets_in_use(docker).await?;
+    create_in_pool(
+        docker,
+        pool,
+        taken,
+        &name,
+        labels.for_daemon_network(maker, now_ms()),
+        HashMap::from([(ICC_OPTION.to_owned(), "false".to_owned())]),
+    )
+    .await
+}
+
+/// Creates the bridge network `name` on a subnet of `pool` that overlaps none of `taken` (nor,
+/// the engine checks, any it has); answers its id.
+async fn create_in_pool(
+    docker: &Docker,
+    pool: &SubnetPool,
+    mut taken: Vec<(u32, u8)>,
+    name: &str,
+    labels: HashMap<String, String>,
+    options: HashMap<String, String>,
+) -> Result<String, BackendError> {
     let start = rand::rng().random_range(0..pool.len());
     for _ in 0..CREATE_ATTEMPTS {
         let Some(subnet) = free_subnet(pool, &taken, start) else {
             break;
         };
         let request = NetworkCreateRequest {
-            name: name.clone(),
+            name: name.to_owned(),
             driver: Some("bridge".to_owned()),
             internal: Some(false),
             attachable: Some(false),
@@ -282,13 +310,13 @@ pub(super) async fn ensure_daemon_network(
                 }]),
                 options: None,
             }),
-            options: Some(HashMap::from([(ICC_OPTION.to_owned(), "false".to_owned())])),
-            labels: Some(labels.for_daemon_network(maker, now_ms())),
+            options: Some(options.clone()),
+            labels: Some(labels.clone()),
             ..NetworkCreateRequest::default()
         };
         match docker.create_network(request).await {
             Ok(created) => {
-                tracing::debug!(network = %name, subnet = %cidr(subnet), "created the daemon network");
+                tracing::debug!(network = %name, subnet = %cidr(subnet), "created a network");
                 return Ok(created.id);
             }
             // Another daemon took that subnet since the listing: try the next free one.
@@ -308,6 +336,100 @@ pub(super) async fn ensure_daemon_network(
     })
 }
 
+/// A new network for one instance of `maker` (on an engine that keeps networks, not
+/// containers, apart: `client::Isolation::NetworkPerInstance`); answers its name. The
+/// container records it in its labels, so its teardown and the sweep find it again.
+pub(super) async fn create_instance_network(
+    docker: &Docker,
+    labels: &Labels,
+    pool: &SubnetPool,
+    lock: &Mutex<()>,
+    maker: &DaemonId,
+) -> Result<String, BackendError> {
+    let name = format!(
+        "sandboxd-inet-{maker}-{:012x}",
+        rand::rng().random::<u64>() & 0xffff_ffff_ffff
+    );
+    // No listing of the engine's networks first: Podman's takes seconds once there are dozens
+    // (it inspects every container for every network), and it refuses a subnet in use itself,
+    // so a random start with a step past each refusal finds a free one. Creations in this
+    // process take turns, so its own instances do not race for one subnet.
+    let _turn = lock.lock().await;
+    create_in_pool(
+        docker,
+        pool,
+        Vec::new(),
+        &name,
+        labels.for_instance_network(maker, now_ms()),
+        HashMap::new(),
+    )
+    .await?;
+    Ok(name)
+}
+
+/// Removes an instance's own network once its container is gone; quiet when it is gone
+/// already. A network still in use (a container attached since) stays for the sweep.
+pub(super) async fn remove_instance_network(docker: &Docker, name: &str) {
+    match docker.remove_network(name).await {
+        Ok(()) => tracing::debug!(network = %name, "removed an instance's network"),
+        Err(err) if client::is_not_found(&err) => {}
+        Err(err) => {
+            tracing::debug!(network = %name, error = %err, "an instance's network stays for the sweep")
+        }
+    }
+}
+
+/// Removes `maker`'s instance networks that no container of `maker` names and that are older
+/// than `settle` (a younger one may belong to a provision between network and container
+/// creation). Answers how many were removed.
+pub(super) async fn sweep_instance_networks(
+    docker: &Docker,
+    labels: &Labels,
+    maker: &DaemonId,
+    settle: Duration,
+) -> Result<usize, BackendError> {
+    let networks = docker
+        .list_networks(Some(ListNetworksOptions {
+            filters: Some(labels.instance_networks_filter(maker)),
+        }))
+        .await
+        .map_err(|err| client::error("listing", "networks", err))?;
+    if networks.is_empty() {
+        return Ok(0);
+    }
+    let options = ListContainersOptions {
+        all: true,
+        filters: Some(labels.made_by_filter(maker)),
+        ..ListContainersOptions::default()
+    };
+    let members = client::read_settled(|| docker.list_containers(Some(options.clone())))
+        .await
+        .map_err(|err| client::error("listing", "containers", err))?;
+    let used: Vec<String> = members
+        .iter()
+        .filter_map(|c| labels.instance_network_of(c.labels.as_ref()))
+        .collect();
+    let mut removed = 0;
+    for network in networks {
+        let Some(name) = network.name else { continue };
+        let Some(created_ms) = labels.parse_instance_network(network.labels.as_ref(), maker) else {
+            continue;
+        };
+        if used.contains(&name) || age_of(created_ms) < settle {
+            continue;
+        }
+        match docker.remove_network(&name).await {
+            Ok(()) => {
+                tracing::info!(network = %name, "removed an instance network: its sandbox is gone");
+                removed += 1;
+            }
+            Err(err) if client::is_not_found(&err) => {}
+            Err(err) => tracing::debug!(network = %name, error = %err, "an instance network stays"),
+        }
+    }
+    Ok(removed)
+}
+
 /// The engine's answer to a lookup by a name two networks share.
 fn is_ambiguous(err: &bollard::errors::Error) -> bool {
     matches!(
@@ -317,11 +439,13 @@ fn is_ambiguous(err: &bollard::errors::Error) -> bool {
     )
 }
 
+/// Docker says the subnet "overlaps", Podman that it "is already used".
 fn is_overlap(err: &bollard::errors::Error) -> bool {
     matches!(
         err,
         bollard::errors::Error::DockerResponseServerError { message, .. }
             if message.contains("overlap")
+                || (message.contains("subnet") && message.contains("already used"))
     )
 }
 
@@ -402,12 +526,12 @@ async fn remove_unused(
             tokio::time::sleep(ENDPOINT_PAUSE).await;
         }
         let _turn = lock.lock().await;
-        let members = docker
-            .list_containers(Some(ListContainersOptions {
-                all: true,
-                filters: Some(labels.made_by_filter(maker)),
-                ..ListContainersOptions::default()
-            }))
+        let options = ListContainersOptions {
+            all: true,
+            filters: Some(labels.made_by_filter(maker)),
+            ..ListContainersOptions::default()
+        };
+        let members = client::read_settled(|| docker.list_containers(Some(options.clone())))
             .await
             .map_err(|err| client::error("listing", "containers", err))?;
         if !members.is_empty() {

@@ -20,6 +20,7 @@ use sandboxd_domain::{Credentials, EngineRef};
 use secrecy::{ExposeSecret, SecretString};
 use tokio::io::AsyncWriteExt;
 
+use super::client::Isolation;
 use super::images::ImageFacts;
 use super::spec::{self, Attach, Limits, PUBLISH_IP, Spec};
 use super::teardown::{self, Target};
@@ -136,25 +137,40 @@ impl DockerBackend {
             .config
             .uids()
             .map(|uids| rand::rng().random_range(uids));
+        let flavor = self.client.flavor().await?;
         // A daemon network removed between our ensure and the create (by a sweep that found
         // no container of ours) is created again once.
         let mut attempts = 0;
         let id = loop {
             attempts += 1;
-            let daemon_network;
-            let attach = match named {
-                Some(network) => Attach::Named(network),
-                None => {
-                    daemon_network = network::ensure_daemon_network(
+            let (network, own_network) = match (named, flavor.isolation()) {
+                (Some(network), _) => (network.to_owned(), None),
+                (None, Isolation::DaemonNetwork) => (
+                    network::ensure_daemon_network(
                         docker,
                         &self.labels,
                         &self.subnets,
                         &self.networks,
                         &request.maker,
                     )
+                    .await?,
+                    None,
+                ),
+                (None, Isolation::NetworkPerInstance) => {
+                    let own = network::create_instance_network(
+                        docker,
+                        &self.labels,
+                        &self.instance_subnets,
+                        &self.networks,
+                        &request.maker,
+                    )
                     .await?;
-                    Attach::DaemonNetwork(&daemon_network)
+                    (own.clone(), Some(own))
                 }
+            };
+            let attach = match named {
+                Some(_) => Attach::Named(&network),
+                None => Attach::Private(&network),
             };
             let body = spec::create_body(&Spec {
                 image,
@@ -166,21 +182,32 @@ impl DockerBackend {
                     &request.maker,
                     created_at_ms,
                     named,
+                    own_network.as_deref(),
                 ),
                 limits: Limits {
                     memory_mb: self.config.memory_mb,
                     cpus: self.config.cpus,
                     pids_limit: self.config.pids_limit,
+                    nofile: self.config.nofile_limit,
+                    nproc: self.config.nproc_limit,
                 },
                 network: attach,
                 image_volumes: &facts.volumes,
                 run_as,
+                tmpfs_owner: flavor.tmpfs_owner(),
+                implicit_tmpfs: flavor.implicit_tmpfs(),
             });
             let options = CreateContainerOptions {
                 name: Some(name.to_owned()),
                 ..CreateContainerOptions::default()
             };
-            match docker.create_container(Some(options), body).await {
+            let created = docker.create_container(Some(options), body).await;
+            if created.is_err()
+                && let Some(own) = &own_network
+            {
+                network::remove_instance_network(docker, own).await;
+            }
+            match created {
                 Ok(response) => break response.id,
                 Err(err) if client::is_not_found(&err) && named.is_none() && attempts < 2 => {
                     tracing::debug!(container = name, "the daemon network went away; again");
@@ -225,7 +252,7 @@ impl DockerBackend {
         docker
             .start_container(&created.id, None)
             .await
-            .map_err(|err| client::error("starting", &created.name, err))?;
+            .map_err(|err| with_rlimit_fix(client::error("starting", &created.name, err)))?;
         if let (Some(mut attached), Some(secret)) = (stdin, &created.secret) {
             let written = async {
                 attached
@@ -386,4 +413,25 @@ impl DockerBackend {
 struct Reachability {
     handed: (String, u16),
     dial: (String, u16),
+}
+
+/// runc's words when the engine cannot give the container its rlimits (the engine's own hard
+/// limit is lower than what it asked for), with the setting that fixes it.
+fn with_rlimit_fix(err: BackendError) -> BackendError {
+    match err {
+        BackendError::Docker {
+            operation,
+            name,
+            detail,
+        } if detail.contains("setting rlimit") => BackendError::Docker {
+            operation,
+            name,
+            detail: format!(
+                "{detail}; the engine may not raise open-file or process limits this high: \
+                 lower [docker] nofile_limit / nproc_limit below the engine's hard limits \
+                 (`ulimit -Hn`, `ulimit -Hu` of its service)"
+            ),
+        },
+        other => other,
+    }
 }

@@ -2,8 +2,9 @@
 //! every sandbox gets: a read-only root filesystem with tmpfs data (and `/tmp`), no volumes,
 //! memory (= swap), CPU and pids caps, `no-new-privileges`, every capability dropped but the
 //! recipe's, never privileged, no binds, a uid of sandboxd's range instead of the image's user,
-//! the daemon's network (inter-container traffic off) with the engine port published on
-//! 127.0.0.1 only (or the operator's named network and nothing published).
+//! explicit open-file and process rlimits, a network sandboxd made (the daemon's, inter-container
+//! traffic off; or, on Podman, the instance's own) with the engine port published on 127.0.0.1
+//! only (or the operator's named network and nothing published).
 //!
 //! Pure: no I/O, so the whole spec is unit-tested. The body holds no secret: the superuser's
 //! password reaches the entrypoint through `<VAR>_FILE=/dev/stdin` (see `provision`).
@@ -11,7 +12,8 @@
 use std::collections::HashMap;
 
 use bollard::models::{
-    ContainerCreateBody, HostConfig, PortBinding, RestartPolicy, RestartPolicyNameEnum,
+    ContainerCreateBody, HostConfig, PortBinding, ResourcesUlimits, RestartPolicy,
+    RestartPolicyNameEnum,
 };
 use sandboxd_domain::engine::ContainerRecipe;
 
@@ -31,6 +33,8 @@ pub(super) struct Limits {
     pub memory_mb: u64,
     pub cpus: f64,
     pub pids_limit: i64,
+    pub nofile: u64,
+    pub nproc: u64,
 }
 
 /// Everything the create body is made of.
@@ -48,6 +52,20 @@ pub(super) struct Spec<'a> {
     /// The uid (and gid) the container runs as, owning the recipe's tmpfs mounts; None: the
     /// image's own user from the recipe.
     pub run_as: Option<u32>,
+    /// How the engine is told who owns a tmpfs.
+    pub tmpfs_owner: TmpfsOwner,
+    /// Paths the engine would mount an unsized tmpfs on by itself: each gets a sized one.
+    pub implicit_tmpfs: &'a [&'a str],
+}
+
+/// How a tmpfs mount is given to its owner.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum TmpfsOwner {
+    /// `uid=<owner>`, passed to the kernel (Docker).
+    UidOption,
+    /// `U`: the engine chowns the mount to the user the container runs as (Podman, which
+    /// refuses `uid=`). The recipe's owner is that user: `run_as`, or the image user it names.
+    ContainerUser,
 }
 
 impl std::fmt::Debug for Spec<'_> {
@@ -63,9 +81,9 @@ impl std::fmt::Debug for Spec<'_> {
 /// Which network a container joins.
 #[derive(Debug, Clone, Copy)]
 pub(super) enum Attach<'a> {
-    /// The daemon's own bridge network (inter-container traffic off); the port is published
-    /// on 127.0.0.1.
-    DaemonNetwork(&'a str),
+    /// A network sandboxd made for its containers: the daemon's (inter-container traffic off)
+    /// or the instance's own (`client::Isolation`); the port is published on 127.0.0.1.
+    Private(&'a str),
     /// The operator's network; nothing is published.
     Named(&'a str),
 }
@@ -77,10 +95,30 @@ pub(super) fn port_key(port: u16) -> String {
 
 /// `rw,nosuid,nodev,noexec,size=256m,mode=1777`, the size kept below the memory cap (tmpfs
 /// pages count against it).
-fn tmpfs_options(size_mb: u64, mode: &str, uid: Option<u32>, memory_mb: u64) -> String {
+fn tmpfs_options(
+    size_mb: u64,
+    mode: &str,
+    uid: Option<u32>,
+    owner: TmpfsOwner,
+    memory_mb: u64,
+) -> String {
     let size = size_mb.clamp(1, memory_mb * 3 / 4);
-    let owner = uid.map(|uid| format!(",uid={uid}")).unwrap_or_default();
+    let owner = match (uid, owner) {
+        (None, _) => String::new(),
+        (Some(uid), TmpfsOwner::UidOption) => format!(",uid={uid}"),
+        (Some(_), TmpfsOwner::ContainerUser) => ",U".to_owned(),
+    };
     format!("rw,nosuid,nodev,noexec,size={size}m,mode={mode}{owner}")
+}
+
+/// An rlimit with soft = hard.
+fn ulimit(name: &str, value: u64) -> ResourcesUlimits {
+    let value = i64::try_from(value).unwrap_or(i64::MAX);
+    ResourcesUlimits {
+        name: Some(name.to_owned()),
+        soft: Some(value),
+        hard: Some(value),
+    }
 }
 
 fn mb(value: u64) -> i64 {
@@ -100,6 +138,7 @@ pub(super) fn create_body(spec: &Spec<'_>) -> ContainerCreateBody {
                     u64::from(t.size_mb),
                     t.mode,
                     spec.run_as.or(t.uid),
+                    spec.tmpfs_owner,
                     limits.memory_mb,
                 ),
             )
@@ -108,8 +147,16 @@ pub(super) fn create_body(spec: &Spec<'_>) -> ContainerCreateBody {
     if !tmpfs.contains_key("/tmp") {
         tmpfs.insert(
             "/tmp".to_owned(),
-            tmpfs_options(TMP_MB, "1777", None, limits.memory_mb),
+            tmpfs_options(TMP_MB, "1777", None, spec.tmpfs_owner, limits.memory_mb),
         );
+    }
+    for path in spec.implicit_tmpfs {
+        if !tmpfs.contains_key(*path) {
+            tmpfs.insert(
+                (*path).to_owned(),
+                tmpfs_options(TMP_MB, "1777", None, spec.tmpfs_owner, limits.memory_mb),
+            );
+        }
     }
     for volume in spec.image_volumes {
         let path = volume.trim_end_matches('/');
@@ -117,13 +164,19 @@ pub(super) fn create_body(spec: &Spec<'_>) -> ContainerCreateBody {
         if !tmpfs.contains_key(path) {
             tmpfs.insert(
                 path.to_owned(),
-                tmpfs_options(EXTRA_VOLUME_MB, "1777", None, limits.memory_mb),
+                tmpfs_options(
+                    EXTRA_VOLUME_MB,
+                    "1777",
+                    None,
+                    spec.tmpfs_owner,
+                    limits.memory_mb,
+                ),
             );
         }
     }
     let (network_mode, port_bindings) = match spec.network {
         Attach::Named(network) => (network, None),
-        Attach::DaemonNetwork(network) => (
+        Attach::Private(network) => (
             network,
             Some(HashMap::from([(
                 port_key(spec.port),
@@ -141,6 +194,10 @@ pub(super) fn create_body(spec: &Spec<'_>) -> ContainerCreateBody {
         // Whole nano-CPUs: 1.0 CPU = 1e9.
         nano_cpus: Some((limits.cpus * 1e9).round() as i64),
         pids_limit: Some(limits.pids_limit),
+        ulimits: Some(vec![
+            ulimit("nofile", limits.nofile),
+            ulimit("nproc", limits.nproc),
+        ]),
         security_opt: Some(vec!["no-new-privileges:true".to_owned()]),
         cap_drop: Some(vec!["ALL".to_owned()]),
         cap_add: Some(
@@ -204,12 +261,14 @@ mod tests {
 
     use super::*;
 
-    const SET: Attach<'static> = Attach::DaemonNetwork("sandboxd-net-cli");
+    const SET: Attach<'static> = Attach::Private("sandboxd-net-cli");
 
     const LIMITS: Limits = Limits {
         memory_mb: 512,
         cpus: 1.0,
         pids_limit: 256,
+        nofile: 10_240,
+        nproc: 8_192,
     };
 
     fn body(
@@ -230,6 +289,8 @@ mod tests {
             network,
             image_volumes: volumes,
             run_as: Some(1_500_000_123),
+            tmpfs_owner: TmpfsOwner::UidOption,
+            implicit_tmpfs: &[],
         };
         (create_body(&spec), admin, agent)
     }
@@ -252,6 +313,20 @@ mod tests {
             assert_eq!(host.memory_swap, host.memory, "{engine}");
             assert_eq!(host.nano_cpus, Some(1_000_000_000));
             assert_eq!(host.pids_limit, Some(256));
+            let rlimits: Vec<_> = host
+                .ulimits
+                .iter()
+                .flatten()
+                .map(|u| (u.name.as_deref(), u.soft, u.hard))
+                .collect();
+            assert_eq!(
+                rlimits,
+                [
+                    (Some("nofile"), Some(10_240), Some(10_240)),
+                    (Some("nproc"), Some(8_192), Some(8_192))
+                ],
+                "{engine}: rlimits the engine can set, soft = hard"
+            );
             assert_eq!(
                 host.security_opt,
                 Some(vec!["no-new-privileges:true".to_owned()])
@@ -348,6 +423,41 @@ mod tests {
         assert_eq!(host.network_mode.as_deref(), Some("agents"));
         assert!(host.port_bindings.is_none());
         assert_eq!(host.publish_all_ports, Some(false));
+    }
+
+    #[test]
+    fn on_podman_a_tmpfs_goes_to_the_containers_user_and_every_writable_path_is_sized() {
+        for engine in engines::all() {
+            let admin = Credentials::generate(engine.admin_user);
+            let agent = Credentials::generate(engine.agent_user);
+            let recipe = engine.container(&admin, &agent);
+            let body = create_body(&Spec {
+                image: engine.default_image(),
+                recipe: &recipe,
+                port: engine.port,
+                labels: HashMap::new(),
+                limits: LIMITS,
+                network: SET,
+                image_volumes: &[],
+                run_as: Some(1_500_000_123),
+                tmpfs_owner: TmpfsOwner::ContainerUser,
+                implicit_tmpfs: &["/run", "/var/tmp"],
+            });
+            let host = body.host_config.expect("host config");
+            let tmpfs = host.tmpfs.expect("tmpfs");
+            let owned: Vec<_> = tmpfs.values().filter(|o| o.ends_with(",U")).collect();
+            assert!(!owned.is_empty(), "{engine}: {tmpfs:?}");
+            assert!(
+                tmpfs.values().all(|o| !o.contains("uid=")),
+                "{engine}: Podman refuses uid=: {tmpfs:?}"
+            );
+            for path in ["/run", "/var/tmp"] {
+                assert!(
+                    tmpfs.get(path).is_some_and(|o| o.contains("size=")),
+                    "{engine}: Podman's own {path} would be unsized: {tmpfs:?}"
+                );
+            }
+        }
     }
 
     #[test]

@@ -18,7 +18,7 @@ pub(super) async fn inspect(
     docker: &Docker,
     name: &str,
 ) -> Result<Option<ContainerInspectResponse>, BackendError> {
-    match docker.inspect_container(name, None).await {
+    match client::read_settled(|| docker.inspect_container(name, None)).await {
         Ok(found) => Ok(Some(found)),
         Err(err) if client::is_not_found(&err) => Ok(None),
         Err(err) => Err(client::error("inspecting", name, err)),

@@ -1,4 +1,5 @@
-//! Teardown: stop (short timeout) → kill when stop fails → remove (force, with its volumes).
+//! Teardown: stop (short timeout) → kill when stop fails → remove (force, with its volumes) →
+//! remove the container's own network, when it has one (Podman).
 //! Idempotent and fine when the container is already gone: every "no such container" answer is
 //! success. Only containers carrying the sandbox label are ever touched.
 
@@ -12,7 +13,7 @@ use bollard::query_parameters::{
 use tokio::time::{Instant, sleep};
 
 use super::labels::Labels;
-use super::{client, state};
+use super::{client, network, state};
 use crate::error::BackendError;
 
 /// How long to wait for a removal another caller started.
@@ -73,13 +74,20 @@ pub(super) async fn remove_found(
         v: true,
         ..RemoveContainerOptions::default()
     };
-    match docker.remove_container(id, Some(options)).await {
+    let removed = match docker.remove_container(id, Some(options)).await {
         Ok(()) => Ok(()),
         Err(err) if client::is_not_found(&err) => Ok(()),
         // "removal already in progress": someone else is removing it; wait until it is gone.
         Err(err) if client::status(&err) == Some(409) => wait_gone(docker, id, name).await,
         Err(err) => Err(client::error("removing", name, err)),
+    };
+    if removed.is_ok()
+        && let Some(own) =
+            labels.instance_network_of(found.config.as_ref().and_then(|c| c.labels.as_ref()))
+    {
+        network::remove_instance_network(docker, &own).await;
     }
+    removed
 }
 
 async fn stop_or_kill(

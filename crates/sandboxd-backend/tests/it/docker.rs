@@ -64,6 +64,30 @@ async fn engine_client() -> Result<Docker, String> {
     Ok(docker)
 }
 
+/// Whether the engine under test is Podman (its compatible API), which keeps tenants apart with
+/// a network per container instead of one network without inter-container traffic.
+pub(super) async fn is_podman(docker: &Docker) -> bool {
+    let version = docker.version().await.expect("the engine's version");
+    version
+        .components
+        .iter()
+        .flatten()
+        .any(|c| c.name.starts_with("Podman"))
+}
+
+/// Rlimits for containers a test makes itself: the engine's defaults can exceed what it may
+/// set here (Podman asks for 1048576 open files, above these machines' hard limit).
+pub(super) fn test_ulimits() -> Vec<bollard::models::ResourcesUlimits> {
+    ["nofile", "nproc"]
+        .into_iter()
+        .map(|name| bollard::models::ResourcesUlimits {
+            name: Some(name.to_owned()),
+            soft: Some(1024),
+            hard: Some(1024),
+        })
+        .collect()
+}
+
 async fn image_present(docker: &Docker, image: &str) -> bool {
     docker.inspect_image(image).await.is_ok()
 }
@@ -121,9 +145,19 @@ impl Harness {
             )])),
             ..ListContainersOptions::default()
         };
-        docker
-            .list_containers(Some(options))
-            .await
+        // Podman can answer a listing with a container of another test in a state the API
+        // lacks (`stopped`, for a moment, before its clean-up): ask again.
+        let mut listed = docker.list_containers(Some(options.clone())).await;
+        for _ in 0..50 {
+            match &listed {
+                Err(err) if err.to_string().contains("unknown variant `stopped`") => {
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                    listed = docker.list_containers(Some(options.clone())).await;
+                }
+                _ => break,
+            }
+        }
+        listed
             .expect("list containers")
             .into_iter()
             .filter(|c| {
@@ -243,7 +277,44 @@ async fn assert_hardened(docker: &Docker, instance: &Instance, config: &DockerCo
         .await
         .expect("inspect");
     let host = found.host_config.as_ref().expect("host config");
-    assert_eq!(host.cap_drop.as_deref(), Some(&["ALL".to_owned()][..]));
+    // Docker reports the drop as asked; Podman as the list of its default capabilities.
+    let dropped = host.cap_drop.clone().unwrap_or_default();
+    assert!(
+        dropped == ["ALL"]
+            || [
+                "CHOWN",
+                "DAC_OVERRIDE",
+                "FOWNER",
+                "KILL",
+                "SETUID",
+                "NET_RAW"
+            ]
+            .iter()
+            .all(|cap| dropped.iter().any(|d| d.trim_start_matches("CAP_") == *cap)),
+        "every capability dropped: {dropped:?}"
+    );
+    // Whatever the engine reports, the server itself holds none: its bounding set is empty.
+    let pid = found.state.as_ref().and_then(|s| s.pid).expect("a pid");
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("its status");
+    for set in ["CapEff", "CapBnd"] {
+        let value = status
+            .lines()
+            .find_map(|l| l.strip_prefix(&format!("{set}:")))
+            .map(str::trim);
+        assert_eq!(value, Some("0000000000000000"), "{set} of the server");
+    }
+    let limits = std::fs::read_to_string(format!("/proc/{pid}/limits")).expect("its limits");
+    for (row, value) in [
+        ("Max open files", config.nofile_limit),
+        ("Max processes", config.nproc_limit),
+    ] {
+        let line = limits
+            .lines()
+            .find(|l| l.starts_with(row))
+            .unwrap_or_else(|| panic!("{row} in {limits}"));
+        let numbers: Vec<&str> = line[row.len()..].split_whitespace().take(2).collect();
+        assert_eq!(numbers, [value.to_string(), value.to_string()], "{line}");
+    }
     assert!(
         host.cap_add.as_ref().is_none_or(|c| c.is_empty()),
         "no capability added: {:?}",
@@ -656,6 +727,10 @@ async fn leave_stale(docker: &Docker, owner: &AgentSlug, age: Duration) -> Strin
     let body = ContainerCreateBody {
         image: Some(NEVER_READY.to_owned()),
         labels: Some(labels),
+        host_config: Some(bollard::models::HostConfig {
+            ulimits: Some(test_ulimits()),
+            ..Default::default()
+        }),
         ..ContainerCreateBody::default()
     };
     let options = CreateContainerOptions {
@@ -973,9 +1048,22 @@ async fn an_engine_that_does_not_answer_is_unavailable() {
 struct TestNetwork(String);
 
 impl TestNetwork {
+    /// The docker CLI, talking to the engine under test.
+    fn cli() -> std::process::Command {
+        let mut cli = std::process::Command::new("docker");
+        let socket = socket();
+        let host = if socket.starts_with("unix://") {
+            socket
+        } else {
+            format!("unix://{socket}")
+        };
+        cli.env("DOCKER_HOST", host);
+        cli
+    }
+
     fn create(tag: &str) -> Self {
         let name = format!("sandboxd-test-{tag}-{}", std::process::id());
-        let out = std::process::Command::new("docker")
+        let out = Self::cli()
             .args([
                 "network",
                 "create",
@@ -990,35 +1078,69 @@ impl TestNetwork {
     }
 
     /// Runs `command` in a throwaway container of `image` on this network; its stdout.
-    fn run(&self, image: &str, env: &[(&str, &str)], command: &[&str]) -> String {
-        let mut docker = std::process::Command::new("docker");
-        docker.args([
-            "run",
-            "--rm",
-            "--network",
-            &self.0,
-            "--entrypoint",
-            command[0],
-        ]);
-        for (key, value) in env {
-            // `--env KEY` passes the value from this process's environment, off the command line.
-            docker.args(["--env", key]).env(key, value);
-        }
-        let out = docker
-            .arg(image)
-            .args(&command[1..])
-            .output()
-            .expect("docker run");
-        assert!(out.status.success(), "{command:?}: {out:?}");
-        String::from_utf8_lossy(&out.stdout).trim().to_owned()
+    /// Through the API rather than `docker run`: the CLI's attach can lose a short output on
+    /// Podman.
+    async fn run(
+        &self,
+        docker: &Docker,
+        image: &str,
+        env: &[(&str, &str)],
+        command: &[&str],
+    ) -> String {
+        let body = ContainerCreateBody {
+            image: Some(image.to_owned()),
+            entrypoint: Some(vec![command[0].to_owned()]),
+            cmd: Some(command[1..].iter().map(|c| (*c).to_owned()).collect()),
+            env: Some(env.iter().map(|(k, v)| format!("{k}={v}")).collect()),
+            host_config: Some(bollard::models::HostConfig {
+                network_mode: Some(self.0.clone()),
+                ulimits: Some(test_ulimits()),
+                ..Default::default()
+            }),
+            ..ContainerCreateBody::default()
+        };
+        let id = docker
+            .create_container(None::<CreateContainerOptions>, body)
+            .await
+            .expect("create the client container")
+            .id;
+        docker.start_container(&id, None).await.expect("start it");
+        let waited: Vec<_> = docker
+            .wait_container(&id, None::<bollard::query_parameters::WaitContainerOptions>)
+            .collect()
+            .await;
+        let options = LogsOptions {
+            stdout: true,
+            tail: "all".to_owned(),
+            ..LogsOptions::default()
+        };
+        let out: String = docker
+            .logs(&id, Some(options))
+            .filter_map(|chunk| async move { chunk.ok().map(|c| c.to_string()) })
+            .collect()
+            .await;
+        let _ = docker
+            .remove_container(
+                &id,
+                Some(RemoveContainerOptions {
+                    force: true,
+                    ..RemoveContainerOptions::default()
+                }),
+            )
+            .await;
+        assert!(
+            waited
+                .iter()
+                .all(|w| w.as_ref().is_ok_and(|w| w.status_code == 0)),
+            "{command:?}: {waited:?} {out}"
+        );
+        out.trim().to_owned()
     }
 }
 
 impl Drop for TestNetwork {
     fn drop(&mut self) {
-        let _ = std::process::Command::new("docker")
-            .args(["network", "rm", &self.0])
-            .output();
+        let _ = Self::cli().args(["network", "rm", &self.0]).output();
     }
 }
 
@@ -1052,10 +1174,22 @@ async fn on_a_named_network_agents_reach_instances_by_name_and_nothing_is_publis
                     .inspect_container(&instance.backend_id, None)
                     .await
                     .expect("inspect");
+                // Docker reports the network as the mode, Podman the mode as `bridge`: the
+                // endpoints say which network it joined.
+                let joined: Vec<String> = found
+                    .network_settings
+                    .as_ref()
+                    .and_then(|n| n.networks.as_ref())
+                    .map(|n| n.keys().cloned().collect())
+                    .unwrap_or_default();
+                assert_eq!(joined, [network.0.clone()]);
                 let host = found.host_config.expect("host config");
-                assert_eq!(host.network_mode.as_deref(), Some(network.0.as_str()));
+                // Podman lists the exposed port with no binding; Docker nothing at all.
                 assert!(
-                    host.port_bindings.as_ref().is_none_or(|b| b.is_empty()),
+                    host.port_bindings
+                        .iter()
+                        .flatten()
+                        .all(|(_, bound)| bound.as_ref().is_none_or(|b| b.is_empty())),
                     "nothing published: {:?}",
                     host.port_bindings
                 );
@@ -1070,39 +1204,45 @@ async fn on_a_named_network_agents_reach_instances_by_name_and_nothing_is_publis
             }
 
             // An agent's container on the same network, with the handed-out credentials.
-            let pong = network.run(
-                REDIS,
-                &[("REDISCLI_AUTH", redis.agent.password.expose_secret())],
-                &[
-                    "redis-cli",
-                    "--no-auth-warning",
-                    "-h",
-                    &redis.host,
-                    "-p",
-                    &redis.port.to_string(),
-                    "--user",
-                    &redis.agent.user,
-                    "PING",
-                ],
-            );
+            let pong = network
+                .run(
+                    &docker,
+                    REDIS,
+                    &[("REDISCLI_AUTH", redis.agent.password.expose_secret())],
+                    &[
+                        "redis-cli",
+                        "--no-auth-warning",
+                        "-h",
+                        &redis.host,
+                        "-p",
+                        &redis.port.to_string(),
+                        "--user",
+                        &redis.agent.user,
+                        "PING",
+                    ],
+                )
+                .await;
             assert_eq!(pong, "PONG");
-            let extension = network.run(
-                POSTGRES,
-                &[("PGPASSWORD", pg.agent.password.expose_secret())],
-                &[
-                    "psql",
-                    "-h",
-                    &pg.host,
-                    "-p",
-                    &pg.port.to_string(),
-                    "-U",
-                    &pg.agent.user,
-                    "-d",
-                    &pg.database,
-                    "-tAc",
-                    "SELECT extname FROM pg_extension WHERE extname = 'pg_trgm'",
-                ],
-            );
+            let extension = network
+                .run(
+                    &docker,
+                    POSTGRES,
+                    &[("PGPASSWORD", pg.agent.password.expose_secret())],
+                    &[
+                        "psql",
+                        "-h",
+                        &pg.host,
+                        "-p",
+                        &pg.port.to_string(),
+                        "-U",
+                        &pg.agent.user,
+                        "-d",
+                        &pg.database,
+                        "-tAc",
+                        "SELECT extname FROM pg_extension WHERE extname = 'pg_trgm'",
+                    ],
+                )
+                .await;
             assert_eq!(extension, "pg_trgm", "activated in the agent's database");
 
             let checks = backend.doctor().await;
