@@ -397,14 +397,7 @@ pub(super) async fn sweep_instance_networks(
     if networks.is_empty() {
         return Ok(0);
     }
-    let options = ListContainersOptions {
-        all: true,
-        filters: Some(labels.made_by_filter(maker)),
-        ..ListContainersOptions::default()
-    };
-    let members = client::read_settled(|| docker.list_containers(Some(options.clone())))
-        .await
-        .map_err(|err| client::error("listing", "containers", err))?;
+    let members = containers_of(docker, labels, maker).await?;
     let used: Vec<String> = members
         .iter()
         .filter_map(|c| labels.instance_network_of(c.labels.as_ref()))
@@ -526,14 +519,7 @@ async fn remove_unused(
             tokio::time::sleep(ENDPOINT_PAUSE).await;
         }
         let _turn = lock.lock().await;
-        let options = ListContainersOptions {
-            all: true,
-            filters: Some(labels.made_by_filter(maker)),
-            ..ListContainersOptions::default()
-        };
-        let members = client::read_settled(|| docker.list_containers(Some(options.clone())))
-            .await
-            .map_err(|err| client::error("listing", "containers", err))?;
+        let members = containers_of(docker, labels, maker).await?;
         if !members.is_empty() {
             return Ok(false);
         }
@@ -552,6 +538,22 @@ async fn remove_unused(
     }
     tracing::warn!(network = %name, "the daemon network still has endpoints; a later sweep removes it");
     Ok(false)
+}
+
+/// Every container `maker` made, running or not.
+async fn containers_of(
+    docker: &Docker,
+    labels: &Labels,
+    maker: &DaemonId,
+) -> Result<Vec<bollard::models::ContainerSummary>, BackendError> {
+    let options = ListContainersOptions {
+        all: true,
+        filters: Some(labels.made_by_filter(maker)),
+        ..ListContainersOptions::default()
+    };
+    client::read_settled(|| docker.list_containers(Some(options.clone())))
+        .await
+        .map_err(|err| client::error("listing", "containers", err))
 }
 
 /// How often, and how far apart, `sweep` looks again at a network whose endpoints linger.

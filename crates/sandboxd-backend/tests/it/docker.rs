@@ -931,6 +931,37 @@ async fn a_missing_image_is_a_clear_error_and_creates_nothing() {
         .await;
 }
 
+/// `doctor` names the engine (Docker or Podman) and how tenants are kept apart on it.
+#[tokio::test]
+async fn doctor_names_the_engine_and_how_it_keeps_tenants_apart() {
+    let Some(harness) = Harness::new("ddoctor", &[], |_| {}).await else {
+        return;
+    };
+    harness
+        .run(|backend, docker| async move {
+            let checks = backend.doctor().await;
+            let detail = |subject: &str| {
+                checks
+                    .iter()
+                    .find(|c| c.subject == subject && c.ok)
+                    .map(|c| c.detail.clone())
+                    .unwrap_or_else(|| panic!("no ok {subject} in {checks:?}"))
+            };
+            let (engine, isolation) = (detail("docker backend"), detail("docker tenant isolation"));
+            if is_podman(&docker).await {
+                assert!(engine.starts_with("Podman Engine "), "{engine}");
+                assert!(isolation.contains("a network of its own"), "{isolation}");
+            } else {
+                assert!(engine.starts_with("Docker Engine "), "{engine}");
+                assert!(
+                    isolation.contains("inter-container traffic off"),
+                    "{isolation}"
+                );
+            }
+        })
+        .await;
+}
+
 #[tokio::test]
 async fn postgres_and_redis_provision_as_a_set_in_parallel() {
     let Some(harness) = Harness::new("dset", &[POSTGRES, REDIS], |_| {}).await else {
@@ -1182,7 +1213,7 @@ async fn on_a_named_network_agents_reach_instances_by_name_and_nothing_is_publis
                     .and_then(|n| n.networks.as_ref())
                     .map(|n| n.keys().cloned().collect())
                     .unwrap_or_default();
-                assert_eq!(joined, [network.0.clone()]);
+                assert_eq!(joined, std::slice::from_ref(&network.0));
                 let host = found.host_config.expect("host config");
                 // Podman lists the exposed port with no binding; Docker nothing at all.
                 assert!(
