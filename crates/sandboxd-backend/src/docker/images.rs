@@ -53,6 +53,12 @@ pub(super) async fn resolve(
 ) -> Result<(String, ImageFacts), BackendError> {
     for image in images {
         match docker.inspect_image(image).await {
+            // Podman resolves a short name to any local image whose name ends like it
+            // (`mariadb:11` finds `localhost/sandboxd-local/mariadb:11`): only an image that
+            // carries the name asked for counts as that image.
+            Ok(found) if !carries(found.repo_tags.as_deref().unwrap_or_default(), image) => {
+                continue;
+            }
             Ok(found) => {
                 let facts = ImageFacts {
                     id: found.id.unwrap_or_default(),
@@ -71,9 +77,56 @@ pub(super) async fn resolve(
     })
 }
 
+/// `name` without the parts engines add by themselves: Docker's `docker.io/` and `library/`,
+/// Podman's `localhost/` for a local image, and the default `:latest`.
+fn normalized(name: &str) -> String {
+    let bare = name.strip_prefix("docker.io/").unwrap_or(name);
+    let bare = bare.strip_prefix("library/").unwrap_or(bare);
+    let bare = bare.strip_prefix("localhost/").unwrap_or(bare);
+    let last = bare.rsplit('/').next().unwrap_or(bare);
+    if last.contains(':') || last.contains('@') {
+        bare.to_owned()
+    } else {
+        format!("{bare}:latest")
+    }
+}
+
+/// Whether an image tagged `tags` is the image `wanted` names. A reference by digest is taken
+/// as it is: the engine found exactly that content.
+fn carries(tags: &[String], wanted: &str) -> bool {
+    wanted.contains('@') || {
+        let wanted = normalized(wanted);
+        tags.iter().any(|tag| normalized(tag) == wanted)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_image_counts_only_under_the_name_it_carries() {
+        let tags = |t: &[&str]| t.iter().map(|s| (*s).to_owned()).collect::<Vec<_>>();
+        // Docker's and Podman's spellings of the same names.
+        assert!(carries(&tags(&["mariadb:11"]), "mariadb:11"));
+        assert!(carries(
+            &tags(&["docker.io/library/mariadb:11"]),
+            "mariadb:11"
+        ));
+        assert!(carries(
+            &tags(&["localhost/sandboxd-local/redis:8"]),
+            "sandboxd-local/redis:8"
+        ));
+        assert!(carries(&tags(&["mine/pg"]), "mine/pg:latest"));
+        // Podman's short-name match of another image is not the official one.
+        assert!(!carries(
+            &tags(&["localhost/sandboxd-local/mariadb:11"]),
+            "mariadb:11"
+        ));
+        assert!(!carries(&tags(&["postgres:17"]), "postgres:16-alpine"));
+        assert!(!carries(&[], "redis:8-alpine"));
+        assert!(carries(&[], "postgres@sha256:0123"));
+    }
 
     #[test]
     fn hints_say_how_to_build_or_pull() {

@@ -931,6 +931,40 @@ async fn a_missing_image_is_a_clear_error_and_creates_nothing() {
         .await;
 }
 
+/// With no image configured, an engine runs the first of its list that is really there: Podman
+/// answers an inspect of `mariadb:11` with any local image whose name ends like it
+/// (`localhost/sandboxd-local/mariadb:11`), which is not the official image.
+#[tokio::test]
+async fn the_image_list_skips_a_name_the_engine_only_resolves_by_its_suffix() {
+    let Some(harness) = Harness::new("dimages", &[MARIADB], |_| {}).await else {
+        return;
+    };
+    harness
+        .run(|_, docker| async move {
+            let official_there = docker
+                .inspect_image("mariadb:11")
+                .await
+                .ok()
+                .and_then(|i| i.repo_tags)
+                .is_some_and(|tags| {
+                    tags.iter()
+                        .any(|t| t == "mariadb:11" || t == "docker.io/library/mariadb:11")
+                });
+            if official_there {
+                eprintln!("the official mariadb:11 is present: nothing to tell apart");
+                return;
+            }
+            let plain = DockerBackend::new(DockerConfig {
+                socket: socket(),
+                ..DockerConfig::default()
+            })
+            .expect("valid config");
+            let image = plain.image_of(engine("mariadb")).await.expect("an image");
+            assert_eq!(image.as_deref(), Some(MARIADB));
+        })
+        .await;
+}
+
 /// `doctor` names the engine (Docker or Podman) and how tenants are kept apart on it.
 #[tokio::test]
 async fn doctor_names_the_engine_and_how_it_keeps_tenants_apart() {
