@@ -66,8 +66,10 @@ if [ "${SANDBOXD_SKIP_PODMAN:-0}" != 1 ] && docker info >/dev/null 2>&1; then
   if phase podman-up ./scripts/podman.sh up; then
     podman_socket=$(./scripts/podman.sh socket)
     say "running the Docker backend's tests against Podman ($podman_socket)"
+    # --workspace with a filter, not -p: the same features, so the build above is reused.
     phase podman-tests env SANDBOXD_TEST_DOCKER_SOCKET="$podman_socket" \
-      cargo nextest run -p sandboxd-backend --profile ci -E 'test(/docker/)' || status=$?
+      cargo nextest run --workspace --profile ci -E 'package(sandboxd-backend) & test(/docker/)' \
+      || status=$?
     # Podman's store is ours alone: anything labeled left in it is a leak, no baseline.
     phase podman-leaks env DOCKER_HOST="$podman_socket" ./scripts/check-leaks.sh || status=$?
   else
