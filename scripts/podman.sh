@@ -114,6 +114,46 @@ down() {
     kill -0 "$pid" 2>/dev/null && signal_group "$pid" SIGKILL || true
     say "service stopped"
   fi
+  # Exec sessions' conmon monitors outlive their container by design (`--exit-delay 300`, so an
+  # exit code can still be read): ours name our store on their command line, and go with it.
+  python3 - "$STATE/storage" <<'PY'
+import os, signal, sys, time
+store = sys.argv[1].encode()
+def ours():
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                args = f.read().split(b"\0")
+        except OSError:
+            continue
+        if args and args[0].endswith(b"conmon") and store in args:
+            yield int(pid)
+found = list(ours())
+for pid in found:
+    try:
+        os.kill(pid, signal.SIGTERM)
+    except ProcessLookupError:
+        pass
+def alive(pid):
+    # A monitor that has exited stays a zombie until init reaps it: gone means no /proc entry.
+    return os.path.exists(f"/proc/{pid}")
+for _ in range(100):
+    if not any(alive(pid) for pid in found):
+        break
+    time.sleep(0.1)
+left = [pid for pid in found if alive(pid)] + [pid for pid in ours() if pid not in found]
+if found:
+    print(f"[podman] stopped {len(found) - len(left)} lingering conmon monitor(s) of our store")
+if left:
+    sys.exit(f"[podman] ERROR: conmon monitors still running: {left}")
+PY
+  # CNI bridges with nothing attached (Podman's default network's `cni-podman0`, made when a
+  # container joined no named network) go too; one in use by anyone is left alone.
+  for link in $(ip -o link show type bridge 2>/dev/null | awk -F': ' '{print $2}' | grep '^cni-podman' || true); do
+    if [ -z "$(ls "/sys/class/net/$link/brif" 2>/dev/null)" ]; then
+      ip link delete "$link" 2>/dev/null || true
+    fi
+  done
   # The overlay driver mounts its own directory privately, and the run root holds a tmpfs-like
   # state: unmount what is under our directories, deepest first.
   awk -v s="$STATE/" -v r="$RUN/" 'index($2, s) == 1 || index($2, r) == 1 {print $2}' /proc/mounts \

@@ -75,5 +75,8 @@ if [ "${SANDBOXD_SKIP_PODMAN:-0}" != 1 ] && docker info >/dev/null 2>&1; then
   else
     status=1
   fi
+  # `down` fails when something of the service would outlive it (a conmon monitor, say).
+  PODMAN_STARTED=0
+  phase podman-down ./scripts/podman.sh down || status=$?
 fi
 exit $status
