@@ -9,8 +9,6 @@ use bollard::errors::Error as BollardError;
 use bollard::{API_DEFAULT_VERSION, Docker};
 use tokio::sync::OnceCell;
 
-use super::spec::TmpfsOwner;
-
 use crate::error::BackendError;
 
 /// Every request gives up after this long; a stop waits at most `stop_timeout` on top.
@@ -60,15 +58,6 @@ impl Flavor {
         match self {
             Self::Docker => &[],
             Self::Podman => &["/run", "/var/tmp"],
-        }
-    }
-
-    /// How a tmpfs is given to the uid the container runs as: Docker hands `uid=` to the
-    /// kernel; Podman refuses that option and chowns the mount to the container's user on `U`.
-    pub fn tmpfs_owner(self) -> TmpfsOwner {
-        match self {
-            Self::Docker => TmpfsOwner::UidOption,
-            Self::Podman => TmpfsOwner::ContainerUser,
         }
     }
 }

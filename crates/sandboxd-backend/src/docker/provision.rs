@@ -194,8 +194,7 @@ impl DockerBackend {
                 network: attach,
                 image_volumes: &facts.volumes,
                 run_as,
-                tmpfs_owner: flavor.tmpfs_owner(),
-                implicit_tmpfs: flavor.implicit_tmpfs(),
+                flavor,
             });
             let options = CreateContainerOptions {
                 name: Some(name.to_owned()),

@@ -17,6 +17,8 @@ use bollard::models::{
 };
 use sandboxd_domain::engine::ContainerRecipe;
 
+use super::client::Flavor;
+
 /// Where the published port listens on the host: loopback only, never 0.0.0.0.
 pub(super) const PUBLISH_IP: &str = "127.0.0.1";
 /// A tmpfs for an image-declared volume the recipe does not cover.
@@ -52,20 +54,9 @@ pub(super) struct Spec<'a> {
     /// The uid (and gid) the container runs as, owning the recipe's tmpfs mounts; None: the
     /// image's own user from the recipe.
     pub run_as: Option<u32>,
-    /// How the engine is told who owns a tmpfs.
-    pub tmpfs_owner: TmpfsOwner,
-    /// Paths the engine would mount an unsized tmpfs on by itself: each gets a sized one.
-    pub implicit_tmpfs: &'a [&'a str],
-}
-
-/// How a tmpfs mount is given to its owner.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum TmpfsOwner {
-    /// `uid=<owner>`, passed to the kernel (Docker).
-    UidOption,
-    /// `U`: the engine chowns the mount to the user the container runs as (Podman, which
-    /// refuses `uid=`). The recipe's owner is that user: `run_as`, or the image user it names.
-    ContainerUser,
+    /// Which engine creates it: Podman wants tmpfs ownership said otherwise and mounts
+    /// unsized tmpfs of its own unless told where.
+    pub flavor: Flavor,
 }
 
 impl std::fmt::Debug for Spec<'_> {
@@ -95,18 +86,21 @@ pub(super) fn port_key(port: u16) -> String {
 
 /// `rw,nosuid,nodev,noexec,size=256m,mode=1777`, the size kept below the memory cap (tmpfs
 /// pages count against it).
+/// The mount belongs to `uid`: Docker hands `uid=` to the kernel; Podman refuses that option
+/// and chowns the mount to the user the container runs as on `U` (the recipe's owner is that
+/// user: `run_as`, or the image user it names).
 fn tmpfs_options(
     size_mb: u64,
     mode: &str,
     uid: Option<u32>,
-    owner: TmpfsOwner,
+    flavor: Flavor,
     memory_mb: u64,
 ) -> String {
     let size = size_mb.clamp(1, memory_mb * 3 / 4);
-    let owner = match (uid, owner) {
+    let owner = match (uid, flavor) {
         (None, _) => String::new(),
-        (Some(uid), TmpfsOwner::UidOption) => format!(",uid={uid}"),
-        (Some(_), TmpfsOwner::ContainerUser) => ",U".to_owned(),
+        (Some(uid), Flavor::Docker) => format!(",uid={uid}"),
+        (Some(_), Flavor::Podman) => ",U".to_owned(),
     };
     format!("rw,nosuid,nodev,noexec,size={size}m,mode={mode}{owner}")
 }
@@ -138,23 +132,18 @@ pub(super) fn create_body(spec: &Spec<'_>) -> ContainerCreateBody {
                     u64::from(t.size_mb),
                     t.mode,
                     spec.run_as.or(t.uid),
-                    spec.tmpfs_owner,
+                    spec.flavor,
                     limits.memory_mb,
                 ),
             )
         })
         .collect();
-    if !tmpfs.contains_key("/tmp") {
-        tmpfs.insert(
-            "/tmp".to_owned(),
-            tmpfs_options(TMP_MB, "1777", None, spec.tmpfs_owner, limits.memory_mb),
-        );
-    }
-    for path in spec.implicit_tmpfs {
-        if !tmpfs.contains_key(*path) {
+    // `/tmp` on a read-only root, and what the engine would mount unsized by itself.
+    for path in std::iter::once("/tmp").chain(spec.flavor.implicit_tmpfs().iter().copied()) {
+        if !tmpfs.contains_key(path) {
             tmpfs.insert(
-                (*path).to_owned(),
-                tmpfs_options(TMP_MB, "1777", None, spec.tmpfs_owner, limits.memory_mb),
+                path.to_owned(),
+                tmpfs_options(TMP_MB, "1777", None, spec.flavor, limits.memory_mb),
             );
         }
     }
@@ -164,13 +153,7 @@ pub(super) fn create_body(spec: &Spec<'_>) -> ContainerCreateBody {
         if !tmpfs.contains_key(path) {
             tmpfs.insert(
                 path.to_owned(),
-                tmpfs_options(
-                    EXTRA_VOLUME_MB,
-                    "1777",
-                    None,
-                    spec.tmpfs_owner,
-                    limits.memory_mb,
-                ),
+                tmpfs_options(EXTRA_VOLUME_MB, "1777", None, spec.flavor, limits.memory_mb),
             );
         }
     }
@@ -289,8 +272,7 @@ mod tests {
             network,
             image_volumes: volumes,
             run_as: Some(1_500_000_123),
-            tmpfs_owner: TmpfsOwner::UidOption,
-            implicit_tmpfs: &[],
+            flavor: Flavor::Docker,
         };
         (create_body(&spec), admin, agent)
     }
@@ -440,8 +422,7 @@ mod tests {
                 network: SET,
                 image_volumes: &[],
                 run_as: Some(1_500_000_123),
-                tmpfs_owner: TmpfsOwner::ContainerUser,
-                implicit_tmpfs: &["/run", "/var/tmp"],
+                flavor: Flavor::Podman,
             });
             let host = body.host_config.expect("host config");
             let tmpfs = host.tmpfs.expect("tmpfs");
