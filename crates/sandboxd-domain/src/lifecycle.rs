@@ -139,6 +139,7 @@ pub fn plan(verb: Verb, held: Option<(&str, TaskState)>) -> Result<Move, OutOfOr
         | Verb::ResetSandbox
         | Verb::SandboxInfo
         | Verb::SandboxSql
+        | Verb::RunExperiment
         | Verb::Note
         | Verb::Evidence => Ok(Move::None),
     }

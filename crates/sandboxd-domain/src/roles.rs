@@ -26,12 +26,13 @@ pub enum Verb {
     ResetSandbox,
     SandboxInfo,
     SandboxSql,
+    RunExperiment,
     Note,
     Evidence,
 }
 
 impl Verb {
-    pub const ALL: [Verb; 16] = [
+    pub const ALL: [Verb; 17] = [
         Verb::GiveMeWork,
         Verb::IWillWorkOn,
         Verb::IAmDone,
@@ -46,6 +47,7 @@ impl Verb {
         Verb::ResetSandbox,
         Verb::SandboxInfo,
         Verb::SandboxSql,
+        Verb::RunExperiment,
         Verb::Note,
         Verb::Evidence,
     ];
@@ -66,6 +68,7 @@ impl Verb {
             Verb::ResetSandbox => "reset_sandbox",
             Verb::SandboxInfo => "sandbox_info",
             Verb::SandboxSql => "sandbox_sql",
+            Verb::RunExperiment => "run_experiment",
             Verb::Note => "note",
             Verb::Evidence => "evidence",
         }
@@ -156,6 +159,7 @@ impl Default for RoleBook {
                 ResetSandbox,
                 SandboxInfo,
                 SandboxSql,
+                RunExperiment,
                 Note,
                 Evidence,
             ]),
@@ -173,6 +177,7 @@ impl Default for RoleBook {
                 ResetSandbox,
                 SandboxInfo,
                 SandboxSql,
+                RunExperiment,
                 Note,
                 Evidence,
             ]),

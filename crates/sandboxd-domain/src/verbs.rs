@@ -79,6 +79,51 @@ pub struct SandboxSqlArgs {
 
 #[derive(Debug, Clone, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
+pub struct RunExperimentArgs {
+    /// A short Python script. `sql(query)` runs one statement against your sandbox's Postgres as
+    /// your sandbox account and returns its rows as a list of dicts (with `.columns`); print what
+    /// you want back. No files, network, environment or subprocesses; the standard library's
+    /// json, re, math, statistics, decimal, datetime, collections, itertools, csv, hashlib, time
+    /// and random are there.
+    pub script: String,
+    /// Which service `sql()` talks to, e.g. "postgres" (the default).
+    #[serde(default)]
+    pub service: Option<String>,
+    /// Tighter or looser limits than the defaults, each within its allowed range; the answer
+    /// states the limits the run had.
+    #[serde(default)]
+    pub limits: Option<ExperimentLimits>,
+}
+
+/// The limits of one experiment; any left out takes its default.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ExperimentLimits {
+    /// Wall time of the whole run, milliseconds.
+    #[serde(default)]
+    pub wall_ms: Option<u64>,
+    /// CPU, in WebAssembly fuel units (about one per instruction).
+    #[serde(default)]
+    pub fuel: Option<u64>,
+    /// Memory of the interpreter, bytes.
+    #[serde(default)]
+    pub memory_bytes: Option<u64>,
+    /// Characters of printed output kept.
+    #[serde(default)]
+    pub output_chars: Option<u32>,
+    /// `sql()` calls per run.
+    #[serde(default)]
+    pub sql_calls: Option<u32>,
+    /// Time one `sql()` statement may take, milliseconds.
+    #[serde(default)]
+    pub sql_ms: Option<u64>,
+    /// Rows one `sql()` call returns at most.
+    #[serde(default)]
+    pub sql_rows: Option<u32>,
+}
+
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
 pub struct NoteArgs {
     /// The note.
     pub text: String,
@@ -138,6 +183,9 @@ pub fn description(verb: Verb) -> &'static str {
         Verb::SandboxSql => {
             "Run one statement in your own sandbox as your sandbox account and get the rows back as JSON: one SQL statement for postgres or mariadb (EXPLAIN works), one command for redis. Rows, bytes and time are capped; the answer states the limits and whether rows were left out. It can change or drop data like any client."
         }
+        Verb::RunExperiment => {
+            "Run a short Python script in a WebAssembly sandbox whose one capability is sql(query) against your own sandbox's Postgres, as your sandbox account: load rows, time variants of a query, compare EXPLAIN plans. Answers what it printed and each sql() call's timing; wall time, CPU, memory, output and sql() calls are capped and the answer names any limit it met. Its statements can change or drop data like any client."
+        }
         Verb::SandboxInfo => {
             "Describe your sandbox without changing it: each service's engine, server version, features, endpoint (no password), when it was created and last used, and what ends it (idle timeout, maximum lifetime)."
         }
@@ -165,6 +213,7 @@ pub fn title(verb: Verb) -> &'static str {
         Verb::ResetSandbox => "Empty the sandbox in place",
         Verb::SandboxInfo => "Describe the sandbox",
         Verb::SandboxSql => "Run one statement in the sandbox",
+        Verb::RunExperiment => "Run a Python experiment against the sandbox",
         Verb::Note => "Note on the task",
         Verb::Evidence => "Record or read evidence",
     }
@@ -204,6 +253,8 @@ pub fn hints(verb: Verb) -> VerbHints {
         Verb::SandboxInfo => (true, false, true),
         // Any statement, DROP TABLE included.
         Verb::SandboxSql => (false, true, false),
+        // Its sql() calls run any statement.
+        Verb::RunExperiment => (false, true, false),
         // Each call adds one more entry.
         Verb::Note | Verb::Evidence => (false, false, false),
     };
@@ -234,6 +285,7 @@ pub fn schema(verb: Verb) -> serde_json::Value {
         | Verb::SandboxInfo => schemars::schema_for!(NoArgs),
         Verb::ResetSandbox => schemars::schema_for!(ResetSandboxArgs),
         Verb::SandboxSql => schemars::schema_for!(SandboxSqlArgs),
+        Verb::RunExperiment => schemars::schema_for!(RunExperimentArgs),
         Verb::IWillWorkOn => schemars::schema_for!(TaskArg),
         Verb::ClaimReview => schemars::schema_for!(OptionalTaskArg),
         Verb::IAmDone | Verb::IDocumented => schemars::schema_for!(SummaryArg),

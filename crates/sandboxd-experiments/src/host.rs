@@ -1,0 +1,209 @@
+//! What the guest's store holds: an empty WASI context (no files, sockets, environment or
+//! arguments; stdio goes nowhere), the memory limiter, and the `sql()` import, which counts,
+//! times and bounds every call.
+
+use std::time::{Duration, Instant};
+
+use wasmtime::ResourceLimiter;
+use wasmtime::component::ResourceTable;
+use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
+
+use crate::limits::{Limit, Limits};
+use crate::outcome::SqlCall;
+use crate::sql_port::{SqlPort, SqlRefusal};
+
+wasmtime::component::bindgen!({
+    path: "guest/wit",
+    world: "experiment",
+    imports: { default: async },
+    exports: { default: async },
+});
+
+/// How much of a statement the evidence repeats.
+const STATEMENT_SHOWN: usize = 200;
+/// The store waits this much past a statement's own timeout before giving up on the server.
+const SQL_GRACE: Duration = Duration::from_millis(500);
+/// Instances, tables and memories a CPython component needs (it has a handful of each).
+const MAX_INSTANCES: usize = 64;
+const MAX_TABLES: usize = 64;
+const MAX_TABLE_ELEMENTS: usize = 100_000;
+
+/// Linear memory and tables held to the run's limits, remembering whether growth was refused.
+#[derive(Debug)]
+pub(crate) struct Limiter {
+    memory_bytes: usize,
+    pub peak_bytes: usize,
+    pub memory_refused: bool,
+}
+
+impl ResourceLimiter for Limiter {
+    fn memory_growing(
+        &mut self,
+        _current: usize,
+        desired: usize,
+        _maximum: Option<usize>,
+    ) -> wasmtime::Result<bool> {
+        if desired > self.memory_bytes {
+            self.memory_refused = true;
+            return Ok(false);
+        }
+        self.peak_bytes = self.peak_bytes.max(desired);
+        Ok(true)
+    }
+
+    fn table_growing(
+        &mut self,
+        _current: usize,
+        desired: usize,
+        _maximum: Option<usize>,
+    ) -> wasmtime::Result<bool> {
+        Ok(desired <= MAX_TABLE_ELEMENTS)
+    }
+
+    fn instances(&self) -> usize {
+        MAX_INSTANCES
+    }
+
+    fn tables(&self) -> usize {
+        MAX_TABLES
+    }
+
+    fn memories(&self) -> usize {
+        MAX_INSTANCES
+    }
+}
+
+/// One run's store data.
+pub(crate) struct HostState {
+    wasi: WasiCtx,
+    table: ResourceTable,
+    pub limiter: Limiter,
+    sql: Box<dyn SqlPort>,
+    limits: Limits,
+    deadline: Instant,
+    pub calls: Vec<SqlCall>,
+    /// The limit that ended the run from inside a host call, if one did.
+    pub limit_hit: Option<(Limit, String)>,
+    pub rows_cut: bool,
+    /// The sandbox could not be reached: the run ends as an infrastructure failure.
+    pub connection_failed: Option<String>,
+}
+
+impl std::fmt::Debug for HostState {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("HostState")
+            .field("limits", &self.limits)
+            .field("calls", &self.calls.len())
+            .finish_non_exhaustive()
+    }
+}
+
+impl WasiView for HostState {
+    fn ctx(&mut self) -> WasiCtxView<'_> {
+        WasiCtxView {
+            ctx: &mut self.wasi,
+            table: &mut self.table,
+        }
+    }
+}
+
+impl HostState {
+    pub fn new(sql: Box<dyn SqlPort>, limits: Limits, deadline: Instant) -> Self {
+        let wasi = WasiCtx::builder()
+            .allow_tcp(false)
+            .allow_udp(false)
+            .allow_ip_name_lookup(false)
+            .socket_addr_check(|_, _| Box::pin(async { false }))
+            .build();
+        Self {
+            wasi,
+            table: ResourceTable::new(),
+            limiter: Limiter {
+                memory_bytes: usize::try_from(limits.memory_bytes).unwrap_or(usize::MAX),
+                peak_bytes: 0,
+                memory_refused: false,
+            },
+            sql,
+            limits,
+            deadline,
+            calls: Vec::new(),
+            limit_hit: None,
+            rows_cut: false,
+            connection_failed: None,
+        }
+    }
+
+    fn record(&mut self, statement: &str, started: Instant, rows: usize, outcome: &'static str) {
+        let shown: String = statement.chars().take(STATEMENT_SHOWN).collect();
+        self.calls.push(SqlCall {
+            statement: shown,
+            elapsed_ms: crate::millis(started.elapsed()),
+            rows,
+            outcome,
+        });
+    }
+
+    /// A refusal the guest turns into `ExperimentLimit` (it ends the run) or `SqlError`.
+    fn refusal(message: &str, limit: bool) -> String {
+        serde_json::json!({ "message": message, "limit": limit }).to_string()
+    }
+
+    fn stop_at(&mut self, limit: Limit, detail: String) -> String {
+        let answer = Self::refusal(&detail, true);
+        self.limit_hit.get_or_insert((limit, detail));
+        answer
+    }
+}
+
+impl ExperimentImports for HostState {
+    async fn sql(&mut self, query: String) -> Result<String, String> {
+        let started = Instant::now();
+        if self.calls.len() >= self.limits.sql_calls as usize {
+            self.record(&query, started, 0, "limit");
+            let detail = format!(
+                "sql() was called more than {} times (limits.sql_calls)",
+                self.limits.sql_calls
+            );
+            return Err(self.stop_at(Limit::SqlCalls, detail));
+        }
+        let left = self.deadline.saturating_duration_since(started);
+        let statement_time = self.limits.sql_timeout();
+        let wait = left.min(statement_time + SQL_GRACE);
+        let max_rows = self.limits.sql_rows as usize;
+        let answer = tokio::time::timeout(wait, self.sql.run(&query, max_rows, statement_time))
+            .await
+            .unwrap_or(Err(SqlRefusal::TimedOut));
+        match answer {
+            Ok(rows) => {
+                self.record(&query, started, rows.rows.len(), "ok");
+                self.rows_cut |= rows.truncated;
+                Ok(serde_json::to_string(&rows).unwrap_or_else(|_| "{}".to_owned()))
+            }
+            Err(SqlRefusal::Server(message)) => {
+                self.record(&query, started, 0, "refused");
+                Err(Self::refusal(&message, false))
+            }
+            Err(SqlRefusal::TimedOut) => {
+                self.record(&query, started, 0, "timed_out");
+                if Instant::now() >= self.deadline {
+                    let detail = format!(
+                        "the run's wall time ({} ms, limits.wall_ms) ran out inside sql()",
+                        self.limits.wall_ms
+                    );
+                    return Err(self.stop_at(Limit::WallMs, detail));
+                }
+                let detail = format!(
+                    "a statement ran past {} ms (limits.sql_ms) and was cancelled",
+                    self.limits.sql_ms
+                );
+                Err(self.stop_at(Limit::SqlMs, detail))
+            }
+            Err(SqlRefusal::Unavailable(detail)) => {
+                self.record(&query, started, 0, "refused");
+                let answer = Self::refusal(&format!("the sandbox connection failed: {detail}"), true);
+                self.connection_failed.get_or_insert(detail);
+                Err(answer)
+            }
+        }
+    }
+}

@@ -1,0 +1,27 @@
+//! `run_experiment`'s runtime. An agent's Python script runs inside a CPython interpreter
+//! compiled to a WebAssembly component (`guest/`, built by `scripts/build-guest.sh` with
+//! componentize-py), instantiated fresh per run by wasmtime. The guest has no files, sockets,
+//! environment, arguments or stdio; its one way out is the `sql` import, which the caller
+//! serves ([`SqlPort`]) over the agent's own connection. Limits ([`Limits`]) hold whatever the
+//! script does, and a run always ends within its wall time plus a small margin.
+//!
+//! This crate knows nothing of agents, sandboxes or databases: the broker resolves the
+//! caller's sandbox and opens the connection behind [`SqlPort`].
+
+mod guest;
+mod host;
+mod limits;
+mod outcome;
+mod runtime;
+mod sql_port;
+
+pub use guest::{GuestFiles, WASMTIME_VERSION};
+pub use limits::{Bounds, Limit, Limits, OutOfBounds, Policy};
+pub use outcome::{Ending, Run, RunReport, SqlCall, Unavailable};
+pub use runtime::{GuestStatus, Runtime};
+pub use sql_port::{SqlPort, SqlRefusal, SqlRows};
+
+/// Milliseconds with one decimal, as evidence shows them.
+pub(crate) fn millis(elapsed: std::time::Duration) -> f64 {
+    (elapsed.as_secs_f64() * 10_000.0).round() / 10.0
+}

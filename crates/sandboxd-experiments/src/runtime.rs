@@ -1,0 +1,443 @@
+//! The runtime: one wasmtime engine, the compiled guest ready to instantiate (`ExperimentPre`),
+//! and an epoch ticker. A run is a fresh store (nothing carries over between runs), held to its
+//! limits: the epoch callback interrupts at the wall deadline and yields to tokio on every tick
+//! in between (so a busy guest never holds a worker thread), fuel bounds CPU, the limiter bounds
+//! memory, and a timer around the whole run ends it even inside a host call.
+
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use tokio::sync::watch;
+use wasmtime::component::Linker;
+use wasmtime::{Config, Engine, Store, Trap, UpdateDeadline};
+
+use crate::guest::{GuestFiles, Load};
+use crate::host::{ExperimentPre, HostState};
+use crate::limits::{Limit, Limits, Policy};
+use crate::outcome::{Ending, Run, RunReport, Unavailable};
+use crate::sql_port::SqlPort;
+
+/// One epoch tick: the granularity of the wall-time limit and of yielding to tokio.
+const TICK: Duration = Duration::from_millis(10);
+/// How long past its wall time a run may take to end (the epoch check lands within a tick; a
+/// host call is cut by the timer).
+const MARGIN: Duration = Duration::from_millis(100);
+
+/// Where preparing the guest stands.
+#[derive(Clone)]
+enum Readiness {
+    /// Nothing under way (not started yet, or the last attempt failed and was reported).
+    Idle,
+    Preparing { since: Instant },
+    Ready(ExperimentPre<HostState>),
+    Failed(Unavailable),
+}
+
+/// What an operator sees of the runtime (`doctor`, the panel).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum GuestStatus {
+    Ready,
+    Preparing { seconds: u64 },
+    Failed(String),
+    NotStarted,
+}
+
+/// The experiment runtime, shared by every run.
+pub struct Runtime {
+    engine: Engine,
+    linker: Arc<Linker<HostState>>,
+    files: GuestFiles,
+    policy: Policy,
+    readiness: watch::Sender<Readiness>,
+    ticker: Arc<Ticker>,
+    ticker_thread: Mutex<Option<JoinHandle<()>>>,
+}
+
+impl std::fmt::Debug for Runtime {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Runtime")
+            .field("files", &self.files)
+            .field("status", &self.status())
+            .finish_non_exhaustive()
+    }
+}
+
+/// Ticks the engine's epoch while any run is under way, and sleeps otherwise.
+#[derive(Debug, Default)]
+struct Ticker {
+    active: AtomicUsize,
+    stop: AtomicBool,
+}
+
+/// Counts a run as active for as long as it lives.
+struct Active<'a>(&'a Runtime);
+
+impl Drop for Active<'_> {
+    fn drop(&mut self) {
+        self.0.ticker.active.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+impl Runtime {
+    /// Builds the engine and starts preparing the guest in the background (loading its
+    /// compiled form, or compiling it once). Needs a tokio runtime.
+    pub fn start(files: GuestFiles, policy: Policy) -> Result<Arc<Self>, Unavailable> {
+        let runtime_failed = |err: wasmtime::Error| Unavailable::Runtime {
+            detail: format!("{err:#}"),
+        };
+        let mut config = Config::new();
+        config.consume_fuel(true).epoch_interruption(true);
+        let engine = Engine::new(&config).map_err(runtime_failed)?;
+        let mut linker = Linker::<HostState>::new(&engine);
+        wasmtime_wasi::p2::add_to_linker_async(&mut linker).map_err(runtime_failed)?;
+        crate::host::Experiment::add_to_linker::<_, wasmtime::component::HasSelf<HostState>>(
+            &mut linker,
+            |state| state,
+        )
+        .map_err(runtime_failed)?;
+        let ticker = Arc::new(Ticker::default());
+        let thread = {
+            let (engine, ticker) = (engine.clone(), ticker.clone());
+            std::thread::Builder::new()
+                .name("experiment-epoch".into())
+                .spawn(move || tick(&engine, &ticker))
+                .map_err(|err| Unavailable::Runtime {
+                    detail: format!("starting the epoch ticker: {err}"),
+                })?
+        };
+        let runtime = Arc::new(Self {
+            engine,
+            linker: Arc::new(linker),
+            files,
+            policy,
+            readiness: watch::Sender::new(Readiness::Idle),
+            ticker,
+            ticker_thread: Mutex::new(Some(thread)),
+        });
+        runtime.begin_preparing();
+        Ok(runtime)
+    }
+
+    pub fn policy(&self) -> &Policy {
+        &self.policy
+    }
+
+    pub fn files(&self) -> &GuestFiles {
+        &self.files
+    }
+
+    pub fn status(&self) -> GuestStatus {
+        match &*self.readiness.borrow() {
+            Readiness::Idle => GuestStatus::NotStarted,
+            Readiness::Preparing { since } => GuestStatus::Preparing {
+                seconds: since.elapsed().as_secs(),
+            },
+            Readiness::Ready(_) => GuestStatus::Ready,
+            Readiness::Failed(err) => GuestStatus::Failed(err.to_string()),
+        }
+    }
+
+    /// Waits up to `wait` for the guest to be ready (or its preparation to fail).
+    pub async fn wait_ready(&self, wait: Duration) -> Result<(), Unavailable> {
+        self.prepared(Instant::now() + wait).await.map(|_| ())
+    }
+
+    /// Starts preparing unless it is under way or done.
+    fn begin_preparing(&self) {
+        let started = self.readiness.send_if_modified(|state| match state {
+            Readiness::Idle | Readiness::Failed(_) => {
+                *state = Readiness::Preparing {
+                    since: Instant::now(),
+                };
+                true
+            }
+            _ => false,
+        });
+        if !started {
+            return;
+        }
+        let (engine, linker, files) = (
+            self.engine.clone(),
+            self.linker.clone(),
+            self.files.clone(),
+        );
+        let readiness = self.readiness.clone();
+        // A blocking task of its own: compiling takes seconds and must outlive any one run
+        // that stops waiting for it.
+        tokio::task::spawn_blocking(move || {
+            let outcome = prepare(&engine, &linker, &files);
+            if let Err(err) = &outcome {
+                tracing::warn!(error = %err, "the experiment guest is not ready");
+            }
+            readiness.send_replace(match outcome {
+                Ok(pre) => Readiness::Ready(pre),
+                Err(err) => Readiness::Failed(err),
+            });
+        });
+    }
+
+    /// The compiled guest, waiting until `deadline` while it is prepared. A failure is
+    /// answered once; the next call starts over (and so compiles a guest found corrupt).
+    async fn prepared(&self, deadline: Instant) -> Result<ExperimentPre<HostState>, Unavailable> {
+        if matches!(*self.readiness.borrow(), Readiness::Idle) {
+            self.begin_preparing();
+        }
+        let mut watcher = self.readiness.subscribe();
+        let wait = deadline.saturating_duration_since(Instant::now());
+        let settled = tokio::time::timeout(
+            wait,
+            watcher.wait_for(|state| !matches!(state, Readiness::Preparing { .. })),
+        )
+        .await;
+        let state = match settled {
+            Ok(Ok(state)) => state.clone(),
+            Ok(Err(_)) => {
+                return Err(Unavailable::Runtime {
+                    detail: "the runtime stopped".into(),
+                });
+            }
+            Err(_) => self.readiness.borrow().clone(),
+        };
+        match state {
+            Readiness::Ready(pre) => Ok(pre),
+            Readiness::Preparing { since } => Err(Unavailable::Compiling {
+                seconds: since.elapsed().as_secs(),
+            }),
+            Readiness::Failed(err) => {
+                self.readiness.send_if_modified(|state| {
+                    let failed = matches!(state, Readiness::Failed(_));
+                    if failed {
+                        *state = Readiness::Idle;
+                    }
+                    failed
+                });
+                Err(err)
+            }
+            Readiness::Idle => Err(Unavailable::Compiling { seconds: 0 }),
+        }
+    }
+
+    /// Runs `script` under `limits` with `sql` as its one capability. `Err` only when the
+    /// runtime could not run it (retryable); whatever the script did is in `Run`. Ends within
+    /// the wall time plus a small margin, whatever the script or the database do.
+    pub async fn run(
+        &self,
+        script: &str,
+        limits: Limits,
+        sql: Box<dyn SqlPort>,
+    ) -> Result<Run, Unavailable> {
+        let started = Instant::now();
+        let deadline = started + limits.wall();
+        let pre = self.prepared(deadline).await?;
+        self.ticker.active.fetch_add(1, Ordering::SeqCst);
+        let _active = Active(self);
+        if let Some(thread) = self.ticker_thread.lock().ok().and_then(|t| {
+            t.as_ref().map(|t| t.thread().clone())
+        }) {
+            thread.unpark();
+        }
+
+        let mut store = Store::new(&self.engine, HostState::new(sql, limits, deadline));
+        store.limiter(|state| &mut state.limiter);
+        store
+            .set_fuel(limits.fuel)
+            .map_err(|err| Unavailable::Runtime {
+                detail: format!("{err:#}"),
+            })?;
+        store.set_epoch_deadline(1);
+        store.epoch_deadline_callback(move |_| {
+            Ok(if Instant::now() >= deadline {
+                UpdateDeadline::Interrupt
+            } else {
+                UpdateDeadline::Yield(1)
+            })
+        });
+        let answered = {
+            let work = async {
+                let experiment = pre.instantiate_async(&mut store).await?;
+                experiment
+                    .call_run(&mut store, script, limits.output_chars)
+                    .await
+            };
+            let left = deadline.saturating_duration_since(Instant::now());
+            tokio::time::timeout(left + MARGIN, work).await
+        };
+        let fuel_left = store.get_fuel().ok();
+        let state = store.into_data();
+        let (ending, output, dropped) = match answered {
+            Err(_) => (wall_time_ran_out(&limits), String::new(), 0),
+            Ok(Err(err)) => (trapped(&err, &state, &limits)?, String::new(), 0),
+            Ok(Ok(Ok(answer))) => {
+                let (output, dropped) = printed(&answer, limits.output_chars);
+                (Ending::Completed, output, dropped)
+            }
+            Ok(Ok(Err(answer))) => {
+                let (output, dropped) = printed(&answer, limits.output_chars);
+                (raised(&answer, &state)?, output, dropped)
+            }
+        };
+        let mut limits_met = Vec::new();
+        if state.rows_cut {
+            limits_met.push(Limit::SqlRows);
+        }
+        if dropped > 0 {
+            limits_met.push(Limit::OutputChars);
+        }
+        let interrupted = matches!(ending, Ending::LimitHit { limit: Limit::WallMs, .. });
+        let report = RunReport {
+            output,
+            output_dropped: dropped,
+            sql_calls: state.calls,
+            elapsed_ms: crate::millis(started.elapsed()),
+            fuel_used: fuel_left
+                .filter(|_| !interrupted)
+                .map(|left| limits.fuel.saturating_sub(left)),
+            memory_peak_bytes: state.limiter.peak_bytes as u64,
+            limits,
+            limits_met,
+        };
+        Ok(Run { ending, report })
+    }
+}
+
+impl Drop for Runtime {
+    fn drop(&mut self) {
+        self.ticker.stop.store(true, Ordering::SeqCst);
+        if let Some(thread) = self.ticker_thread.lock().ok().and_then(|mut t| t.take()) {
+            thread.thread().unpark();
+            let _ = thread.join();
+        }
+    }
+}
+
+fn tick(engine: &Engine, ticker: &Ticker) {
+    while !ticker.stop.load(Ordering::SeqCst) {
+        if ticker.active.load(Ordering::SeqCst) == 0 {
+            std::thread::park_timeout(Duration::from_secs(1));
+            continue;
+        }
+        std::thread::sleep(TICK);
+        engine.increment_epoch();
+    }
+}
+
+fn prepare(
+    engine: &Engine,
+    linker: &Linker<HostState>,
+    files: &GuestFiles,
+) -> Result<ExperimentPre<HostState>, Unavailable> {
+    let component_bytes = files.read_component()?;
+    let path = files.compiled_path(engine, &component_bytes);
+    let component = match files.load(engine, &path) {
+        Ok(component) => component,
+        Err(Load::Corrupt(why)) => return Err(Unavailable::GuestCorrupt { detail: why }),
+        Err(Load::Missing) => {
+            let started = Instant::now();
+            tracing::info!(path = %path.display(), "compiling the experiment guest");
+            let component = files.compile(engine, &component_bytes, &path)?;
+            tracing::info!(seconds = started.elapsed().as_secs_f64(), "compiled the experiment guest");
+            component
+        }
+    };
+    let runtime_failed = |err: wasmtime::Error| Unavailable::Runtime {
+        detail: format!("{err:#}"),
+    };
+    let pre = linker.instantiate_pre(&component).map_err(runtime_failed)?;
+    ExperimentPre::new(pre).map_err(runtime_failed)
+}
+
+fn wall_time_ran_out(limits: &Limits) -> Ending {
+    Ending::LimitHit {
+        limit: Limit::WallMs,
+        detail: format!(
+            "the script ran longer than {} ms (limits.wall_ms) and was stopped",
+            limits.wall_ms
+        ),
+    }
+}
+
+/// The ending of a run the guest did not return from.
+fn trapped(err: &wasmtime::Error, state: &HostState, limits: &Limits) -> Result<Ending, Unavailable> {
+    if let Some(detail) = &state.connection_failed {
+        return Err(Unavailable::Connection {
+            detail: detail.clone(),
+        });
+    }
+    if let Some((limit, detail)) = &state.limit_hit {
+        return Ok(Ending::LimitHit {
+            limit: *limit,
+            detail: detail.clone(),
+        });
+    }
+    Ok(match err.downcast_ref::<Trap>() {
+        Some(Trap::Interrupt) => wall_time_ran_out(limits),
+        Some(Trap::OutOfFuel) => Ending::LimitHit {
+            limit: Limit::Fuel,
+            detail: format!(
+                "the script used all {} units of fuel (limits.fuel) and was stopped",
+                limits.fuel
+            ),
+        },
+        _ if state.limiter.memory_refused => Ending::LimitHit {
+            limit: Limit::MemoryBytes,
+            detail: format!(
+                "the script needed more than {} bytes of memory (limits.memory_bytes)",
+                limits.memory_bytes
+            ),
+        },
+        Some(Trap::StackOverflow) => Ending::ScriptError {
+            traceback: "the script recursed until the interpreter's stack ran out".into(),
+        },
+        Some(trap) => Ending::ScriptError {
+            traceback: format!("the interpreter stopped: {trap}"),
+        },
+        None => {
+            return Err(Unavailable::Runtime {
+                detail: format!("{err:#}"),
+            });
+        }
+    })
+}
+
+/// The ending of a run the guest returned an error from: a traceback, or a limit it hit.
+fn raised(answer: &str, state: &HostState) -> Result<Ending, Unavailable> {
+    if let Some(detail) = &state.connection_failed {
+        return Err(Unavailable::Connection {
+            detail: detail.clone(),
+        });
+    }
+    let parsed: serde_json::Value = serde_json::from_str(answer).unwrap_or_default();
+    if let Some((limit, detail)) = &state.limit_hit {
+        return Ok(Ending::LimitHit {
+            limit: *limit,
+            detail: detail.clone(),
+        });
+    }
+    let traceback = parsed["traceback"]
+        .as_str()
+        .map_or_else(|| answer.to_owned(), str::to_owned);
+    if state.limiter.memory_refused && traceback.trim_end().ends_with("MemoryError") {
+        return Ok(Ending::LimitHit {
+            limit: Limit::MemoryBytes,
+            detail: format!(
+                "the script needed more memory than limits.memory_bytes allows:\n{traceback}"
+            ),
+        });
+    }
+    Ok(Ending::ScriptError { traceback })
+}
+
+/// The output a guest answer carries, and how much of it was dropped.
+/// Capped here too: the script can reach the guest's own cap and lift it.
+fn printed(answer: &str, limit: u32) -> (String, u64) {
+    let parsed: serde_json::Value = serde_json::from_str(answer).unwrap_or_default();
+    let output = parsed["output"].as_str().unwrap_or_default();
+    let mut dropped = parsed["dropped"].as_u64().unwrap_or(0);
+    let kept: String = output.chars().take(limit as usize).collect();
+    if kept.len() < output.len() {
+        dropped += output[kept.len()..].chars().count() as u64;
+    }
+    (kept, dropped)
+}
