@@ -13,7 +13,8 @@ use serde::{Deserialize, Serialize};
 use crate::error::BackendError;
 use crate::probe::FeatureProbe;
 use crate::wire::{
-    self, ActivationError, AdminSession, AgentStatement, QueryAnswer, QueryLimits, Reach,
+    self, ActivationError, AdminSession, AgentConnection, AgentStatement, QueryAnswer, QueryLimits,
+    Reach,
 };
 
 /// One instance to provision.
@@ -311,6 +312,33 @@ pub trait Backend: Send + Sync + fmt::Debug {
         )
         .await
         .map_err(wire_error(instance, "running a statement"))
+    }
+
+    /// A held connection as the handed-out account, never the superuser, whose statements the
+    /// server cancels past `statement_timeout` (`run_experiment`'s `sql()`). Postgres only.
+    async fn agent_connection(
+        &self,
+        instance: &Instance,
+        application: &str,
+        statement_timeout: std::time::Duration,
+    ) -> Result<AgentConnection, BackendError> {
+        if instance.engine.protocol != sandboxd_domain::Protocol::Postgres {
+            return Err(BackendError::Wire {
+                operation: "opening a connection",
+                name: instance.name.to_string(),
+                detail: format!("{} takes no held connection", instance.engine.name),
+            });
+        }
+        let (host, port) = self.admin_address(instance).await?;
+        AgentConnection::open(
+            Reach { host: &host, port },
+            &instance.agent,
+            &instance.database,
+            application,
+            statement_timeout,
+        )
+        .await
+        .map_err(wire_error(instance, "opening a connection"))
     }
 
     /// The server's full version, asked as the handed-out account.

@@ -31,6 +31,8 @@ pub struct BrokerConfig {
     /// How long a feature probe is trusted before what runs the engine (image id, host
     /// packages) is compared again; a change means a new probe.
     pub feature_probe_recheck: Duration,
+    /// `run_experiment`'s guest and limits; None turns experiments off.
+    pub experiments: Option<crate::ExperimentsConfig>,
 }
 
 impl BrokerConfig {
@@ -53,6 +55,7 @@ impl Default for BrokerConfig {
             pools: Vec::new(),
             pool_tuning: crate::pools::PoolTuning::default(),
             feature_probe_recheck: Duration::from_secs(60),
+            experiments: None,
         }
     }
 }

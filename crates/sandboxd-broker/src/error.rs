@@ -28,6 +28,9 @@ pub enum BrokerError {
     Store(#[source] StoreError),
     #[error("backend: {0}")]
     Backend(#[from] BackendError),
+    /// The experiment runtime could not be built (an engine configuration wasmtime refused).
+    #[error("experiments: {0}")]
+    Experiments(String),
 }
 
 impl From<StoreError> for BrokerError {

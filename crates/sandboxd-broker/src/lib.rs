@@ -7,7 +7,8 @@
 //! - `sandbox.rs`: whole-set sandboxes per agent, serialized per agent (`locks.rs`), re-verified
 //!   live on every cache hit, persisted with encrypted credentials so a restart keeps them;
 //!   `sandbox_verbs.rs`: what an agent does with the sandbox it holds (`reset_sandbox`,
-//!   `sandbox_info`).
+//!   `sandbox_info`, `sandbox_sql`); `experiments.rs`: `run_experiment`, a script in the
+//!   WebAssembly runtime whose `sql()` is the agent's own connection.
 //! - `feature_probes.rs`: which allowlisted features each backend really provides, probed on a
 //!   throwaway instance and cached: what agents are offered and operators may make standing.
 //! - `janitor.rs`: reaps instances whose owner is gone, from what the backends list.
@@ -29,6 +30,7 @@ mod backends;
 mod config;
 mod envelopes;
 mod error;
+mod experiments;
 mod feature_probes;
 mod guards;
 mod janitor;
@@ -45,6 +47,7 @@ pub use audit::{AuditAction, Outcome};
 pub use backends::Backends;
 pub use config::{BrokerConfig, SANDBOX_DB_ENABLED, parse_switch};
 pub use error::BrokerError;
+pub use experiments::ExperimentsConfig;
 pub use janitor::{JanitorReport, ReapReason};
 pub use operator::{
     InstanceView, SERVICES_AVAILABLE_ENV, SandboxView, SettingsView, Spawned, parse_task_state,
@@ -78,6 +81,8 @@ struct Inner {
     metrics: Arc<metrics::Metrics>,
     pools: Arc<pools::Pools>,
     feature_probes: feature_probes::FeatureProbes,
+    /// `run_experiment`'s runtime; None when experiments are turned off.
+    experiments: Option<Arc<sandboxd_experiments::Runtime>>,
     /// False until startup reconciliation finished: until then `request_sandbox` answers
     /// "provisioner unavailable" (retryable).
     ready: AtomicBool,
@@ -100,6 +105,13 @@ impl Broker {
             config.pool_tuning,
         ));
         let config_recheck = config.feature_probe_recheck;
+        let experiments = match &config.experiments {
+            Some(experiments) => Some(
+                sandboxd_experiments::Runtime::start(experiments.files.clone(), experiments.policy)
+                    .map_err(|err| BrokerError::Experiments(err.to_string()))?,
+            ),
+            None => None,
+        };
         let broker = Self {
             inner: Arc::new(Inner {
                 daemon: store.daemon_id().clone(),
@@ -111,6 +123,7 @@ impl Broker {
                 metrics: Arc::new(metrics::Metrics::default()),
                 pools,
                 feature_probes: feature_probes::FeatureProbes::new(config_recheck),
+                experiments,
                 ready: AtomicBool::new(false),
             }),
         };
@@ -153,6 +166,11 @@ impl Broker {
         shutdown: tokio_util::sync::CancellationToken,
     ) -> tokio::task::JoinHandle<()> {
         self.inner.pools.spawn(self.inner.metrics.clone(), shutdown)
+    }
+
+    /// Whether the experiment runtime is ready, preparing or failed (None: turned off).
+    pub fn experiments_status(&self) -> Option<sandboxd_experiments::GuestStatus> {
+        self.inner.experiments.as_ref().map(|r| r.status())
     }
 
     pub fn config(&self) -> &BrokerConfig {

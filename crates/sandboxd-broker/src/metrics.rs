@@ -63,6 +63,17 @@ pub struct PoolFailureLabels {
     pub stage: &'static str,
 }
 
+/// How an experiment ended: `completed`, `script_error`, `limit` or `unavailable`.
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ExperimentLabels {
+    pub outcome: &'static str,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct LimitLabels {
+    pub limit: &'static str,
+}
+
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct VerbLabels {
     pub verb: &'static str,
@@ -72,6 +83,11 @@ pub struct VerbLabels {
 fn reset_histogram() -> Histogram {
     // 1 ms … ~8 s: a Redis flush takes a millisecond, a Postgres reset with features seconds.
     Histogram::new(exponential_buckets(0.001, 2.0, 14))
+}
+
+fn experiment_histogram() -> Histogram {
+    // 1 ms … ~65 s: a trivial script takes milliseconds, the longest wall limit a minute.
+    Histogram::new(exponential_buckets(0.001, 2.0, 17))
 }
 
 fn provision_histogram() -> Histogram {
@@ -95,6 +111,8 @@ pub struct Metrics {
     pub pool_requests: Family<PoolResultLabels, Counter>,
     pub pool_member_failures: Family<PoolFailureLabels, Counter>,
     pub feature_probes: Family<PoolResultLabels, Counter>,
+    pub experiment_seconds: Family<ExperimentLabels, Histogram, fn() -> Histogram>,
+    pub experiment_limits: Family<LimitLabels, Counter>,
 }
 
 impl Default for Metrics {
@@ -118,6 +136,23 @@ impl Default for Metrics {
         let pool_requests = Family::<PoolResultLabels, Counter>::default();
         let pool_member_failures = Family::<PoolFailureLabels, Counter>::default();
         let feature_probes = Family::<PoolResultLabels, Counter>::default();
+        let experiment_seconds =
+            Family::<ExperimentLabels, Histogram, fn() -> Histogram>::new_with_constructor(
+                experiment_histogram,
+            );
+        let experiment_limits = Family::<LimitLabels, Counter>::default();
+        registry.register(
+            "experiment_seconds",
+            "run_experiment runs by outcome (completed, script_error, limit, unavailable) and \
+             their time from call to answer",
+            experiment_seconds.clone(),
+        );
+        registry.register(
+            "experiment_limit_hits",
+            "Limits experiments met, by limit (the ones that ended a run and the ones that cut \
+             rows or output)",
+            experiment_limits.clone(),
+        );
         registry.register(
             "pool_idle_members",
             "Warm-pool members ready to be handed out, per engine and backend",
@@ -193,6 +228,8 @@ impl Default for Metrics {
             pool_requests,
             pool_member_failures,
             feature_probes,
+            experiment_seconds,
+            experiment_limits,
         }
     }
 }
@@ -213,6 +250,18 @@ impl Metrics {
                 backend: backend.as_str(),
             })
             .observe(took.as_secs_f64());
+    }
+
+    /// One experiment run: how it ended, how long it took, and every limit it met.
+    pub fn experiment(&self, outcome: &'static str, took: Duration, limits: &[&'static str]) {
+        self.experiment_seconds
+            .get_or_create(&ExperimentLabels { outcome })
+            .observe(took.as_secs_f64());
+        for limit in limits {
+            self.experiment_limits
+                .get_or_create(&LimitLabels { limit })
+                .inc();
+        }
     }
 
     pub fn reset(&self, engine: EngineRef, ok: bool, took: Duration) {

@@ -49,7 +49,7 @@ fn millis(elapsed: Duration) -> f64 {
 
 impl Broker {
     /// The agent's stored sandbox, or the refusal that says to request one first.
-    async fn held_sandbox(&self, agent: &Agent) -> Result<Vec<Instance>, ErrorEnvelope> {
+    pub(crate) async fn held_sandbox(&self, agent: &Agent) -> Result<Vec<Instance>, ErrorEnvelope> {
         let instances = self
             .store()
             .instances_of(&agent.slug)

@@ -45,6 +45,17 @@ fn check_text(verb: Verb, text: &str) -> Result<(), ErrorEnvelope> {
     Ok(())
 }
 
+/// What an audit row keeps of a refusal: its first line, capped (a script's traceback and
+/// output stay in the answer, not the trail).
+fn audit_line(message: &str) -> String {
+    const MAX: usize = 300;
+    let line = message.lines().next().unwrap_or_default();
+    match line.char_indices().nth(MAX) {
+        Some((cut, _)) => format!("{}…", &line[..cut]),
+        None => line.to_owned(),
+    }
+}
+
 fn briefing(task: &Task) -> String {
     format!("Task {}: {}\n{}", task.id, task.title, task.description)
         .trim_end()
@@ -67,7 +78,7 @@ impl Broker {
             Err(err) => (
                 Outcome::Failed(err.error),
                 agent.slug.to_string(),
-                err.message.clone(),
+                audit_line(&err.message),
             ),
         };
         self.inner.metrics.verb(verb, result);
@@ -149,6 +160,7 @@ impl Broker {
             }
             Verb::ResetSandbox => self.reset_sandbox(agent, parse(verb, args)?).await,
             Verb::SandboxSql => self.sandbox_sql(agent, parse(verb, args)?).await,
+            Verb::RunExperiment => self.run_experiment(agent, parse(verb, args)?).await,
             Verb::SandboxInfo => {
                 let _: NoArgs = parse(verb, args)?;
                 self.sandbox_info(agent).await

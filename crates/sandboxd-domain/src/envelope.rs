@@ -35,6 +35,13 @@ pub enum ErrorCode {
     TaskTaken,
     /// No open task to hand out.
     NoWork,
+    /// An experiment's script raised: the message carries its traceback.
+    ScriptError,
+    /// An experiment met one of its limits: the message names it.
+    LimitExceeded,
+    /// The experiment runtime could not run the script (guest missing or being compiled, a
+    /// runtime failure, the sandbox unreachable); nothing of the script ran to its end.
+    RuntimeUnavailable,
     /// Something failed inside sandboxd; details are in its log, not here.
     Internal,
 }
@@ -55,6 +62,9 @@ impl ErrorCode {
             Self::NotFound => "not_found",
             Self::TaskTaken => "task_taken",
             Self::NoWork => "no_work",
+            Self::ScriptError => "script_error",
+            Self::LimitExceeded => "limit_exceeded",
+            Self::RuntimeUnavailable => "runtime_unavailable",
             Self::Internal => "internal",
         }
     }
@@ -62,7 +72,11 @@ impl ErrorCode {
     pub fn retryable(self) -> bool {
         matches!(
             self,
-            Self::ProvisionerUnavailable | Self::InvalidState | Self::NoWork | Self::Internal
+            Self::ProvisionerUnavailable
+                | Self::InvalidState
+                | Self::NoWork
+                | Self::RuntimeUnavailable
+                | Self::Internal
         )
     }
 }

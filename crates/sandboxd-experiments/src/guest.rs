@@ -47,13 +47,16 @@ impl GuestFiles {
     /// The compiled guest's path for this engine and component.
     pub(crate) fn compiled_path(&self, engine: &Engine, component: &[u8]) -> PathBuf {
         let mut engine_hash = std::hash::DefaultHasher::new();
-        engine.precompile_compatibility_hash().hash(&mut engine_hash);
+        engine
+            .precompile_compatibility_hash()
+            .hash(&mut engine_hash);
         let mut key = Sha256::new();
         key.update(WASMTIME_VERSION.as_bytes());
         key.update(engine_hash.finish().to_le_bytes());
         key.update(Sha256::digest(component));
         let key = hex::encode(key.finalize());
-        self.cache_dir.join(format!("experiment-{}.cwasm", &key[..24]))
+        self.cache_dir
+            .join(format!("experiment-{}.cwasm", &key[..24]))
     }
 
     /// The compiled guest at `path`, if its bytes are the ones this cache wrote.

@@ -200,7 +200,8 @@ impl ExperimentImports for HostState {
             }
             Err(SqlRefusal::Unavailable(detail)) => {
                 self.record(&query, started, 0, "refused");
-                let answer = Self::refusal(&format!("the sandbox connection failed: {detail}"), true);
+                let answer =
+                    Self::refusal(&format!("the sandbox connection failed: {detail}"), true);
                 self.connection_failed.get_or_insert(detail);
                 Err(answer)
             }

@@ -85,16 +85,44 @@ const MIB: u64 = 1024 * 1024;
 impl Default for Policy {
     fn default() -> Self {
         Self {
-            wall_ms: Bounds { min: 100, default: 10_000, max: 60_000 },
+            wall_ms: Bounds {
+                min: 100,
+                default: 10_000,
+                max: 60_000,
+            },
             // CPython in the guest spends a few hundred units per bytecode; the default lets a
             // loop run about as long as the default wall time allows.
-            fuel: Bounds { min: 1_000_000, default: 20_000_000_000, max: 200_000_000_000 },
+            fuel: Bounds {
+                min: 1_000_000,
+                default: 20_000_000_000,
+                max: 200_000_000_000,
+            },
             // The interpreter's own image takes about 30 MiB of it.
-            memory_bytes: Bounds { min: 64 * MIB, default: 256 * MIB, max: 1024 * MIB },
-            output_chars: Bounds { min: 1, default: 64 * 1024, max: 1024 * 1024 },
-            sql_calls: Bounds { min: 0, default: 1_000, max: 100_000 },
-            sql_ms: Bounds { min: 10, default: 5_000, max: 30_000 },
-            sql_rows: Bounds { min: 1, default: 1_000, max: 10_000 },
+            memory_bytes: Bounds {
+                min: 64 * MIB,
+                default: 256 * MIB,
+                max: 1024 * MIB,
+            },
+            output_chars: Bounds {
+                min: 1,
+                default: 64 * 1024,
+                max: 1024 * 1024,
+            },
+            sql_calls: Bounds {
+                min: 0,
+                default: 1_000,
+                max: 100_000,
+            },
+            sql_ms: Bounds {
+                min: 10,
+                default: 5_000,
+                max: 30_000,
+            },
+            sql_rows: Bounds {
+                min: 1,
+                default: 1_000,
+                max: 10_000,
+            },
         }
     }
 }
@@ -111,6 +139,19 @@ pub struct OutOfBounds {
 }
 
 impl Policy {
+    /// One limit's default and range.
+    pub fn bounds(&self, limit: Limit) -> Bounds {
+        match limit {
+            Limit::WallMs => self.wall_ms,
+            Limit::Fuel => self.fuel,
+            Limit::MemoryBytes => self.memory_bytes,
+            Limit::OutputChars => self.output_chars,
+            Limit::SqlCalls => self.sql_calls,
+            Limit::SqlMs => self.sql_ms,
+            Limit::SqlRows => self.sql_rows,
+        }
+    }
+
     /// The limits a run gets for `request`, or the first one asked for out of its range.
     pub fn resolve(&self, request: &LimitsRequest) -> Result<Limits, OutOfBounds> {
         let pick = |limit: Limit, bounds: Bounds, asked: Option<u64>| match asked {
@@ -184,7 +225,10 @@ mod tests {
         assert_eq!(err.limit, Limit::MemoryBytes);
         let text = err.to_string();
         assert!(text.contains("limits.memory_bytes"), "{text}");
-        assert!(text.contains(&policy.memory_bytes.max.to_string()), "{text}");
+        assert!(
+            text.contains(&policy.memory_bytes.max.to_string()),
+            "{text}"
+        );
     }
 
     #[test]

@@ -54,11 +54,15 @@ pub struct Run {
 /// The runtime could not run the script at all: not the script's fault, worth retrying.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum Unavailable {
-    #[error("the experiment guest is not installed (looked for {path}); an operator installs it with scripts/build-guest.sh")]
+    #[error(
+        "the experiment guest is not installed (looked for {path}); an operator installs it with scripts/build-guest.sh"
+    )]
     GuestMissing { path: String },
     #[error("the compiled experiment guest was unusable ({detail}); it is being compiled again")]
     GuestCorrupt { detail: String },
-    #[error("the experiment guest is being compiled (for {seconds} s so far); it is ready in a moment")]
+    #[error(
+        "the experiment guest is being compiled (for {seconds} s so far); it is ready in a moment"
+    )]
     Compiling { seconds: u64 },
     #[error("compiling the experiment guest failed: {detail}")]
     CompileFailed { detail: String },

@@ -30,7 +30,9 @@ const MARGIN: Duration = Duration::from_millis(100);
 enum Readiness {
     /// Nothing under way (not started yet, or the last attempt failed and was reported).
     Idle,
-    Preparing { since: Instant },
+    Preparing {
+        since: Instant,
+    },
     Ready(ExperimentPre<HostState>),
     Failed(Unavailable),
 }
@@ -158,11 +160,8 @@ impl Runtime {
         if !started {
             return;
         }
-        let (engine, linker, files) = (
-            self.engine.clone(),
-            self.linker.clone(),
-            self.files.clone(),
-        );
+        let (engine, linker, files) =
+            (self.engine.clone(), self.linker.clone(), self.files.clone());
         let readiness = self.readiness.clone();
         // A blocking task of its own: compiling takes seconds and must outlive any one run
         // that stops waiting for it.
@@ -233,9 +232,12 @@ impl Runtime {
         let pre = self.prepared(deadline).await?;
         self.ticker.active.fetch_add(1, Ordering::SeqCst);
         let _active = Active(self);
-        if let Some(thread) = self.ticker_thread.lock().ok().and_then(|t| {
-            t.as_ref().map(|t| t.thread().clone())
-        }) {
+        if let Some(thread) = self
+            .ticker_thread
+            .lock()
+            .ok()
+            .and_then(|t| t.as_ref().map(|t| t.thread().clone()))
+        {
             thread.unpark();
         }
 
@@ -285,7 +287,13 @@ impl Runtime {
         if dropped > 0 {
             limits_met.push(Limit::OutputChars);
         }
-        let interrupted = matches!(ending, Ending::LimitHit { limit: Limit::WallMs, .. });
+        let interrupted = matches!(
+            ending,
+            Ending::LimitHit {
+                limit: Limit::WallMs,
+                ..
+            }
+        );
         let report = RunReport {
             output,
             output_dropped: dropped,
@@ -337,7 +345,10 @@ fn prepare(
             let started = Instant::now();
             tracing::info!(path = %path.display(), "compiling the experiment guest");
             let component = files.compile(engine, &component_bytes, &path)?;
-            tracing::info!(seconds = started.elapsed().as_secs_f64(), "compiled the experiment guest");
+            tracing::info!(
+                seconds = started.elapsed().as_secs_f64(),
+                "compiled the experiment guest"
+            );
             component
         }
     };
@@ -359,7 +370,11 @@ fn wall_time_ran_out(limits: &Limits) -> Ending {
 }
 
 /// The ending of a run the guest did not return from.
-fn trapped(err: &wasmtime::Error, state: &HostState, limits: &Limits) -> Result<Ending, Unavailable> {
+fn trapped(
+    err: &wasmtime::Error,
+    state: &HostState,
+    limits: &Limits,
+) -> Result<Ending, Unavailable> {
     if let Some(detail) = &state.connection_failed {
         return Err(Unavailable::Connection {
             detail: detail.clone(),

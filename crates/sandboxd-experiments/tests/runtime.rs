@@ -1,13 +1,13 @@
 //! The runtime against the real guest (built by scripts/build-guest.sh) with no database behind
 //! `sql()`: what the sandbox lets a script do, and how each limit ends a run.
 
-use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use sandboxd_domain::verbs::ExperimentLimits;
 use sandboxd_experiments::{
-    Ending, GuestFiles, Limit, Limits, Policy, Run, Runtime, SqlPort, SqlRefusal, SqlRows, Unavailable,
+    Ending, GuestFiles, Limit, Limits, Policy, Run, Runtime, SqlPort, SqlRefusal, SqlRows,
+    Unavailable,
 };
 
 /// `sql()` with nothing behind it: every statement is refused by "the server".
@@ -16,24 +16,27 @@ struct NoDatabase;
 #[async_trait::async_trait]
 impl SqlPort for NoDatabase {
     async fn run(&mut self, statement: &str, _: usize, _: Duration) -> Result<SqlRows, SqlRefusal> {
-        Err(SqlRefusal::Server(format!("no database here ({} bytes)", statement.len())))
+        Err(SqlRefusal::Server(format!(
+            "no database here ({} bytes)",
+            statement.len()
+        )))
     }
 }
 
 fn guest_files() -> GuestFiles {
-    let component = std::env::var_os("SANDBOXD_EXPERIMENT_GUEST")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from("/var/cache/sandboxd-guest/current/experiment.wasm"));
-    let cache_dir = std::env::var_os("SANDBOXD_EXPERIMENT_CACHE")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from("/var/cache/sandboxd-guest/compiled"));
-    GuestFiles { component, cache_dir }
+    GuestFiles {
+        component: sandboxd_testkit::experiment_guest(),
+        cache_dir: sandboxd_testkit::experiment_cache(),
+    }
 }
 
 async fn runtime() -> Arc<Runtime> {
     let runtime = Runtime::start(guest_files(), Policy::default()).expect("runtime");
     let started = Instant::now();
-    runtime.wait_ready(Duration::from_secs(600)).await.expect("guest ready");
+    runtime
+        .wait_ready(Duration::from_secs(600))
+        .await
+        .expect("guest ready");
     eprintln!("guest ready in {:?}", started.elapsed());
     runtime
 }
@@ -52,16 +55,29 @@ async fn run(runtime: &Runtime, script: &str, request: ExperimentLimits) -> Run 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_script_prints_and_its_output_comes_back() {
     let runtime = runtime().await;
-    let run = run(&runtime, "import math\nprint(1)\nprint(math.sqrt(16))", ExperimentLimits::default()).await;
+    let run = run(
+        &runtime,
+        "import math\nprint(1)\nprint(math.sqrt(16))",
+        ExperimentLimits::default(),
+    )
+    .await;
     assert_eq!(run.ending, Ending::Completed, "{run:?}");
     assert_eq!(run.report.output, "1\n4.0\n");
     for _ in 0..5 {
         let started = Instant::now();
         let again = runtime
-            .run("print(1)", limits(ExperimentLimits::default()), Box::new(NoDatabase))
+            .run(
+                "print(1)",
+                limits(ExperimentLimits::default()),
+                Box::new(NoDatabase),
+            )
             .await
             .expect("ran");
-        eprintln!("warm run: {:?} ({:?})", started.elapsed(), again.report.fuel_used);
+        eprintln!(
+            "warm run: {:?} ({:?})",
+            started.elapsed(),
+            again.report.fuel_used
+        );
     }
 }
 
@@ -72,11 +88,23 @@ async fn a_busy_loop_stops_at_the_wall_time() {
     let run = run(
         &runtime,
         "while True:\n    pass",
-        ExperimentLimits { wall_ms: Some(1_000), ..Default::default() },
+        ExperimentLimits {
+            wall_ms: Some(1_000),
+            ..Default::default()
+        },
     )
     .await;
     let took = started.elapsed();
-    assert!(matches!(run.ending, Ending::LimitHit { limit: Limit::WallMs, .. }), "{run:?}");
+    assert!(
+        matches!(
+            run.ending,
+            Ending::LimitHit {
+                limit: Limit::WallMs,
+                ..
+            }
+        ),
+        "{run:?}"
+    );
     assert!(took < Duration::from_millis(1_300), "{took:?}");
 }
 
@@ -103,8 +131,16 @@ print("environ", dict(os.environ))
     let run = run(&runtime, script, ExperimentLimits::default()).await;
     assert_eq!(run.ending, Ending::Completed, "{run:?}");
     eprintln!("{}", run.report.output);
-    assert!(!run.report.output.contains("WORKED"), "{}", run.report.output);
-    assert!(run.report.output.contains("environ {}"), "{}", run.report.output);
+    assert!(
+        !run.report.output.contains("WORKED"),
+        "{}",
+        run.report.output
+    );
+    assert!(
+        run.report.output.contains("environ {}"),
+        "{}",
+        run.report.output
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -114,11 +150,23 @@ async fn sleeping_past_the_wall_time_is_stopped_at_it() {
     let run = run(
         &runtime,
         "import time\nprint('before')\ntime.sleep(30)\nprint('after')",
-        ExperimentLimits { wall_ms: Some(1_000), ..Default::default() },
+        ExperimentLimits {
+            wall_ms: Some(1_000),
+            ..Default::default()
+        },
     )
     .await;
     let took = started.elapsed();
-    assert!(matches!(run.ending, Ending::LimitHit { limit: Limit::WallMs, .. }), "{run:?}");
+    assert!(
+        matches!(
+            run.ending,
+            Ending::LimitHit {
+                limit: Limit::WallMs,
+                ..
+            }
+        ),
+        "{run:?}"
+    );
     assert!(took < Duration::from_millis(1_300), "{took:?}");
 }
 
@@ -128,13 +176,38 @@ async fn a_memory_bomb_is_stopped_at_the_memory_limit() {
     let run = run(
         &runtime,
         "blocks = []\nwhile True:\n    blocks.append('x' * (16 * 1024 * 1024))",
-        ExperimentLimits { memory_bytes: Some(128 * 1024 * 1024), ..Default::default() },
+        ExperimentLimits {
+            memory_bytes: Some(128 * 1024 * 1024),
+            ..Default::default()
+        },
     )
     .await;
-    assert!(matches!(run.ending, Ending::LimitHit { limit: Limit::MemoryBytes, .. }), "{run:?}");
-    assert!(run.report.memory_peak_bytes <= 128 * 1024 * 1024, "{:?}", run.report);
+    assert!(
+        matches!(
+            run.ending,
+            Ending::LimitHit {
+                limit: Limit::MemoryBytes,
+                ..
+            }
+        ),
+        "{run:?}"
+    );
+    assert!(
+        run.report.memory_peak_bytes <= 128 * 1024 * 1024,
+        "{:?}",
+        run.report
+    );
     let big = run_one(&runtime, "s = 'x' * (1024 ** 3)\nprint(len(s))").await;
-    assert!(matches!(big.ending, Ending::LimitHit { limit: Limit::MemoryBytes, .. }), "{big:?}");
+    assert!(
+        matches!(
+            big.ending,
+            Ending::LimitHit {
+                limit: Limit::MemoryBytes,
+                ..
+            }
+        ),
+        "{big:?}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -143,10 +216,22 @@ async fn cpu_is_bounded_by_fuel() {
     let run = run(
         &runtime,
         "n = 0\nwhile True:\n    n += 1",
-        ExperimentLimits { fuel: Some(50_000_000), ..Default::default() },
+        ExperimentLimits {
+            fuel: Some(50_000_000),
+            ..Default::default()
+        },
     )
     .await;
-    assert!(matches!(run.ending, Ending::LimitHit { limit: Limit::Fuel, .. }), "{run:?}");
+    assert!(
+        matches!(
+            run.ending,
+            Ending::LimitHit {
+                limit: Limit::Fuel,
+                ..
+            }
+        ),
+        "{run:?}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -156,7 +241,10 @@ async fn deep_recursion_and_huge_output_are_bounded() {
     let Ending::ScriptError { traceback } = &deep.ending else {
         panic!("{deep:?}");
     };
-    assert!(traceback.contains("RecursionError") || traceback.contains("stack"), "{traceback}");
+    assert!(
+        traceback.contains("RecursionError") || traceback.contains("stack"),
+        "{traceback}"
+    );
     let c_deep = run_one(
         &runtime,
         "import sys\nsys.setrecursionlimit(10**9)\ndef f(n):\n    return f(n + 1)\nf(0)",
@@ -166,7 +254,11 @@ async fn deep_recursion_and_huge_output_are_bounded() {
     assert!(
         matches!(
             c_deep.ending,
-            Ending::ScriptError { .. } | Ending::LimitHit { limit: Limit::MemoryBytes, .. }
+            Ending::ScriptError { .. }
+                | Ending::LimitHit {
+                    limit: Limit::MemoryBytes,
+                    ..
+                }
         ),
         "{c_deep:?}"
     );
@@ -174,21 +266,36 @@ async fn deep_recursion_and_huge_output_are_bounded() {
     let loud = run(
         &runtime,
         "for i in range(100000):\n    print('line', i)",
-        ExperimentLimits { output_chars: Some(1000), ..Default::default() },
+        ExperimentLimits {
+            output_chars: Some(1000),
+            ..Default::default()
+        },
     )
     .await;
     assert_eq!(loud.ending, Ending::Completed, "{loud:?}");
     assert_eq!(loud.report.output.chars().count(), 1000);
-    assert!(loud.report.output_dropped > 1_000_000, "{:?}", loud.report.output_dropped);
+    assert!(
+        loud.report.output_dropped > 1_000_000,
+        "{:?}",
+        loud.report.output_dropped
+    );
     assert!(loud.report.limits_met.contains(&Limit::OutputChars));
     // Lifting the guest's own cap does not lift the host's.
     let sneaky = run(
         &runtime,
         "import sys\nsys.stdout.limit = 10**9\nprint('y' * 100000)",
-        ExperimentLimits { output_chars: Some(1000), ..Default::default() },
+        ExperimentLimits {
+            output_chars: Some(1000),
+            ..Default::default()
+        },
     )
     .await;
-    assert_eq!(sneaky.report.output.chars().count(), 1000, "{:?}", sneaky.ending);
+    assert_eq!(
+        sneaky.report.output.chars().count(),
+        1000,
+        "{:?}",
+        sneaky.ending
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -203,9 +310,17 @@ async fn a_script_error_answers_its_traceback_and_output_so_far() {
     assert!(traceback.contains("KeyError"), "{traceback}");
     assert!(!traceback.contains("app.py"), "{traceback}");
     assert_eq!(run.report.output, "so far\n");
-    let refused = run_one(&runtime, "try:\n    sql('SELECT 1')\nexcept SqlError as e:\n    print('refused:', e)").await;
+    let refused = run_one(
+        &runtime,
+        "try:\n    sql('SELECT 1')\nexcept SqlError as e:\n    print('refused:', e)",
+    )
+    .await;
     assert_eq!(refused.ending, Ending::Completed, "{refused:?}");
-    assert!(refused.report.output.contains("no database here"), "{:?}", refused.report);
+    assert!(
+        refused.report.output.contains("no database here"),
+        "{:?}",
+        refused.report
+    );
     assert_eq!(refused.report.sql_calls.len(), 1);
 }
 
@@ -218,7 +333,16 @@ async fn sql_calls_are_counted_and_stopped_at_their_limit() {
         ExperimentLimits { sql_calls: Some(3), ..Default::default() },
     )
     .await;
-    assert!(matches!(run.ending, Ending::LimitHit { limit: Limit::SqlCalls, .. }), "{run:?}");
+    assert!(
+        matches!(
+            run.ending,
+            Ending::LimitHit {
+                limit: Limit::SqlCalls,
+                ..
+            }
+        ),
+        "{run:?}"
+    );
     assert_eq!(run.report.sql_calls.len(), 4, "{:?}", run.report.sql_calls);
 }
 
@@ -235,7 +359,14 @@ async fn eight_concurrent_runs_each_keep_their_own_limits() {
             };
             let started = Instant::now();
             let run = runtime
-                .run(&script, limits(ExperimentLimits { wall_ms: Some(wall), ..Default::default() }), Box::new(NoDatabase))
+                .run(
+                    &script,
+                    limits(ExperimentLimits {
+                        wall_ms: Some(wall),
+                        ..Default::default()
+                    }),
+                    Box::new(NoDatabase),
+                )
                 .await
                 .expect("ran");
             (i, wall, run, started.elapsed())
@@ -243,7 +374,16 @@ async fn eight_concurrent_runs_each_keep_their_own_limits() {
     });
     for (i, wall, run, took) in futures::future::join_all(runs).await {
         if i % 2 == 0 {
-            assert!(matches!(run.ending, Ending::LimitHit { limit: Limit::WallMs, .. }), "{i}: {run:?}");
+            assert!(
+                matches!(
+                    run.ending,
+                    Ending::LimitHit {
+                        limit: Limit::WallMs,
+                        ..
+                    }
+                ),
+                "{i}: {run:?}"
+            );
             assert!(took >= Duration::from_millis(wall), "{i}: {took:?}");
             assert!(took < Duration::from_millis(wall + 400), "{i}: {took:?}");
         } else {
@@ -278,21 +418,39 @@ async fn a_corrupt_compiled_guest_is_a_retryable_failure_and_is_compiled_again()
             damaged += 1;
         }
     }
-    assert!(damaged > 0, "no compiled guest in {}", shared.cache_dir.display());
-    let files = GuestFiles { component: shared.component.clone(), cache_dir: cache.path().to_owned() };
+    assert!(
+        damaged > 0,
+        "no compiled guest in {}",
+        shared.cache_dir.display()
+    );
+    let files = GuestFiles {
+        component: shared.component.clone(),
+        cache_dir: cache.path().to_owned(),
+    };
     let runtime = Runtime::start(files, Policy::default()).expect("runtime");
     let first = runtime
-        .run("print(1)", limits(ExperimentLimits::default()), Box::new(NoDatabase))
+        .run(
+            "print(1)",
+            limits(ExperimentLimits::default()),
+            Box::new(NoDatabase),
+        )
         .await
         .expect_err("a damaged guest cannot run");
-    assert!(matches!(first, Unavailable::GuestCorrupt { .. }), "{first:?}");
+    assert!(
+        matches!(first, Unavailable::GuestCorrupt { .. }),
+        "{first:?}"
+    );
     assert!(first.to_string().contains("compiled again"), "{first}");
     // The next run compiles it again (answering "being compiled" while that takes longer than
     // its wall time), then runs.
     let started = Instant::now();
     let ran = loop {
         match runtime
-            .run("print(2)", limits(ExperimentLimits::default()), Box::new(NoDatabase))
+            .run(
+                "print(2)",
+                limits(ExperimentLimits::default()),
+                Box::new(NoDatabase),
+            )
             .await
         {
             Ok(run) => break run,
@@ -309,7 +467,11 @@ async fn a_corrupt_compiled_guest_is_a_retryable_failure_and_is_compiled_again()
     };
     let runtime = Runtime::start(missing, Policy::default()).expect("runtime");
     let err = runtime
-        .run("print(1)", limits(ExperimentLimits::default()), Box::new(NoDatabase))
+        .run(
+            "print(1)",
+            limits(ExperimentLimits::default()),
+            Box::new(NoDatabase),
+        )
         .await
         .expect_err("no guest");
     assert!(matches!(err, Unavailable::GuestMissing { .. }), "{err:?}");

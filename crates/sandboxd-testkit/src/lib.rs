@@ -5,6 +5,8 @@
 //! - [`local_images`], [`docker_required`], [`skip`], [`docker_or_skip`]: Docker on the locally
 //!   built images, skipped where no engine answers unless CI requires it
 //!   (`SANDBOXD_REQUIRE_DOCKER=1`).
+//! - [`experiment_guest`], [`experiment_cache`]: the experiment guest `scripts/build-guest.sh`
+//!   built, and the cache its compiled form is shared through (compiled once, not per test).
 //!
 //! A dev-dependency only: nothing here is linked into the daemon, and it holds no logic of the
 //! daemon's own.
@@ -51,6 +53,21 @@ pub fn show_logs() {
         let subscriber = tracing_subscriber::fmt().with_env_filter(filter);
         let _ = subscriber.with_test_writer().try_init();
     }
+}
+
+/// The guest `scripts/build-guest.sh` built (`SANDBOXD_EXPERIMENT_GUEST` overrides).
+pub fn experiment_guest() -> std::path::PathBuf {
+    std::env::var_os("SANDBOXD_EXPERIMENT_GUEST")
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|| "/var/cache/sandboxd-guest/current/experiment.wasm".into())
+}
+
+/// Where every test's runtime keeps the compiled guest (`SANDBOXD_EXPERIMENT_CACHE`
+/// overrides): compiled once per guest and wasmtime, shared by tests and test daemons.
+pub fn experiment_cache() -> std::path::PathBuf {
+    std::env::var_os("SANDBOXD_EXPERIMENT_CACHE")
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|| "/var/cache/sandboxd-guest/compiled".into())
 }
 
 /// The images `scripts/build-images.sh` builds, per engine name.

@@ -44,6 +44,7 @@ pub struct Settings {
     pub engines: BTreeMap<String, EngineSettings>,
     /// Warm pools on the provisioning backend, keyed by engine name (none by default).
     pub pools: BTreeMap<String, PoolSettings>,
+    pub experiments: ExperimentSettings,
 }
 
 impl Default for Settings {
@@ -60,6 +61,7 @@ impl Default for Settings {
             docker: DockerSettings::default(),
             engines: BTreeMap::new(),
             pools: BTreeMap::new(),
+            experiments: ExperimentSettings::default(),
         }
     }
 }
@@ -166,6 +168,45 @@ impl Default for BrokerSettings {
         }
     }
 }
+
+/// `run_experiment`: the guest, where its compiled form is kept, and the limits agents get.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ExperimentSettings {
+    /// Off: `run_experiment` is refused and no runtime is built.
+    pub enabled: bool,
+    /// The guest component `scripts/build-guest.sh` builds.
+    pub guest: PathBuf,
+    /// Where the compiled guest is kept (compiled once per wasmtime version, engine
+    /// configuration and guest); default `<state_dir>/experiments`.
+    pub cache_dir: Option<PathBuf>,
+    /// Wall time a run gets unless it asks otherwise, and the most it may ask for.
+    pub wall_ms: u64,
+    pub max_wall_ms: u64,
+    /// Guest memory a run gets unless it asks otherwise, and the most it may ask for.
+    pub memory_mb: u64,
+    pub max_memory_mb: u64,
+    /// The most `sql()` calls a run may ask for.
+    pub max_sql_calls: u64,
+}
+
+impl Default for ExperimentSettings {
+    fn default() -> Self {
+        let policy = sandboxd_experiments::Policy::default();
+        Self {
+            enabled: true,
+            guest: PathBuf::from("/var/cache/sandboxd-guest/current/experiment.wasm"),
+            cache_dir: None,
+            wall_ms: policy.wall_ms.default,
+            max_wall_ms: policy.wall_ms.max,
+            memory_mb: policy.memory_bytes.default / MIB,
+            max_memory_mb: policy.memory_bytes.max / MIB,
+            max_sql_calls: policy.sql_calls.max,
+        }
+    }
+}
+
+const MIB: u64 = 1024 * 1024;
 
 /// The operator surface: the panel's logins. The admin token itself is
 /// `server.admin_token_file` or `SANDBOXD_ADMIN_TOKEN`.
@@ -433,7 +474,64 @@ impl Settings {
             ));
         }
         self.pool_configs()?;
+        self.experiments_config()?;
         Ok(())
+    }
+
+    /// `run_experiment`'s configuration (None when turned off), its limits validated.
+    pub fn experiments_config(
+        &self,
+    ) -> Result<Option<sandboxd_broker::ExperimentsConfig>, ConfigError> {
+        let settings = &self.experiments;
+        if !settings.enabled {
+            return Ok(None);
+        }
+        let mut policy = sandboxd_experiments::Policy::default();
+        let within = |name: &str, value: u64, max: u64, floor: u64| {
+            if value < floor || value > max {
+                return Err(ConfigError::Invalid(format!(
+                    "experiments.{name} is {value}; allowed: {floor} to {max}"
+                )));
+            }
+            Ok(value)
+        };
+        policy.wall_ms.max = within(
+            "max_wall_ms",
+            settings.max_wall_ms,
+            600_000,
+            policy.wall_ms.min,
+        )?;
+        policy.wall_ms.default = within(
+            "wall_ms",
+            settings.wall_ms,
+            policy.wall_ms.max,
+            policy.wall_ms.min,
+        )?;
+        let memory_floor = policy.memory_bytes.min / MIB;
+        policy.memory_bytes.max = within(
+            "max_memory_mb",
+            settings.max_memory_mb,
+            16 * 1024,
+            memory_floor,
+        )? * MIB;
+        policy.memory_bytes.default = within(
+            "memory_mb",
+            settings.memory_mb,
+            policy.memory_bytes.max / MIB,
+            memory_floor,
+        )? * MIB;
+        policy.sql_calls.max = within("max_sql_calls", settings.max_sql_calls, 10_000_000, 0)?;
+        policy.sql_calls.default = policy.sql_calls.default.min(policy.sql_calls.max);
+        Ok(Some(sandboxd_broker::ExperimentsConfig {
+            files: sandboxd_experiments::GuestFiles {
+                component: settings.guest.clone(),
+                cache_dir: settings
+                    .cache_dir
+                    .clone()
+                    .unwrap_or_else(|| self.state_dir.join("experiments")),
+            },
+            policy,
+        }))
     }
 
     /// The warm pools, validated: a registered engine, allowlisted features, sane sizes.

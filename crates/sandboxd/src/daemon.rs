@@ -60,6 +60,7 @@ pub async fn start(settings: &Settings) -> Result<Daemon> {
         pools: settings.pool_configs()?,
         pool_tuning: settings.pool_tuning(),
         feature_probe_recheck: Duration::from_secs(settings.broker.feature_probe_recheck_secs),
+        experiments: settings.experiments_config()?,
     };
     let backends = daemon_backends(settings).await?;
     let primary = backends.primary().kind().as_str();

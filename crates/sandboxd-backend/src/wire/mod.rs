@@ -14,6 +14,7 @@ mod query;
 mod redis;
 mod session;
 
+pub use postgres::{AgentConnection, StatementError};
 pub use query::{QueryAnswer, QueryLimits};
 pub use session::AdminSession;
 

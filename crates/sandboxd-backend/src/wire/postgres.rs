@@ -289,41 +289,109 @@ pub(super) async fn agent_query(
     statement: &str,
     limits: QueryLimits,
 ) -> Result<QueryAnswer, WireError> {
-    let mut config = agent_config(reach, agent, database);
-    config.application_name("sandboxd sandbox_sql");
-    let client = connect(&config).await?;
-    client
-        .batch_execute(&format!(
-            "SET statement_timeout = {}",
-            limits.timeout.as_millis()
-        ))
+    let connection = AgentConnection::open(
+        reach,
+        agent,
+        database,
+        "sandboxd sandbox_sql",
+        limits.timeout,
+    )
+    .await?;
+    connection
+        .run(statement, limits)
         .await
-        .map_err(refused)?;
-    // One statement only: the extended protocol's Parse refuses several in one string, so
-    // `SELECT 1; DROP …` never reaches the simple protocol that would run both.
-    client.prepare(statement).await.map_err(refused)?;
-    let stream = client.simple_query_raw(statement).await.map_err(refused)?;
-    futures::pin_mut!(stream);
-    let mut collector = Collector::new(limits);
-    while let Some(message) = stream.next().await {
-        match message.map_err(refused)? {
-            SimpleQueryMessage::RowDescription(columns) => {
-                collector.answer.columns = columns.iter().map(|c| c.name().to_owned()).collect();
-            }
-            SimpleQueryMessage::Row(row) => {
-                let values = (0..row.len())
-                    .map(|i| {
-                        row.get(i)
-                            .map_or(serde_json::Value::Null, serde_json::Value::from)
-                    })
-                    .collect();
-                if !collector.push(values) {
-                    break;
-                }
-            }
-            SimpleQueryMessage::CommandComplete(count) => collector.answer.affected = Some(count),
-            _ => {}
+        .map_err(|err| WireError(err.to_string()))
+}
+
+/// A connection as the handed-out account that runs one statement at a time, each cancelled
+/// by the server past the `statement_timeout` set when it opened (`run_experiment`'s `sql()`).
+#[derive(Debug)]
+pub struct AgentConnection {
+    client: Client,
+}
+
+/// Why a statement on an [`AgentConnection`] gave no rows.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum StatementError {
+    /// The server refused it: its message and SQLSTATE.
+    #[error("{0}")]
+    Refused(String),
+    /// The server cancelled it at `statement_timeout`.
+    #[error("cancelled at the statement timeout")]
+    TimedOut,
+    /// The connection is gone.
+    #[error("the connection failed: {0}")]
+    Closed(String),
+}
+
+impl From<tokio_postgres::Error> for StatementError {
+    fn from(err: tokio_postgres::Error) -> Self {
+        if err.code() == Some(&tokio_postgres::error::SqlState::QUERY_CANCELED) {
+            return StatementError::TimedOut;
         }
+        if err.is_closed() || err.as_db_error().is_none() {
+            return StatementError::Closed(err.to_string());
+        }
+        StatementError::Refused(refused(err).0)
     }
-    Ok(collector.answer)
+}
+
+impl AgentConnection {
+    pub(crate) async fn open(
+        reach: Reach<'_>,
+        agent: &Credentials,
+        database: &str,
+        application: &str,
+        statement_timeout: std::time::Duration,
+    ) -> Result<Self, WireError> {
+        let mut config = agent_config(reach, agent, database);
+        config.application_name(application);
+        let client = connect(&config).await?;
+        client
+            .batch_execute(&format!(
+                "SET statement_timeout = {}",
+                statement_timeout.as_millis()
+            ))
+            .await
+            .map_err(refused)?;
+        Ok(Self { client })
+    }
+
+    /// One statement, its rows as text under `limits` (its `timeout` is the connection's).
+    pub async fn run(
+        &self,
+        statement: &str,
+        limits: QueryLimits,
+    ) -> Result<QueryAnswer, StatementError> {
+        // One statement only: the extended protocol's Parse refuses several in one string, so
+        // `SELECT 1; DROP …` never reaches the simple protocol that would run both.
+        self.client.prepare(statement).await?;
+        let stream = self.client.simple_query_raw(statement).await?;
+        futures::pin_mut!(stream);
+        let mut collector = Collector::new(limits);
+        while let Some(message) = stream.next().await {
+            match message? {
+                SimpleQueryMessage::RowDescription(columns) => {
+                    collector.answer.columns =
+                        columns.iter().map(|c| c.name().to_owned()).collect();
+                }
+                SimpleQueryMessage::Row(row) => {
+                    let values = (0..row.len())
+                        .map(|i| {
+                            row.get(i)
+                                .map_or(serde_json::Value::Null, serde_json::Value::from)
+                        })
+                        .collect();
+                    if !collector.push(values) {
+                        break;
+                    }
+                }
+                SimpleQueryMessage::CommandComplete(count) => {
+                    collector.answer.affected = Some(count)
+                }
+                _ => {}
+            }
+        }
+        Ok(collector.answer)
+    }
 }

@@ -3,6 +3,7 @@
 
 mod architecture;
 mod cli;
+mod experiments;
 mod limits;
 mod logs;
 mod mcp;

@@ -79,6 +79,14 @@ impl Home {
             .env("SANDBOXD_ADMIN_TOKEN", ADMIN_TOKEN)
             .env("ROBOCO_SANDBOX_DB_ENABLED", "1")
             .env("SANDBOXD_BROKER__GRACE_SECS", "600")
+            .env(
+                "SANDBOXD_EXPERIMENTS__GUEST",
+                sandboxd_testkit::experiment_guest(),
+            )
+            .env(
+                "SANDBOXD_EXPERIMENTS__CACHE_DIR",
+                sandboxd_testkit::experiment_cache(),
+            )
             .env_remove("SANDBOXD_CONFIG");
         cmd.envs(self.extra_env.iter().map(|(k, v)| (k, v)));
         cmd
