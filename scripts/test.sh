@@ -43,6 +43,11 @@ else
   say "no Docker engine answers: Docker tests will skip (unless SANDBOXD_REQUIRE_DOCKER=1)"
 fi
 
+# run_experiment's guest (componentize-py from PyPI; cached by its inputs).
+phase build-guest ./scripts/build-guest.sh
+export SANDBOXD_EXPERIMENT_GUEST=/var/cache/sandboxd-guest/current/experiment.wasm
+export SANDBOXD_EXPERIMENT_CACHE=/var/cache/sandboxd-guest/compiled
+
 if ! cargo nextest --version >/dev/null 2>&1; then
   say "installing cargo-nextest"
   phase nextest cargo install --locked cargo-nextest
@@ -53,6 +58,10 @@ say "building the tests"
 LEAK_BASELINE=$(mktemp)
 ./scripts/check-leaks.sh --record "$LEAK_BASELINE"
 phase build cargo nextest run --workspace --profile ci --no-run
+# Compiled once here (a minute in a debug build when the cache has none), not by the first test.
+phase compile-guest env SANDBOXD_EXPERIMENTS__GUEST="$SANDBOXD_EXPERIMENT_GUEST" \
+  SANDBOXD_EXPERIMENTS__CACHE_DIR="$SANDBOXD_EXPERIMENT_CACHE" \
+  "${CARGO_TARGET_DIR:-target}/debug/sandboxd" experiments prepare
 say "running the test suite"
 status=0
 phase tests cargo nextest run --workspace --profile ci "$@" || status=$?

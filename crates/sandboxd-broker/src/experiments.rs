@@ -183,10 +183,10 @@ impl Broker {
             Ending::LimitHit { .. } => "limit",
         };
         self.inner.metrics.experiment(outcome, took, &met);
-        if !run.report.sql_calls.is_empty() {
-            if let Err(err) = self.store().touch_instances_of(&agent.slug).await {
-                tracing::warn!(agent = %agent.slug, error = %err, "recording the sandbox's use failed");
-            }
+        if !run.report.sql_calls.is_empty()
+            && let Err(err) = self.store().touch_instances_of(&agent.slug).await
+        {
+            tracing::warn!(agent = %agent.slug, error = %err, "recording the sandbox's use failed");
         }
         let report = &run.report;
         match run.ending {

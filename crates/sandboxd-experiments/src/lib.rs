@@ -18,7 +18,7 @@ mod sql_port;
 pub use guest::{GuestFiles, WASMTIME_VERSION};
 pub use limits::{Bounds, Limit, Limits, OutOfBounds, Policy};
 pub use outcome::{Ending, Run, RunReport, SqlCall, Unavailable};
-pub use runtime::{GuestStatus, Runtime};
+pub use runtime::{GuestStatus, Runtime, inspect};
 pub use sql_port::{SqlPort, SqlRefusal, SqlRows};
 
 /// Milliseconds with one decimal, as evidence shows them.

@@ -89,9 +89,7 @@ impl Runtime {
         let runtime_failed = |err: wasmtime::Error| Unavailable::Runtime {
             detail: format!("{err:#}"),
         };
-        let mut config = Config::new();
-        config.consume_fuel(true).epoch_interruption(true);
-        let engine = Engine::new(&config).map_err(runtime_failed)?;
+        let engine = engine().map_err(runtime_failed)?;
         let mut linker = Linker::<HostState>::new(&engine);
         wasmtime_wasi::p2::add_to_linker_async(&mut linker).map_err(runtime_failed)?;
         crate::host::Experiment::add_to_linker::<_, wasmtime::component::HasSelf<HostState>>(
@@ -318,6 +316,24 @@ impl Drop for Runtime {
             let _ = thread.join();
         }
     }
+}
+
+/// The one engine configuration: a compiled guest is only valid for the configuration it was
+/// compiled with (fuel metering and epoch checks are in its machine code).
+fn engine() -> wasmtime::Result<Engine> {
+    let mut config = Config::new();
+    config.consume_fuel(true).epoch_interruption(true);
+    Engine::new(&config)
+}
+
+/// Whether the guest is installed and already compiled for this daemon's wasmtime, without
+/// compiling it (`sandboxd doctor`).
+pub fn inspect(files: &GuestFiles) -> Result<bool, Unavailable> {
+    let engine = engine().map_err(|err| Unavailable::Runtime {
+        detail: format!("{err:#}"),
+    })?;
+    let component = files.read_component()?;
+    Ok(files.compiled_path(&engine, &component).is_file())
 }
 
 fn tick(engine: &Engine, ticker: &Ticker) {

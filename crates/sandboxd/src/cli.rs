@@ -58,6 +58,8 @@ pub enum Command {
     Settings(commands::settings::Args),
     /// Run the orphan janitor now (through the running daemon).
     Janitor(commands::janitor::Args),
+    /// run_experiment's runtime: compile its guest ahead of the first run.
+    Experiments(commands::experiments::Args),
 }
 
 /// Exit codes: 0 success, 1 failure, 2 the caller's input was refused.
@@ -102,6 +104,7 @@ async fn run(command: Command, settings: Settings) -> ExitCode {
         Command::Pools(args) => commands::pools::run(args, &settings).await,
         Command::Settings(args) => commands::settings::run(args, &settings).await,
         Command::Janitor(args) => commands::janitor::run(args, &settings).await,
+        Command::Experiments(args) => commands::experiments::run(args, &settings).await,
     }
 }
 

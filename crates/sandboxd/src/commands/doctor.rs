@@ -52,7 +52,39 @@ pub async fn checks(settings: &Settings) -> Vec<DoctorCheck> {
     checks.extend(features(&built).await);
     checks.push(makers(&super::ls::list_all(settings).await));
     checks.extend(pools(settings).await);
+    checks.push(experiments(settings));
     checks
+}
+
+/// run_experiment's guest: installed, and compiled for this wasmtime or not yet.
+fn experiments(settings: &Settings) -> DoctorCheck {
+    let subject = "experiment guest";
+    let config = match settings.experiments_config() {
+        Ok(Some(config)) => config,
+        Ok(None) => return DoctorCheck::ok(subject, "turned off (experiments.enabled = false)"),
+        Err(err) => return DoctorCheck::missing(subject, err.to_string(), "fix [experiments]"),
+    };
+    let guest = config.files.component.display();
+    match sandboxd_experiments::inspect(&config.files) {
+        Ok(true) => DoctorCheck::ok(
+            subject,
+            format!(
+                "{guest}, compiled (wasmtime {})",
+                sandboxd_experiments::WASMTIME_VERSION
+            ),
+        ),
+        Ok(false) => DoctorCheck::ok(
+            subject,
+            format!(
+                "{guest}, not compiled yet: the first run compiles it, or `sandboxd experiments prepare`"
+            ),
+        ),
+        Err(err) => DoctorCheck::missing(
+            subject,
+            err.to_string(),
+            "run scripts/build-guest.sh (it needs python3 and PyPI), or set experiments.guest",
+        ),
+    }
 }
 
 /// One line per configured warm pool: the running daemon's view of it (a pool that backs off

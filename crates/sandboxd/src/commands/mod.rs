@@ -3,6 +3,7 @@
 pub mod agents;
 pub mod demo;
 pub mod doctor;
+pub mod experiments;
 pub mod janitor;
 pub mod ls;
 pub mod mcp;
