@@ -12,6 +12,8 @@
 //! - `daemon`: the real `sandboxd serve` driven over its admin API and MCP; its memory.
 //! - `pools`: warm-pool hand-outs beside cold provisions through the real daemon, idle pool
 //!   memory, and the daemon's RSS with 100 live sandboxes.
+//! - `experiments`: run_experiment over MCP, cold and warm, and 100 sql() calls beside 100
+//!   sandbox_sql calls.
 //! - `cleanup`: everything started is found again by name/label and removed, also on Ctrl-C.
 //! - `stats`: percentiles and the report.
 
@@ -26,6 +28,7 @@ mod cleanup;
 mod containers;
 mod daemon;
 mod docker;
+mod experiments;
 mod peer;
 mod pools;
 mod process;
@@ -53,15 +56,19 @@ enum Scenario {
     /// Warm pools through the real daemon: hand-out beside cold, idle pair memory, the
     /// daemon's RSS with 100 live sandboxes.
     Pools,
+    /// run_experiment over MCP: trivial script cold and warm, 100 sql() calls beside 100
+    /// sandbox_sql calls.
+    Experiments,
 }
 
-const ALL: [Scenario; 7] = [
+const ALL: [Scenario; 8] = [
     Scenario::Process,
     Scenario::Reset,
     Scenario::Cache,
     Scenario::Agents,
     Scenario::Daemon,
     Scenario::Pools,
+    Scenario::Experiments,
     Scenario::Docker,
 ];
 
@@ -219,6 +226,10 @@ async fn run(args: &Args, cleanup: &Cleanup, report: &mut Report) -> Result<()> 
                     report,
                 )
                 .await
+            }
+            Scenario::Experiments => {
+                experiments::experiments(args.sandboxd_bin.as_deref(), args.runs, cleanup, report)
+                    .await
             }
             Scenario::Daemon => {
                 daemon::memory(
