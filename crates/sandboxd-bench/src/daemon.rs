@@ -172,8 +172,17 @@ impl Daemon {
 }
 
 pub async fn call(agent: &RunningService<RoleClient, ()>, verb: &str) -> Result<Value> {
+    call_with(agent, verb, json!({})).await
+}
+
+/// One verb with `args`; an error unless it answered an ok envelope.
+pub async fn call_with(
+    agent: &RunningService<RoleClient, ()>,
+    verb: &str,
+    args: Value,
+) -> Result<Value> {
     let mut params = CallToolRequestParams::new(verb.to_owned());
-    params.arguments = Some(serde_json::Map::new());
+    params.arguments = Some(args.as_object().cloned().unwrap_or_default());
     let result = agent.call_tool(params).await?;
     let envelope = result.structured_content.clone().unwrap_or(Value::Null);
     if result.is_error.unwrap_or(false) || envelope["status"] != "ok" {

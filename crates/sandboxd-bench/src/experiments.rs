@@ -8,31 +8,15 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
 use rmcp::RoleClient;
-use rmcp::model::CallToolRequestParams;
 use rmcp::service::RunningService;
 use serde_json::{Value, json};
 
 use crate::cleanup::Cleanup;
-use crate::daemon::{Daemon, find_binary};
+use crate::daemon::{Daemon, call_with, find_binary};
 use crate::stats::{Check, Report, Series};
 
 /// The target for a warm trivial run over MCP.
 const WARM_TARGET_MS: f64 = 10.0;
-
-async fn call_with(
-    agent: &RunningService<RoleClient, ()>,
-    verb: &str,
-    args: Value,
-) -> Result<Value> {
-    let mut params = CallToolRequestParams::new(verb.to_owned());
-    params.arguments = args.as_object().cloned();
-    let result = agent.call_tool(params).await?;
-    let envelope = result.structured_content.clone().unwrap_or(Value::Null);
-    if result.is_error.unwrap_or(false) || envelope["status"] != "ok" {
-        bail!("{verb}: {envelope}");
-    }
-    Ok(envelope)
-}
 
 async fn timed(
     agent: &RunningService<RoleClient, ()>,
