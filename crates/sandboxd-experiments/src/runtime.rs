@@ -54,6 +54,8 @@ pub struct Runtime {
     policy: Policy,
     readiness: watch::Sender<Readiness>,
     ticker: Arc<Ticker>,
+    /// The ticker's thread, woken by each run (it parks while none is under way).
+    ticker_wake: std::thread::Thread,
     ticker_thread: Mutex<Option<JoinHandle<()>>>,
 }
 
@@ -114,6 +116,7 @@ impl Runtime {
             policy,
             readiness: watch::Sender::new(Readiness::Idle),
             ticker,
+            ticker_wake: thread.thread().clone(),
             ticker_thread: Mutex::new(Some(thread)),
         });
         runtime.begin_preparing();
@@ -230,14 +233,7 @@ impl Runtime {
         let pre = self.prepared(deadline).await?;
         self.ticker.active.fetch_add(1, Ordering::SeqCst);
         let _active = Active(self);
-        if let Some(thread) = self
-            .ticker_thread
-            .lock()
-            .ok()
-            .and_then(|t| t.as_ref().map(|t| t.thread().clone()))
-        {
-            thread.unpark();
-        }
+        self.ticker_wake.unpark();
 
         let mut store = Store::new(&self.engine, HostState::new(sql, limits, deadline));
         store.limiter(|state| &mut state.limiter);

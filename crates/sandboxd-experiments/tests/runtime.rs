@@ -65,14 +65,7 @@ async fn a_script_prints_and_its_output_comes_back() {
     assert_eq!(run.report.output, "1\n4.0\n");
     for _ in 0..5 {
         let started = Instant::now();
-        let again = runtime
-            .run(
-                "print(1)",
-                limits(ExperimentLimits::default()),
-                Box::new(NoDatabase),
-            )
-            .await
-            .expect("ran");
+        let again = try_run(&runtime, "print(1)").await.expect("ran");
         eprintln!(
             "warm run: {:?} ({:?})",
             started.elapsed(),
@@ -378,6 +371,17 @@ async fn eight_concurrent_runs_each_keep_their_own_limits() {
     }
 }
 
+/// A run with the default limits, as the runtime answered it.
+async fn try_run(runtime: &Runtime, script: &str) -> Result<Run, Unavailable> {
+    runtime
+        .run(
+            script,
+            limits(ExperimentLimits::default()),
+            Box::new(NoDatabase),
+        )
+        .await
+}
+
 async fn run_one(runtime: &Runtime, script: &str) -> Run {
     run(runtime, script, ExperimentLimits::default()).await
 }
@@ -412,12 +416,7 @@ async fn a_corrupt_compiled_guest_is_a_retryable_failure_and_is_compiled_again()
         cache_dir: cache.path().to_owned(),
     };
     let runtime = Runtime::start(files, Policy::default()).expect("runtime");
-    let first = runtime
-        .run(
-            "print(1)",
-            limits(ExperimentLimits::default()),
-            Box::new(NoDatabase),
-        )
+    let first = try_run(&runtime, "print(1)")
         .await
         .expect_err("a damaged guest cannot run");
     assert!(
@@ -429,14 +428,7 @@ async fn a_corrupt_compiled_guest_is_a_retryable_failure_and_is_compiled_again()
     // its wall time), then runs.
     let started = Instant::now();
     let ran = loop {
-        match runtime
-            .run(
-                "print(2)",
-                limits(ExperimentLimits::default()),
-                Box::new(NoDatabase),
-            )
-            .await
-        {
+        match try_run(&runtime, "print(2)").await {
             Ok(run) => break run,
             Err(Unavailable::Compiling { .. }) if started.elapsed() < Duration::from_secs(600) => {}
             Err(other) => panic!("{other:?}"),
@@ -450,14 +442,7 @@ async fn a_corrupt_compiled_guest_is_a_retryable_failure_and_is_compiled_again()
         cache_dir: cache.path().to_owned(),
     };
     let runtime = Runtime::start(missing, Policy::default()).expect("runtime");
-    let err = runtime
-        .run(
-            "print(1)",
-            limits(ExperimentLimits::default()),
-            Box::new(NoDatabase),
-        )
-        .await
-        .expect_err("no guest");
+    let err = try_run(&runtime, "print(1)").await.expect_err("no guest");
     assert!(matches!(err, Unavailable::GuestMissing { .. }), "{err:?}");
     assert!(err.to_string().contains("no-such-guest.wasm"), "{err}");
 }
