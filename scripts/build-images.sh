@@ -5,13 +5,15 @@
 # `docker import` the result.
 #
 #   sandboxd-local/postgres:17     Debian postgresql-17 + pgvector + postgis 3
+#   sandboxd-local/postgres:18     postgresql-18 + hypopg + pgvector from Debian sid (clones of
+#                                  PostgreSQL 18 sources: same major version)
 #   sandboxd-local/redis:8         Debian redis-server 8.x (+ Debian's RediSearch 1.2 module,
 #                                  installed but only loaded on request: --loadmodule)
 #   sandboxd-local/mariadb:11      Debian mariadb-server 11.x
 #   sandboxd-local/never-ready:1   sleeps forever, never serves (readiness-timeout tests)
 #
 # Usage: scripts/build-images.sh [--force] [--refresh-base] [IMAGE...]
-#   IMAGE is one of: postgres redis mariadb never-ready (default: all).
+#   IMAGE is one of: postgres postgres18 redis mariadb never-ready (default: all).
 #   Images that already exist with the current recipe are skipped; --force
 #   rebuilds them; --refresh-base re-runs debootstrap for the cached base.
 # Environment: SANDBOXD_IMAGE_CACHE (default /var/cache/sandboxd-images),
@@ -25,19 +27,35 @@ IMAGES_DIR="$REPO_ROOT/images"
 CACHE_DIR="${SANDBOXD_IMAGE_CACHE:-/var/cache/sandboxd-images}"
 MIRROR="${DEBIAN_MIRROR:-http://deb.debian.org/debian}"
 SUITE=trixie          # all images
-MODULE_SUITE=sid      # only for the RediSearch module package, pinned low
+MODULE_SUITE=sid      # only for the RediSearch module package and PostgreSQL 18, pinned low
 BASE_MAX_AGE_DAYS="${SANDBOXD_BASE_MAX_AGE_DAYS:-30}"
 BASE_TAR="$CACHE_DIR/base-$SUITE-minbase-amd64.tar"
 LOG_DIR="$CACHE_DIR/logs"
 export DOCKER_BUILDKIT=0
 
-ALL_IMAGES=(postgres redis mariadb never-ready)
+ALL_IMAGES=(postgres postgres18 redis mariadb never-ready)
 declare -A TAGS=(
 	[postgres]=sandboxd-local/postgres:17
+	[postgres18]=sandboxd-local/postgres:18
 	[redis]=sandboxd-local/redis:8
 	[mariadb]=sandboxd-local/mariadb:11
 	[never-ready]=sandboxd-local/never-ready:1
 )
+
+# Which entrypoint (images/<dir>/entrypoint.sh) an image carries: every PostgreSQL major the same.
+entrypoint_of() {
+	case "$1" in
+		postgres*) echo "$IMAGES_DIR/postgres/entrypoint.sh" ;;
+		*) echo "$IMAGES_DIR/$1/entrypoint.sh" ;;
+	esac
+}
+# The PostgreSQL major an image name carries.
+pg_major_of() {
+	case "$1" in
+		postgres18) echo 18 ;;
+		*) echo 17 ;;
+	esac
+}
 
 log() { printf '[build-images] %s\n' "$*"; }
 die() { printf '[build-images] ERROR: %s\n' "$*" >&2; exit 1; }
@@ -115,7 +133,7 @@ safe_rm_tree() {
 # bind-mounted on /var/cache/apt/archives, and every mount (and any daemon a
 # maintainer script might start) disappears when the namespace exits.
 chroot_run() {
-	local rootfs="$1" debcache="$2" script="$3"
+	local rootfs="$1" debcache="$2" script="$3" status=0
 	install -m 0755 "$script" "$rootfs/tmp/sandboxd-build.sh"
 	mkdir -p "$debcache/partial"
 	# shellcheck disable=SC2016 # $1/$2 expand in the inner shell
@@ -125,8 +143,9 @@ chroot_run() {
 			exec chroot "$1" /usr/bin/env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin HOME=/root LANG=C.UTF-8 \
 				DEBIAN_FRONTEND=noninteractive DEBCONF_NONINTERACTIVE_SEEN=true \
 				/bin/bash -euo pipefail /tmp/sandboxd-build.sh
-		' _ "$rootfs" "$debcache"
+		' _ "$rootfs" "$debcache" || status=$?
 	rm -f "$rootfs/tmp/sandboxd-build.sh"
+	return "$status"
 }
 
 # ---------------------------------------------------------------- base rootfs
@@ -242,7 +261,35 @@ chroot_finish() {
 	EOS
 }
 
-recipe_postgres() {
+# PostgreSQL, one image per major: 17 from trixie, 18 from sid (inside this root filesystem
+# only; sid's Release file may be past Valid-Until, which apt_update allows).
+recipe_postgres() { pg_recipe 17 "" "pgvector postgis-3" "vector postgis pg_trgm citext uuid-ossp"; }
+recipe_postgres18() { pg_recipe 18 sid "hypopg pgvector" "hypopg vector pg_trgm citext uuid-ossp"; }
+
+# pg_recipe MAJOR SUITE EXTRA_PACKAGES EXTENSIONS
+pg_recipe() {
+	local major="$1" suite="$2" extras="$3" extensions="$4" packages p
+	packages="postgresql-$major"
+	for p in $extras; do packages="$packages postgresql-$major-$p"; done
+	cat <<-EOS
+		PG_MAJOR='$major'
+		PG_PACKAGES='$packages'
+		PG_EXTENSIONS='$extensions'
+	EOS
+	if [ -n "$suite" ]; then
+		cat <<-EOS
+			cat >/etc/apt/sources.list.d/sandboxd-$suite.sources <<EOF
+			Types: deb
+			URIs: $MIRROR
+			Suites: $suite
+			Components: main
+			Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg
+			EOF
+			printf 'Package: *\\nPin: release n=%s\\nPin-Priority: 100\\n' '$suite' >/etc/apt/preferences.d/sandboxd-$suite
+			apt_update
+			apt_install() { apt-get install -y --no-install-recommends -t '$suite' "\$@"; }
+		EOS
+	fi
 	cat <<-'EOS'
 		# same ids as the official postgres:*-alpine image (70:70)
 		groupadd --system --gid 70 postgres
@@ -252,23 +299,32 @@ recipe_postgres() {
 		chown postgres:postgres /var/lib/postgresql
 		# no "main" cluster from the package: the entrypoint initdb's $PGDATA
 		printf 'create_main_cluster = false\n' >/etc/postgresql-common/createcluster.d/00-sandboxd.conf
-		apt_install postgresql-17 postgresql-17-pgvector postgresql-17-postgis-3 libnss-wrapper tzdata locales
-		rm -rf /etc/postgresql/17 /var/lib/postgresql/17
+		apt_install $PG_PACKAGES libnss-wrapper tzdata locales
+		rm -rf /etc/postgresql/$PG_MAJOR /var/lib/postgresql/$PG_MAJOR
 		# default locale of the official image
-		localedef -i en_US -c -f UTF-8 -A /usr/share/locale/locale.alias en_US.UTF-8
+		# (sid's locales package ships no alias file)
+		if [ -f /usr/share/locale/locale.alias ]; then
+			localedef -i en_US -c -f UTF-8 -A /usr/share/locale/locale.alias en_US.UTF-8
+		else
+			localedef -i en_US -c -f UTF-8 en_US.UTF-8
+		fi
 		# like the official image: the server listens on all interfaces (the
 		# entrypoint's temporary init server overrides this with listen_addresses='')
-		sed -ri "s!^#?(listen_addresses)\s*=\s*\S+.*!\1 = '*'!" /usr/share/postgresql/17/postgresql.conf.sample
-		grep -F "listen_addresses = '*'" /usr/share/postgresql/17/postgresql.conf.sample
+		sed -ri "s!^#?(listen_addresses)\s*=\s*\S+.*!\1 = '*'!" /usr/share/postgresql/$PG_MAJOR/postgresql.conf.sample
+		grep -F "listen_addresses = '*'" /usr/share/postgresql/$PG_MAJOR/postgresql.conf.sample
 		mkdir -p /var/lib/postgresql/data /var/run/postgresql
 		chown postgres:postgres /var/lib/postgresql/data /var/run/postgresql
 		chmod 1777 /var/lib/postgresql/data
 		chmod 3777 /var/run/postgresql
-		v="$(pkg_version postgresql-17)"
-		printf 'server=%s\npgvector=%s\npostgis=%s\n' "$v" "$(pkg_version postgresql-17-pgvector)" \
-			"$(pkg_version postgresql-17-postgis-3)" >/.sandboxd-versions
-		/usr/lib/postgresql/17/bin/postgres --version
-		ls /usr/share/postgresql/17/extension/ | grep -E '^(vector|postgis|pg_trgm|citext|uuid-ossp)\.control$'
+		printf 'server=%s\n' "$(pkg_version "postgresql-$PG_MAJOR")" >/.sandboxd-versions
+		for p in $PG_PACKAGES; do
+			[ "$p" = "postgresql-$PG_MAJOR" ] ||
+				printf '%s=%s\n' "${p#"postgresql-$PG_MAJOR-"}" "$(pkg_version "$p")" >>/.sandboxd-versions
+		done
+		/usr/lib/postgresql/$PG_MAJOR/bin/postgres --version
+		for e in $PG_EXTENSIONS; do
+			test -f "/usr/share/postgresql/$PG_MAJOR/extension/$e.control"
+		done
 		# Baked cluster: initdb at build time, so a container starts from a ready data
 		# directory the entrypoint unpacks onto its tmpfs instead of running initdb and a
 		# temporary server. The same settings the entrypoint's initdb uses. No password: the
@@ -277,7 +333,7 @@ recipe_postgres() {
 		# through the storage driver is ~45 ms where copying its ~1000 files took ~330 ms.
 		install -d -o postgres -g postgres /var/lib/postgresql/baked
 		setpriv --reuid=postgres --regid=postgres --clear-groups \
-			/usr/lib/postgresql/17/bin/initdb --pgdata=/var/lib/postgresql/baked --username=postgres \
+			/usr/lib/postgresql/$PG_MAJOR/bin/initdb --pgdata=/var/lib/postgresql/baked --username=postgres \
 			--auth-local=trust --auth-host=scram-sha-256 --encoding=UTF8 --locale=en_US.UTF-8 \
 			--no-sync --no-instructions
 		printf '\n# added by the sandboxd-local image build\nhost all all all scram-sha-256\n' \
@@ -286,6 +342,7 @@ recipe_postgres() {
 		rm -rf /var/lib/postgresql/baked
 		chmod 0644 /var/lib/postgresql/baked.tar
 		ls -la /var/lib/postgresql/baked.tar
+		rm -f /etc/apt/sources.list.d/sandboxd-*.sources /etc/apt/preferences.d/sandboxd-*
 	EOS
 }
 
@@ -396,7 +453,8 @@ recipe_hash() {
 	local name="$1"
 	{
 		declare -f "recipe_${name//-/_}" chroot_prelude chroot_finish base_setup_script 2>/dev/null || :
-		[ -f "$IMAGES_DIR/$name/entrypoint.sh" ] && cat "$IMAGES_DIR/$name/entrypoint.sh"
+		case "$name" in postgres*) declare -f pg_recipe ;; esac
+		[ -f "$(entrypoint_of "$name")" ] && cat "$(entrypoint_of "$name")"
 		declare -f build_never_ready image_config
 		echo "$SUITE $MODULE_SUITE"
 	} | sha256sum | cut -c1-16
@@ -406,14 +464,15 @@ recipe_hash() {
 image_config() {
 	local name="$1" v
 	case "$name" in
-		postgres)
+		postgres*)
 			v="$(sed -n 's/^server=//p' "$VERSIONS")"
-			local upstream="${v#*:}"
+			local upstream="${v#*:}" major
 			upstream="${upstream%%-*}"
+			major="$(pg_major_of "$name")"
 			cat <<-EOF
-				ENV PATH=/usr/lib/postgresql/17/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
+				ENV PATH=/usr/lib/postgresql/$major/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
 				ENV LANG=en_US.utf8
-				ENV PG_MAJOR=17
+				ENV PG_MAJOR=$major
 				ENV PG_VERSION=$upstream
 				ENV PGDATA=/var/lib/postgresql/data
 				USER postgres
@@ -484,7 +543,7 @@ import_rootfs() {
 	while IFS= read -r line; do
 		changes+=(--change "$line")
 	done < <(image_config "$name")
-	[ "$name" = postgres ] && stopsignal=SIGINT # official postgres image: fast shutdown on `docker stop`
+	case "$name" in postgres*) stopsignal=SIGINT ;; esac # official postgres image: fast shutdown on `docker stop`
 
 	local import_tag="$tag"
 	[ -n "$stopsignal" ] && import_tag="sandboxd-local/tmp-import:$name"
@@ -524,7 +583,7 @@ build_debian_image() {
 	log "$name: extracting base rootfs…"
 	tar --numeric-owner --xattrs -xpf "$BASE_TAR" -C "$work/rootfs"
 	cp -L /etc/resolv.conf "$work/rootfs/etc/resolv.conf"
-	install -m 0755 "$IMAGES_DIR/$name/entrypoint.sh" "$work/rootfs/usr/local/bin/docker-entrypoint.sh"
+	install -m 0755 "$(entrypoint_of "$name")" "$work/rootfs/usr/local/bin/docker-entrypoint.sh"
 	{
 		chroot_prelude
 		"recipe_$name"
@@ -685,7 +744,7 @@ for name in "${TODO[@]}"; do
 	(
 		trap - EXIT INT TERM
 		# postgres is the long pole: let it have the CPU first
-		[ "$name" = postgres ] || renice -n 10 -p "$BASHPID" >/dev/null
+		case "$name" in postgres*) ;; *) renice -n 10 -p "$BASHPID" >/dev/null ;; esac
 		build_image "$name"
 	) &
 	PID_OF[$name]=$!

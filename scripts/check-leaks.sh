@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Fails when tests left anything behind: labeled containers, networks or volumes, instance
 # processes of test owners or of the instance account pool, test instance directories, sandboxd's
-# tmpfs mounts, cgroups or uid leases.
+# tmpfs mounts, cgroups or uid leases, and on the test cluster (when it is up) test namespaces
+# or sandboxd's objects.
 set -uo pipefail
 
 #
@@ -15,7 +16,9 @@ leaks=0
 
 labeled() {
   case $1 in
-    container) docker ps -aq --no-trunc --filter label=sandboxd.sandbox=1 ;;
+    # Instances carry sandboxd.sandbox=1; a tool's throwaway container (pg_dump) sandboxd.tool.
+    container) (docker ps -aq --no-trunc --filter label=sandboxd.sandbox=1;
+                docker ps -aq --no-trunc --filter label=sandboxd.tool) | sort -u ;;
     # Daemon networks carry sandboxd.sandbox-network=1 (containers carry sandboxd.sandbox=1).
     network) (docker network ls -q --no-trunc --filter label=sandboxd.sandbox=1;
               docker network ls -q --no-trunc --filter label=sandboxd.sandbox-network=1) | sort -u ;;
@@ -83,6 +86,21 @@ if [ -n "$procs" ]; then say "LEAK: processes under a test root or browser profi
 dirs=$(find /dev/shm /tmp -maxdepth 1 \( -name 'sandboxd-test-*' -o -name 'sandboxd-admin-test-*' \
   -o -name 'sandboxd-browser-*' -o -name 'sst-*' \) 2>/dev/null || true)
 if [ -n "$dirs" ]; then say "LEAK: test directories:"; printf '%s\n' "$dirs"; leaks=1; fi
+
+# The test cluster (scripts/k8s-cluster.sh), when it is up: no test namespace, and no Pod,
+# Secret, ConfigMap, NetworkPolicy or Service of sandboxd in any namespace.
+k8s=$(dirname "$0")/k8s-cluster.sh
+if "$k8s" status >/dev/null 2>&1; then
+  for _ in $(seq 1 60); do
+    namespaces=$("$k8s" kubectl get namespaces -o name 2>/dev/null | grep '^namespace/sbx-test-' || true)
+    [ -z "$namespaces" ] && break
+    sleep 1
+  done
+  if [ -n "$namespaces" ]; then say "LEAK: test namespaces:"; printf '%s\n' "$namespaces"; leaks=1; fi
+  objects=$("$k8s" kubectl get pods,secrets,configmaps,networkpolicies,services --all-namespaces \
+    -l sandboxd.dev/sandbox=1 -o name 2>/dev/null || true)
+  if [ -n "$objects" ]; then say "LEAK: sandboxd objects on the cluster:"; printf '%s\n' "$objects"; leaks=1; fi
+fi
 
 if [ $leaks -eq 0 ]; then say "nothing left behind"; fi
 exit $leaks

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The whole test suite, on a fresh machine of this kind: installs what the tests need (database
-# servers, browser, Podman, local images), runs every test against real components, runs the
-# Docker backend's tests again against Podman's compatible API, and checks after each that
-# nothing was left behind. CI runs this through .ci/run. Prints how long each phase took.
+# servers, browser, Podman, local images, a single-node Kubernetes cluster built from source),
+# runs every test against real components, runs the Docker backend's tests again against
+# Podman's compatible API, and checks after each that nothing was left behind. CI runs this
+# through .ci/run. Prints how long each phase took.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -26,10 +27,15 @@ print_phases() {
 }
 
 PODMAN_STARTED=0
+K8S_STARTED=0
 finish() {
-  # Podman's service is ours: stopped whatever happened, so nothing of it outlives the run.
+  # Podman's service and the test cluster are ours: stopped whatever happened, so nothing of
+  # them outlives the run.
   if [ $PODMAN_STARTED -eq 1 ]; then
     phase podman-down ./scripts/podman.sh down || true
+  fi
+  if [ $K8S_STARTED -eq 1 ]; then
+    phase k8s-down ./scripts/k8s-cluster.sh down || true
   fi
   print_phases
 }
@@ -53,6 +59,18 @@ if ! cargo nextest --version >/dev/null 2>&1; then
   phase nextest cargo install --locked cargo-nextest
 fi
 
+# The Kubernetes backend's tests run on a real single-node cluster (scripts/k8s-cluster.sh:
+# built from Debian's source package, ~14 min cold, cached after). It comes up in the
+# background while the Rust build runs, whose single-crate stretches leave a core idle.
+# SANDBOXD_SKIP_KUBERNETES=1 leaves it out (the tests then skip).
+K8S_LOG=$(mktemp)
+if [ "${SANDBOXD_SKIP_KUBERNETES:-0}" != 1 ] && docker info >/dev/null 2>&1; then
+  K8S_STARTED=1
+  K8S_START=$(date +%s)
+  ./scripts/k8s-cluster.sh up >"$K8S_LOG" 2>&1 &
+  K8S_PID=$!
+fi
+
 say "building the tests"
 # What is labeled before the tests run is not theirs to leak (check-leaks names it).
 LEAK_BASELINE=$(mktemp)
@@ -62,11 +80,33 @@ phase build cargo nextest run --workspace --profile ci --no-run
 phase compile-guest env SANDBOXD_EXPERIMENTS__GUEST="$SANDBOXD_EXPERIMENT_GUEST" \
   SANDBOXD_EXPERIMENTS__CACHE_DIR="$SANDBOXD_EXPERIMENT_CACHE" \
   "${CARGO_TARGET_DIR:-target}/debug/sandboxd" experiments prepare
+if [ $K8S_STARTED -eq 1 ]; then
+  k8s_status=0
+  wait "$K8S_PID" || k8s_status=$?
+  PHASES+=("$(printf '%-14s %4ss%s' k8s-up $(($(date +%s) - K8S_START)) \
+    "$([ $k8s_status -eq 0 ] || echo "  (exit $k8s_status)")") (beside the build)")
+  sed 's/^/[k8s] /' "$K8S_LOG"
+  if [ $k8s_status -ne 0 ]; then
+    say "the test cluster did not come up"
+    exit 1
+  fi
+  export SANDBOXD_TEST_KUBECONFIG
+  SANDBOXD_TEST_KUBECONFIG=$(./scripts/k8s-cluster.sh kubeconfig)
+  # CI has a cluster: a skipped Kubernetes test is a failure there.
+  [ "${SANDBOXD_REQUIRE_DOCKER:-0}" = 1 ] && export SANDBOXD_REQUIRE_KUBERNETES=1
+fi
+rm -f "$K8S_LOG"
+
 say "running the test suite"
 status=0
 phase tests cargo nextest run --workspace --profile ci "$@" || status=$?
 
 phase check-leaks ./scripts/check-leaks.sh --since "$LEAK_BASELINE" || status=$?
+if [ $K8S_STARTED -eq 1 ]; then
+  # `down` fails when it cannot leave the machine as `up` found it.
+  K8S_STARTED=0
+  phase k8s-down ./scripts/k8s-cluster.sh down || status=$?
+fi
 
 # The Docker backend's tests once more, against Podman's Docker-compatible API (a service of
 # our own, scripts/podman.sh). SANDBOXD_SKIP_PODMAN=1 leaves it out.

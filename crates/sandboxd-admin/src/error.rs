@@ -107,8 +107,15 @@ impl ApiError {
                 BrokerError::NotFound { .. } => {
                     (StatusCode::NOT_FOUND, "not_found", err.to_string())
                 }
-                BrokerError::Conflict { .. } => (StatusCode::CONFLICT, "conflict", err.to_string()),
+                BrokerError::Conflict { .. } | BrokerError::InUse { .. } => {
+                    (StatusCode::CONFLICT, "conflict", err.to_string())
+                }
                 BrokerError::Foreign { .. } => (StatusCode::CONFLICT, "foreign", err.to_string()),
+                BrokerError::Source(_) => (
+                    StatusCode::BAD_GATEWAY,
+                    "source_unreachable",
+                    err.to_string(),
+                ),
                 BrokerError::FeatureUnavailable(_) => (
                     StatusCode::BAD_REQUEST,
                     "feature_unavailable",

@@ -11,7 +11,7 @@ use std::collections::BTreeMap;
 
 use sandboxd_broker::{
     Actor, Agent, AuditEntry, AuditPage, InstanceView, JanitorReport, PoolView, Project,
-    SandboxView, SettingsView, Spawned, Task,
+    SandboxView, SettingsView, Source, Spawned, Task,
 };
 use secrecy::ExposeSecret;
 use serde::{Deserialize, Serialize};
@@ -53,10 +53,17 @@ impl From<SettingsView> for Settings {
     }
 }
 
-/// One engine's warm pool: its sizes and what it holds now.
+/// One warm pool: its sizes and what it holds now.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 pub struct PoolOut {
+    /// The pool's name: its engine (`postgres`), or `<engine>@<source>` for a pool of clones.
+    pub pool: String,
     pub engine: String,
+    /// For a pool of clones: the source its members are clones of.
+    pub clone_of: Option<String>,
+    /// For a pool of clones: when the snapshot its members are made from was taken (Unix
+    /// milliseconds); null while the source has none and the pool waits for one.
+    pub snapshot_taken_at_ms: Option<i64>,
     /// The backend its members run on (the provisioning backend).
     pub backend: String,
     /// Features every member has active.
@@ -84,7 +91,10 @@ pub struct PoolOut {
 impl From<PoolView> for PoolOut {
     fn from(view: PoolView) -> Self {
         Self {
+            pool: view.key.to_string(),
             engine: view.engine.name.to_owned(),
+            clone_of: view.key.clone_of.as_ref().map(ToString::to_string),
+            snapshot_taken_at_ms: view.snapshot_taken_at_ms,
             backend: view.backend.to_owned(),
             features: view.features,
             min_idle: view.min_idle,
@@ -128,6 +138,9 @@ pub struct ProjectOut {
     pub sandbox_services: Option<Vec<String>>,
     /// Standing features per engine, e.g. `{"<engine>": ["<feature>"]}`.
     pub sandbox_extensions: Option<BTreeMap<String, Vec<String>>>,
+    /// Engines handed out as clones: `{"<engine>": "<source>"}`; empty when none.
+    #[serde(default)]
+    pub sandbox_clones: BTreeMap<String, String>,
     pub created_at_ms: i64,
     pub updated_at_ms: i64,
 }
@@ -140,6 +153,11 @@ impl From<Project> for ProjectOut {
                 .sandbox_services
                 .map(|s| s.iter().map(|e| e.name.to_owned()).collect()),
             sandbox_extensions: p.sandbox_extensions.map(|e| e.to_map()),
+            sandbox_clones: p
+                .sandbox_clones
+                .iter()
+                .map(|(e, s)| (e.name.to_owned(), s.to_string()))
+                .collect(),
             created_at_ms: p.created_at_ms,
             updated_at_ms: p.updated_at_ms,
         }
@@ -156,6 +174,69 @@ pub struct PutProject {
     pub sandbox_services: Option<Vec<String>>,
     #[serde(default)]
     pub sandbox_extensions: Option<BTreeMap<String, Vec<String>>>,
+    /// Engines handed out as clones of a registered source, `{"<engine>": "<source>"}`;
+    /// absent: unchanged, `{}`: none.
+    #[serde(default)]
+    pub sandbox_clones: Option<BTreeMap<String, String>>,
+}
+
+/// A source as an operator sees it: never its DSN.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct SourceOut {
+    pub name: String,
+    /// `keep-values` or `no-values` (statistics without sample values).
+    pub privacy: String,
+    /// Seconds between snapshots; 0: on demand only.
+    pub refresh_secs: u64,
+    pub created_at_ms: i64,
+    pub updated_at_ms: i64,
+    pub last_attempt_at_ms: Option<i64>,
+    /// Why the last snapshot attempt failed; `null` when it succeeded.
+    pub last_error: Option<String>,
+    /// The latest snapshot; `null` before the first.
+    pub snapshot: Option<SnapshotOut>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct SnapshotOut {
+    pub taken_at_ms: i64,
+    /// The source's server, e.g. `PostgreSQL 18.6`.
+    pub server_version: String,
+    pub took_ms: i64,
+}
+
+impl From<Source> for SourceOut {
+    fn from(s: Source) -> Self {
+        Self {
+            name: s.name.to_string(),
+            privacy: s.privacy.as_str().to_owned(),
+            refresh_secs: s.refresh_secs,
+            created_at_ms: s.created_at_ms,
+            updated_at_ms: s.updated_at_ms,
+            last_attempt_at_ms: s.last_attempt_at_ms,
+            last_error: s.last_error,
+            snapshot: s.snapshot.map(|p| SnapshotOut {
+                taken_at_ms: p.taken_at_ms,
+                server_version: p.server_version,
+                took_ms: p.took_ms,
+            }),
+        }
+    }
+}
+
+/// Registers (or replaces) a source. The DSN is libpq's (`host=… user=… password=… dbname=…`
+/// or a `postgresql://` URL) for a role that may read the catalog and statistics (e.g. a
+/// member of `pg_read_all_data`); sandboxd only ever opens read-only transactions with it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct PutSource {
+    pub dsn: String,
+    /// `keep-values` (default) or `no-values`.
+    #[serde(default)]
+    pub privacy: Option<String>,
+    /// Seconds between snapshots; absent or 0: on demand only.
+    #[serde(default)]
+    pub refresh_secs: Option<u64>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
@@ -494,8 +575,23 @@ mod tests {
             slug: "p".into(),
             sandbox_services: Some(vec!["postgres".into()]),
             sandbox_extensions: Some(BTreeMap::from([("postgres".into(), vec!["vector".into()])])),
+            sandbox_clones: BTreeMap::from([("postgres".into(), "shop".into())]),
             created_at_ms: 1,
             updated_at_ms: 2,
+        });
+        round_trip(SourceOut {
+            name: "shop".into(),
+            privacy: "no-values".into(),
+            refresh_secs: 3600,
+            created_at_ms: 1,
+            updated_at_ms: 2,
+            last_attempt_at_ms: Some(3),
+            last_error: None,
+            snapshot: Some(SnapshotOut {
+                taken_at_ms: 3,
+                server_version: "PostgreSQL 18.6".into(),
+                took_ms: 400,
+            }),
         });
         round_trip(SandboxOut {
             owner: "dev-1".into(),

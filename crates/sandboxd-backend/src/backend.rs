@@ -26,6 +26,9 @@ pub struct InstanceRequest {
     /// ever acts on it.
     pub maker: DaemonId,
     pub features: BTreeSet<Feature>,
+    /// The server's major version, when it must be one (a clone runs its source's); None: the
+    /// backend's own.
+    pub major: Option<u32>,
 }
 
 /// Enough to find an instance again after any restart: what `list` returns and `is_live` /
@@ -341,6 +344,62 @@ pub trait Backend: Send + Sync + fmt::Debug {
         .map_err(wire_error(instance, "opening a connection"))
     }
 
+    /// `pg_dump --schema-only --no-owner --no-privileges` of the source at `dsn`, by a
+    /// `pg_dump` of PostgreSQL `major` (it must be at least the source's). The DSN is never
+    /// logged nor quoted in an error.
+    async fn dump_schema(
+        &self,
+        engine: EngineRef,
+        major: u32,
+        dsn: &secrecy::SecretString,
+    ) -> Result<String, BackendError> {
+        let _ = (engine, dsn);
+        Err(BackendError::Unsupported {
+            operation: "dumping a source's schema",
+            detail: format!(
+                "the {} backend has no pg_dump of PostgreSQL {major}; snapshots need the \
+                 Docker backend",
+                self.kind()
+            ),
+        })
+    }
+
+    /// Extends files of a running instance, named as its server sees them, to the given lengths
+    /// (sparsely: a hole takes no space); a file already that long is left alone. By default
+    /// the server's files are this host's (the process backend).
+    async fn extend_files(
+        &self,
+        instance: &Instance,
+        files: &[(String, u64)],
+    ) -> Result<(), BackendError> {
+        let files = files.to_vec();
+        let name = instance.name.clone();
+        tokio::task::spawn_blocking(move || {
+            for (path, length) in &files {
+                let file = std::fs::OpenOptions::new()
+                    .write(true)
+                    .create(true)
+                    .truncate(false)
+                    .open(path)
+                    .map_err(|e| BackendError::io("opening a relation file of", &name, e))?;
+                let current = file
+                    .metadata()
+                    .map_err(|e| BackendError::io("measuring a relation file of", &name, e))?
+                    .len();
+                if current < *length {
+                    file.set_len(*length)
+                        .map_err(|e| BackendError::io("extending a relation file of", &name, e))?;
+                }
+            }
+            Ok(())
+        })
+        .await
+        .map_err(|e| BackendError::Unsupported {
+            operation: "extending relation files",
+            detail: e.to_string(),
+        })?
+    }
+
     /// The server's full version, asked as the handed-out account.
     async fn server_version(&self, instance: &Instance) -> Result<String, BackendError> {
         let (host, port) = self.admin_address(instance).await?;
@@ -436,6 +495,16 @@ impl IdleMember {
 
     pub fn handle(&self) -> InstanceHandle {
         InstanceHandle::of(&self.instance)
+    }
+
+    /// The account name the hand-out will mint.
+    pub(crate) fn minted_user(&self) -> &str {
+        &self.agent.user
+    }
+
+    /// One more step the hand-out runs over the held connection, after the account exists.
+    pub(crate) fn mint_also(&mut self, step: AdminStep) {
+        self.mint.push(step);
     }
 
     /// One round trip over the held connection: the member still answers its superuser.

@@ -58,9 +58,26 @@ pub enum BackendError {
         name: String,
         detail: String,
     },
+    #[error("kubernetes {operation} {name}: {detail}")]
+    Kubernetes {
+        operation: &'static str,
+        name: String,
+        detail: String,
+    },
     #[error("the {backend} backend is unavailable: {detail}")]
     Unavailable {
         backend: &'static str,
+        detail: String,
+    },
+    #[error("making {name} a clone failed while {step}: {detail}")]
+    Clone {
+        name: String,
+        step: &'static str,
+        detail: String,
+    },
+    #[error("{operation}: {detail}")]
+    Unsupported {
+        operation: &'static str,
         detail: String,
     },
     #[error("{name} exists and is younger than the grace window ({}s); leaving it alone", grace.as_secs())]

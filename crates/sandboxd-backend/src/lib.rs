@@ -2,8 +2,11 @@
 //! - [`backend`]: the `Backend` trait every way of running instances implements.
 //! - [`docker`]: hardened sibling containers through the Docker Engine API (production).
 //! - [`process`]: local child processes from the host's packages (the embedded default).
+//! - [`kube`]: Pods on a Kubernetes cluster (kube-rs), for fleets beyond one host.
 //! - [`wire`]: one client per protocol family (Postgres, Redis, MySQL, MongoDB) for setup,
 //!   readiness probes and feature activation.
+//! - [`clone`]: production-faithful clones: a snapshot read from a source, applied to a fresh
+//!   instance of the same major version.
 //! - [`probe`]: which allowlisted features a backend really provides, found on a throwaway
 //!   instance.
 //! - [`set`]: whole-set provisioning, all or nothing.
@@ -14,8 +17,11 @@
 #![forbid(unsafe_code)]
 
 pub mod backend;
+pub mod clone;
 pub mod docker;
 pub mod error;
+mod image_tags;
+pub mod kube;
 pub mod probe;
 pub mod process;
 pub mod readiness;

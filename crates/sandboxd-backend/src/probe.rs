@@ -57,6 +57,7 @@ pub async fn features(
     }
     let member = backend
         .provision_idle(&InstanceRequest {
+            major: None,
             engine,
             owner: slot.clone(),
             maker: maker.clone(),

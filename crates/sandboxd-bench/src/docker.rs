@@ -287,6 +287,7 @@ impl Scenario<'_> {
                 let requests: Vec<InstanceRequest> = subject
                     .iter()
                     .map(|&engine| InstanceRequest {
+                        major: None,
                         engine,
                         owner: owner.clone(),
                         maker: DaemonId::cli(),

@@ -14,6 +14,10 @@
 //!   memory, and the daemon's RSS with 100 live sandboxes.
 //! - `experiments`: run_experiment over MCP, cold and warm, and 100 sql() calls beside 100
 //!   sandbox_sql calls.
+//! - `clones`: the snapshot of a 50-table source and a clone's cold hand-out beside a plain
+//!   cold provision and a hand-out from a warm pool of clones (issue 12).
+//! - `kubernetes`: a cold provision of postgres+redis as Pods beside the Docker backend on the
+//!   same images (issue 11).
 //! - `cleanup`: everything started is found again by name/label and removed, also on Ctrl-C.
 //! - `stats`: percentiles and the report.
 
@@ -25,10 +29,12 @@ use sandboxd_domain::{EngineRef, engines};
 
 mod broker;
 mod cleanup;
+mod clones;
 mod containers;
 mod daemon;
 mod docker;
 mod experiments;
+mod kubernetes;
 mod peer;
 mod pools;
 mod process;
@@ -59,9 +65,13 @@ enum Scenario {
     /// run_experiment over MCP: trivial script cold and warm, 100 sql() calls beside 100
     /// sandbox_sql calls.
     Experiments,
+    /// Clones: a 50-table source's snapshot, a clone's cold hand-out beside a plain one.
+    Clones,
+    /// Kubernetes: cold provision and teardown of Pods beside Docker on the same images.
+    Kubernetes,
 }
 
-const ALL: [Scenario; 8] = [
+const ALL: [Scenario; 10] = [
     Scenario::Process,
     Scenario::Reset,
     Scenario::Cache,
@@ -69,6 +79,8 @@ const ALL: [Scenario; 8] = [
     Scenario::Daemon,
     Scenario::Pools,
     Scenario::Experiments,
+    Scenario::Clones,
+    Scenario::Kubernetes,
     Scenario::Docker,
 ];
 
@@ -103,6 +115,9 @@ struct Args {
     /// target/release, else target/debug).
     #[arg(long)]
     sandboxd_bin: Option<PathBuf>,
+    /// The cluster of the kubernetes scenario (default: `SANDBOXD_TEST_KUBECONFIG`).
+    #[arg(long)]
+    kubeconfig: Option<PathBuf>,
     /// Also write the results as JSON (and markdown beside it, `.md`).
     #[arg(long)]
     json_out: Option<PathBuf>,
@@ -217,6 +232,11 @@ async fn run(args: &Args, cleanup: &Cleanup, report: &mut Report) -> Result<()> 
                 broker::concurrent_agents(args.agents, args.rounds, &set, cleanup, report).await
             }
             Scenario::Reset => reset::reset(args.runs, cleanup, report).await,
+            Scenario::Clones => clones::clones(args.docker_runs, cleanup, report).await,
+            Scenario::Kubernetes => {
+                kubernetes::kubernetes(args.kubeconfig.clone(), args.docker_runs, cleanup, report)
+                    .await
+            }
             Scenario::Pools => {
                 pools::pools_scenario(
                     args.sandboxd_bin.as_deref(),

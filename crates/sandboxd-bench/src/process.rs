@@ -65,6 +65,7 @@ async fn run_once(
 ) -> Result<(Duration, InstanceHandle)> {
     let owner = AgentSlug::parse(&cleanup.owner(tag))?;
     let request = InstanceRequest {
+        major: None,
         engine,
         owner,
         maker: DaemonId::cli(),

@@ -60,6 +60,7 @@ async fn measure(
             continue;
         }
         let request = InstanceRequest {
+            major: None,
             engine: *engine,
             owner: AgentSlug::parse(&cleanup.owner(&format!("reset-{label}")))?,
             maker: DaemonId::cli(),

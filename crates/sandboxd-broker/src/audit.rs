@@ -29,6 +29,9 @@ pub enum AuditAction {
     SetSetting,
     Login,
     JanitorRun,
+    PutSource,
+    RemoveSource,
+    Snapshot,
 }
 
 impl AuditAction {
@@ -47,6 +50,9 @@ impl AuditAction {
             Self::SetSetting => "set_setting",
             Self::Login => "login",
             Self::JanitorRun => "janitor_run",
+            Self::PutSource => "put_source",
+            Self::RemoveSource => "remove_source",
+            Self::Snapshot => "snapshot",
         }
     }
 }

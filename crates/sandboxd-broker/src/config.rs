@@ -33,6 +33,9 @@ pub struct BrokerConfig {
     pub feature_probe_recheck: Duration,
     /// `run_experiment`'s guest and limits; None turns experiments off.
     pub experiments: Option<crate::ExperimentsConfig>,
+    /// Replicas share the store (PostgreSQL): leases instead of in-memory locks alone; None
+    /// for a single daemon.
+    pub replication: Option<crate::ReplicationConfig>,
 }
 
 impl BrokerConfig {
@@ -56,6 +59,7 @@ impl Default for BrokerConfig {
             pool_tuning: crate::pools::PoolTuning::default(),
             feature_probe_recheck: Duration::from_secs(60),
             experiments: None,
+            replication: None,
         }
     }
 }

@@ -14,6 +14,13 @@ pub enum BrokerError {
     NotFound { what: &'static str, id: String },
     #[error("{what} {id} already exists")]
     Conflict { what: &'static str, id: String },
+    /// Still referenced by something that must go first.
+    #[error("{what} {id} is in use: {detail}")]
+    InUse {
+        what: &'static str,
+        id: String,
+        detail: String,
+    },
     /// The instance was made by another sandboxd (or the CLI); this one never touches it.
     #[error(
         "{name} was made by {maker}, not by this sandboxd; remove it through its maker \
@@ -31,6 +38,16 @@ pub enum BrokerError {
     /// The experiment runtime could not be built (an engine configuration wasmtime refused).
     #[error("experiments: {0}")]
     Experiments(String),
+    /// A clone source could not be read (unreachable, refused, pg_dump failed); the message
+    /// never quotes its DSN.
+    #[error("source: {0}")]
+    Source(String),
+    /// Another replica held what this call needs for longer than it waits (retry).
+    #[error("{what} stayed busy on another replica for {}s", waited.as_secs())]
+    Busy {
+        what: String,
+        waited: std::time::Duration,
+    },
 }
 
 impl From<StoreError> for BrokerError {

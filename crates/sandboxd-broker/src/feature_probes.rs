@@ -183,9 +183,13 @@ impl Broker {
             Ok(provider) => provider,
             Err(err) => return failed(err.to_string()),
         };
-        // The janitor leaves a pool-slot instance alone while its slot's lock is held.
+        // The janitor (on any replica) leaves a pool-slot instance alone while its slot's turn
+        // is held.
         let slot = AgentSlug::pool_slot();
-        let turn = self.inner.locks.lock(&slot).await;
+        let turn = match self.turn(&slot).await {
+            Ok(turn) => turn,
+            Err(err) => return failed(err.to_string()),
+        };
         let probed = backend
             .probe_features(engine, &slot, &self.inner.daemon)
             .await;

@@ -9,7 +9,7 @@ use sandboxd_domain::envelope::{ErrorCode, ErrorEnvelope};
 use sandboxd_domain::error::{allowed_list, quote};
 use sandboxd_domain::roles::Verb;
 use sandboxd_domain::verbs::RequestSandboxArgs;
-use sandboxd_domain::{EngineRef, Feature, FeatureRequest};
+use sandboxd_domain::{EngineRef, Feature, FeatureRequest, SourceName};
 use sandboxd_store::{Agent, Task};
 
 use crate::Broker;
@@ -28,6 +28,8 @@ pub(crate) struct Granted {
     pub asked: Vec<EngineRef>,
     /// The project's standing features plus this call's extra ones.
     pub features: FeatureRequest,
+    /// Engines the project hands out as clones, and of which source.
+    pub clones: Vec<(EngineRef, SourceName)>,
 }
 
 fn names(engines: &[EngineRef]) -> String {
@@ -208,11 +210,13 @@ impl Broker {
             )));
         }
 
+        let clones = project.map(|p| p.sandbox_clones).unwrap_or_default();
         Ok(Granted {
             task,
             services,
             asked,
             features,
+            clones,
         })
     }
 

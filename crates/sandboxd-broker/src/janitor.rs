@@ -63,8 +63,11 @@ pub struct JanitorReport {
     pub kept_young: usize,
     /// Made by another daemon or the CLI: listed, never touched.
     pub foreign: usize,
-    /// Members of this run's warm pools, idle, starting or being handed out: left to them.
+    /// Members of this run's warm pools (or of a live replica's), idle, starting or being
+    /// handed out: left to them.
     pub pooled: usize,
+    /// Another replica leads the janitor now: this one looked at nothing.
+    pub not_leader: bool,
     /// Stored sandbox rows whose instances no backend lists any more.
     pub forgotten: usize,
     /// Things this daemon's instances left beside themselves (a daemon network none of its containers uses).
@@ -80,6 +83,13 @@ impl Broker {
     #[tracing::instrument(name = "janitor_pass", skip_all)]
     pub async fn janitor_pass(&self) -> JanitorReport {
         let mut report = JanitorReport::default();
+        // Replicas: one at a time, for a term that outlasts a few ticks (a crashed leader's
+        // lead passes on within it).
+        let term = crate::replicas::Replication::alive_within(self.inner.config.janitor_interval);
+        if !self.leads("janitor", term).await {
+            report.not_leader = true;
+            return report;
+        }
         let agents: BTreeSet<AgentSlug> = match self.store().list_agents(None).await {
             Ok(agents) => agents.into_iter().map(|a| a.slug).collect(),
             Err(err) => {
@@ -120,9 +130,11 @@ impl Broker {
                 continue;
             }
             if instance.handle.owner.is_pool_slot() {
-                // This run's pools judge their own members; any other member of this daemon
-                // is a previous run's (pools are rebuilt after a restart).
-                if self.inner.pools.owns(&instance.handle.name) {
+                // This run's pools (and a live replica's) judge their own members; any other
+                // member of this daemon is a previous run's (pools are rebuilt after a restart).
+                if self.inner.pools.owns(&instance.handle.name)
+                    || self.pool_member_elsewhere(&instance.handle.name).await
+                {
                     report.pooled += 1;
                 } else if self.reap_orphan(&instance).await {
                     report
@@ -183,7 +195,9 @@ impl Broker {
             let old = since(row.created_at_ms, now) >= grace;
             if old && !listing.unlisted.contains(&row.backend) && !listed_names.contains(&row.name)
             {
-                let _turn = self.inner.locks.lock(&row.owner).await;
+                let Ok(_turn) = self.turn(&row.owner).await else {
+                    continue;
+                };
                 if self
                     .store()
                     .delete_instance(&row.name)
@@ -211,7 +225,7 @@ impl Broker {
     /// still does not know the instance mean nothing will ever claim it. False when it was left.
     async fn reap_orphan(&self, instance: &ListedInstance) -> bool {
         let owner = &instance.handle.owner;
-        let Some(_turn) = self.inner.locks.try_lock(owner) else {
+        let Some(_turn) = self.try_turn(owner).await else {
             return false;
         };
         match self.store().instances_of(owner).await {
@@ -230,7 +244,9 @@ impl Broker {
     /// Reaps one instance; false when it turned out to be in use after all.
     async fn reap(&self, instance: &ListedInstance, reason: ReapReason) -> bool {
         let started = Instant::now();
-        let _turn = self.inner.locks.lock(&instance.handle.owner).await;
+        let Ok(_turn) = self.turn(&instance.handle.owner).await else {
+            return false;
+        };
         // The owner may have asked for its sandbox since the listing: judge idleness again
         // under its lock, where no request can slip in.
         if reason == ReapReason::Idle && !self.still_idle(instance).await {
@@ -282,6 +298,18 @@ impl Broker {
             detail: format!("{} ({reason})", instance.handle.name),
         })
         .await;
+    }
+
+    /// Whether `name` is a member of another live replica's warm pools.
+    async fn pool_member_elsewhere(&self, name: &str) -> bool {
+        match &self.inner.replication {
+            Some(replication) => {
+                let within =
+                    crate::replicas::Replication::alive_within(self.inner.config.janitor_interval);
+                replication.pool_member_alive(name, within).await
+            }
+            None => false,
+        }
     }
 
     async fn still_idle(&self, instance: &ListedInstance) -> bool {

@@ -12,6 +12,8 @@
 //! - `feature_probes.rs`: which allowlisted features each backend really provides, probed on a
 //!   throwaway instance and cached: what agents are offered and operators may make standing.
 //! - `janitor.rs`: reaps instances whose owner is gone, from what the backends list.
+//! - `replicas.rs`: several replicas on one PostgreSQL store: per-agent leases, one leader per
+//!   fleet-wide task, whose pool members are whose.
 //! - `operator.rs`: the operator's verbs (agents, projects, tasks, sandboxes, settings, audit).
 //! - `metrics.rs`, and the audit trail written by every verb and action.
 //!
@@ -23,7 +25,7 @@
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use sandboxd_domain::DaemonId;
+use sandboxd_domain::{AgentSlug, DaemonId};
 
 mod audit;
 mod backends;
@@ -38,9 +40,11 @@ mod locks;
 pub mod metrics;
 mod operator;
 mod pools;
+mod replicas;
 mod sandbox;
 mod sandbox_verbs;
 mod sessions;
+mod sources;
 mod verbs;
 
 pub use audit::{AuditAction, Outcome};
@@ -52,13 +56,15 @@ pub use janitor::{JanitorReport, ReapReason};
 pub use operator::{
     InstanceView, SERVICES_AVAILABLE_ENV, SandboxView, SettingsView, Spawned, parse_task_state,
 };
-pub use pools::{PoolConfig, PoolTuning, PoolView};
+pub use pools::{PoolConfig, PoolKey, PoolTuning, PoolView};
+pub use replicas::ReplicationConfig;
 pub use sandboxd_backend::FeatureProbe;
 pub use sandboxd_domain::lifecycle::TaskState;
 pub use sandboxd_store::{
-    Actor, Agent, AuditEntry, AuditFilter, AuditPage, OutcomeFilter, Project, SecretCipher, Store,
-    Task, TaskNote,
+    Actor, Agent, AuditEntry, AuditFilter, AuditPage, OutcomeFilter, Project, SecretCipher,
+    SnapshotSummary, Source, Store, StoreKind, Task, TaskNote,
 };
+pub use sources::clonable;
 
 /// The broker handle: cheap to clone, shared by every gateway.
 #[derive(Debug, Clone)]
@@ -78,6 +84,9 @@ struct Inner {
     /// the next start.
     enabled: bool,
     locks: locks::AgentLocks,
+    /// With replicas on one store: this replica's identity and its leases; None for a single
+    /// daemon.
+    replication: Option<replicas::Replication>,
     metrics: Arc<metrics::Metrics>,
     pools: Arc<pools::Pools>,
     feature_probes: feature_probes::FeatureProbes,
@@ -98,11 +107,15 @@ impl Broker {
     ) -> Result<Self, BrokerError> {
         let stored = config::stored_switch(&store).await?;
         let enabled = config.enabled_override.unwrap_or(stored);
+        let replication = config
+            .replication
+            .map(|r| replicas::Replication::new(store.clone(), r));
         let pools = Arc::new(pools::Pools::new(
             &config.pools,
             backends.primary().clone(),
             store.daemon_id().clone(),
             config.pool_tuning,
+            replication.clone(),
         ));
         let config_recheck = config.feature_probe_recheck;
         let experiments = match &config.experiments {
@@ -120,6 +133,7 @@ impl Broker {
                 config,
                 enabled,
                 locks: locks::AgentLocks::default(),
+                replication,
                 metrics: Arc::new(metrics::Metrics::default()),
                 pools,
                 feature_probes: feature_probes::FeatureProbes::new(config_recheck),
@@ -128,6 +142,7 @@ impl Broker {
             }),
         };
         broker.apply_stored_pool_sizes().await;
+        broker.load_clone_pool_snapshots().await;
         broker.reconcile().await;
         broker.janitor_pass().await;
         broker.inner.ready.store(true, Ordering::SeqCst);
@@ -137,7 +152,7 @@ impl Broker {
     /// Sizes an operator set through the API or panel outlive a restart.
     async fn apply_stored_pool_sizes(&self) {
         for view in self.inner.pools.views() {
-            let key = pools::size_setting(view.engine);
+            let key = pools::size_setting(&view.key);
             let Ok(Some(value)) = self.store().get_setting(&key).await else {
                 continue;
             };
@@ -145,12 +160,27 @@ impl Broker {
                 Some((min_idle, max_total)) => self
                     .inner
                     .pools
-                    .resize(view.engine, min_idle, max_total)
+                    .resize(&view.key, min_idle, max_total)
                     .map_err(|err| format!("{key} = {value:?}: {err:?}")),
                 None => Err(format!("{key} = {value:?} is not `min_idle,max_total`")),
             };
             if let Err(err) = applied {
                 tracing::warn!(error = %err, "ignoring stored warm pool sizes");
+            }
+        }
+    }
+
+    /// Pools of clones start from their source's latest snapshot in the store.
+    async fn load_clone_pool_snapshots(&self) {
+        for source in self.inner.pools.clone_sources() {
+            match self.store().latest_snapshot(&source).await {
+                Ok(snapshot) => self
+                    .inner
+                    .pools
+                    .offer_snapshot(&source, snapshot.map(Arc::new)),
+                Err(err) => {
+                    tracing::warn!(%source, error = %err, "reading a snapshot for its pool of clones");
+                }
             }
         }
     }
@@ -184,5 +214,34 @@ impl Broker {
 
     fn store(&self) -> &Store {
         &self.inner.store
+    }
+
+    /// `agent`'s turn: calls of one agent (on any replica) run one at a time.
+    pub(crate) async fn turn(&self, agent: &AgentSlug) -> Result<locks::Turn, BrokerError> {
+        let local = self.inner.locks.lock(agent).await;
+        let lease = match &self.inner.replication {
+            Some(replication) => Some(replication.lease(locks::lease_name(agent)).await?),
+            None => None,
+        };
+        Ok(locks::Turn::new(local, lease))
+    }
+
+    /// `agent`'s turn if no call of it runs now (on any replica).
+    pub(crate) async fn try_turn(&self, agent: &AgentSlug) -> Option<locks::Turn> {
+        let local = self.inner.locks.try_lock(agent)?;
+        let lease = match &self.inner.replication {
+            Some(replication) => Some(replication.try_lease(locks::lease_name(agent)).await?),
+            None => None,
+        };
+        Some(locks::Turn::new(local, lease))
+    }
+
+    /// Whether this daemon runs the fleet-wide `task` now: always for a single daemon; for
+    /// replicas, the one that holds (or takes) its lead for the next `term`.
+    pub(crate) async fn leads(&self, task: &str, term: std::time::Duration) -> bool {
+        match &self.inner.replication {
+            Some(replication) => replication.leads(task, term).await,
+            None => true,
+        }
     }
 }

@@ -1,12 +1,36 @@
 //! Per-agent serialization: concurrent calls for one agent queue behind one async mutex, so they
 //! can never race each other's provision or teardown, while different agents proceed in
-//! parallel.
+//! parallel. With replicas (`replicas.rs`) a [`Turn`] also holds the agent's lease in the
+//! store, so calls of one agent on different replicas queue too.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
 use sandboxd_domain::AgentSlug;
 use tokio::sync::{Mutex as AsyncMutex, OwnedMutexGuard};
+
+use crate::replicas::Lease;
+
+/// One agent's turn: this replica's mutex and, with replicas, the agent's lease in the store.
+#[derive(Debug)]
+pub(crate) struct Turn {
+    _local: OwnedMutexGuard<()>,
+    _lease: Option<Lease>,
+}
+
+impl Turn {
+    pub fn new(local: OwnedMutexGuard<()>, lease: Option<Lease>) -> Self {
+        Self {
+            _local: local,
+            _lease: lease,
+        }
+    }
+}
+
+/// The lease name of an agent's turn.
+pub(crate) fn lease_name(agent: &AgentSlug) -> String {
+    format!("agent:{agent}")
+}
 
 #[derive(Debug, Default)]
 pub struct AgentLocks {

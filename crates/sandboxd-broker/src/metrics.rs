@@ -18,6 +18,7 @@ use sandboxd_domain::roles::Verb;
 
 use crate::audit::Outcome;
 use crate::janitor::ReapReason;
+use crate::pools::PoolKey;
 
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ProvisionLabels {
@@ -41,13 +42,24 @@ pub struct ResetLabels {
     pub result: &'static str,
 }
 
+/// A pool: its engine, backend, and the source its members are clones of (empty when not).
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct PoolLabels {
     pub engine: &'static str,
     pub backend: &'static str,
+    pub clone_of: String,
 }
 
-/// An engine, a backend and a result: pool requests (hit, miss), feature probes (ok, failed).
+/// A pool and how a request that looked in it fared: `hit` or `miss`.
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct PoolRequestLabels {
+    pub engine: &'static str,
+    pub backend: &'static str,
+    pub clone_of: String,
+    pub result: &'static str,
+}
+
+/// An engine, a backend and a result: feature probes (ok, failed).
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct PoolResultLabels {
     pub engine: &'static str,
@@ -59,6 +71,7 @@ pub struct PoolResultLabels {
 pub struct PoolFailureLabels {
     pub engine: &'static str,
     pub backend: &'static str,
+    pub clone_of: String,
     /// `start`, `idle` (stopped answering) or `hand_out`.
     pub stage: &'static str,
 }
@@ -90,6 +103,17 @@ fn experiment_histogram() -> Histogram {
     Histogram::new(exponential_buckets(0.001, 2.0, 17))
 }
 
+fn snapshot_histogram() -> Histogram {
+    // 50 ms … ~7 min: a small schema takes a fraction of a second, pg_dump's deadline is 5 min.
+    Histogram::new(exponential_buckets(0.05, 2.0, 14))
+}
+
+/// How a snapshot of a source ended: `ok` or `failed`.
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct SnapshotLabels {
+    pub outcome: &'static str,
+}
+
 fn provision_histogram() -> Histogram {
     // 10 ms … ~80 s: a process instance is ready in tens of milliseconds, a cold container in
     // seconds.
@@ -108,11 +132,19 @@ pub struct Metrics {
     pub reset_seconds: Family<ResetLabels, Histogram, fn() -> Histogram>,
     pub pool_idle: Family<PoolLabels, Gauge>,
     pub pool_backing_off: Family<PoolLabels, Gauge>,
-    pub pool_requests: Family<PoolResultLabels, Counter>,
+    pub pool_requests: Family<PoolRequestLabels, Counter>,
     pub pool_member_failures: Family<PoolFailureLabels, Counter>,
     pub feature_probes: Family<PoolResultLabels, Counter>,
     pub experiment_seconds: Family<ExperimentLabels, Histogram, fn() -> Histogram>,
     pub experiment_limits: Family<LimitLabels, Counter>,
+    pub snapshot_seconds: Family<SnapshotLabels, Histogram, fn() -> Histogram>,
+    /// Clones handed out, by source name (an operator's name, not its address).
+    pub clones: Family<SourceLabels, Counter>,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct SourceLabels {
+    pub source: String,
 }
 
 impl Default for Metrics {
@@ -133,7 +165,7 @@ impl Default for Metrics {
             );
         let pool_idle = Family::<PoolLabels, Gauge>::default();
         let pool_backing_off = Family::<PoolLabels, Gauge>::default();
-        let pool_requests = Family::<PoolResultLabels, Counter>::default();
+        let pool_requests = Family::<PoolRequestLabels, Counter>::default();
         let pool_member_failures = Family::<PoolFailureLabels, Counter>::default();
         let feature_probes = Family::<PoolResultLabels, Counter>::default();
         let experiment_seconds =
@@ -141,6 +173,21 @@ impl Default for Metrics {
                 experiment_histogram,
             );
         let experiment_limits = Family::<LimitLabels, Counter>::default();
+        let snapshot_seconds =
+            Family::<SnapshotLabels, Histogram, fn() -> Histogram>::new_with_constructor(
+                snapshot_histogram,
+            );
+        let clones = Family::<SourceLabels, Counter>::default();
+        registry.register(
+            "snapshot_seconds",
+            "Snapshots of clone sources by outcome (ok, failed) and how long each took",
+            snapshot_seconds.clone(),
+        );
+        registry.register(
+            "clones_handed_out",
+            "Sandboxes handed out as clones, by source",
+            clones.clone(),
+        );
         registry.register(
             "experiment_seconds",
             "run_experiment runs by outcome (completed, script_error, limit, unavailable) and \
@@ -230,6 +277,8 @@ impl Default for Metrics {
             feature_probes,
             experiment_seconds,
             experiment_limits,
+            snapshot_seconds,
+            clones,
         }
     }
 }
@@ -250,6 +299,21 @@ impl Metrics {
                 backend: backend.as_str(),
             })
             .observe(took.as_secs_f64());
+    }
+
+    pub fn snapshot(&self, ok: bool, took: Duration) {
+        let outcome = if ok { "ok" } else { "failed" };
+        self.snapshot_seconds
+            .get_or_create(&SnapshotLabels { outcome })
+            .observe(took.as_secs_f64());
+    }
+
+    pub fn cloned(&self, source: &str) {
+        self.clones
+            .get_or_create(&SourceLabels {
+                source: source.to_owned(),
+            })
+            .inc();
     }
 
     /// One experiment run: how it ended, how long it took, and every limit it met.
@@ -298,26 +362,23 @@ impl Metrics {
             .inc();
     }
 
-    pub fn pool_request(&self, engine: EngineRef, backend: &'static str, hit: bool) {
+    pub fn pool_request(&self, pool: &PoolKey, backend: &'static str, hit: bool) {
         self.pool_requests
-            .get_or_create(&PoolResultLabels {
-                engine: engine.name,
+            .get_or_create(&PoolRequestLabels {
+                engine: pool.engine.name,
                 backend,
+                clone_of: pool.source_label(),
                 result: if hit { "hit" } else { "miss" },
             })
             .inc();
     }
 
-    pub fn pool_member_failed(
-        &self,
-        engine: EngineRef,
-        backend: &'static str,
-        stage: &'static str,
-    ) {
+    pub fn pool_member_failed(&self, pool: &PoolKey, backend: &'static str, stage: &'static str) {
         self.pool_member_failures
             .get_or_create(&PoolFailureLabels {
-                engine: engine.name,
+                engine: pool.engine.name,
                 backend,
+                clone_of: pool.source_label(),
                 stage,
             })
             .inc();
@@ -325,14 +386,15 @@ impl Metrics {
 
     pub fn pool_state(
         &self,
-        engine: EngineRef,
+        pool: &PoolKey,
         backend: &'static str,
         idle: usize,
         backing_off: bool,
     ) {
         let labels = PoolLabels {
-            engine: engine.name,
+            engine: pool.engine.name,
             backend,
+            clone_of: pool.source_label(),
         };
         self.pool_idle
             .get_or_create(&labels)

@@ -19,7 +19,7 @@ use crate::audit::{AuditAction, AuditRecord, Outcome};
 use crate::config::SANDBOX_DB_ENABLED;
 use crate::error::BrokerError;
 use crate::janitor::JanitorReport;
-use crate::pools::{PoolView, ResizeError};
+use crate::pools::{PoolKey, PoolView, ResizeError};
 
 /// How long spawning an agent waits for a feature probe under way before its briefing names the
 /// allowlist.
@@ -514,18 +514,18 @@ impl Broker {
         self.inner.pools.views()
     }
 
-    /// New sizes for `engine`'s warm pool, persisted (they outlive a restart and override the
+    /// New sizes for a warm pool, persisted (they outlive a restart and override the
     /// configuration's) and applied at once: the pool starts or removes members to match.
     pub async fn resize_pool(
         &self,
-        engine: EngineRef,
+        key: &PoolKey,
         min_idle: usize,
         max_total: usize,
     ) -> Result<PoolView, BrokerError> {
         let started = Instant::now();
         self.inner
             .pools
-            .resize(engine, min_idle, max_total)
+            .resize(key, min_idle, max_total)
             .map_err(|err| match err {
                 ResizeError::Invalid(detail) => BrokerError::Input(InputError::Malformed {
                     what: "pool sizes",
@@ -534,21 +534,30 @@ impl Broker {
                 ResizeError::NoPool => BrokerError::NotFound {
                     what: "warm pool",
                     id: format!(
-                        "{} (pools are configured per engine: [pools.{}] in the config file)",
-                        engine.name, engine.name
+                        "{key} (pools are configured in the config file: {}; configured: {})",
+                        key.config_table(),
+                        sandboxd_domain::error::allowed_list(
+                            self.pools()
+                                .iter()
+                                .map(|v| v.key.to_string())
+                                .collect::<Vec<_>>()
+                                .iter()
+                                .map(String::as_str)
+                        )
                     ),
                 },
             })?;
         self.store()
             .set_setting(
-                &crate::pools::size_setting(engine),
+                &crate::pools::size_setting(key),
                 &format!("{min_idle},{max_total}"),
             )
             .await?;
+        let subject = key.to_string();
         self.audit(AuditRecord {
             actor: Actor::Operator,
             action: AuditAction::SetSetting,
-            subject: engine.name,
+            subject: &subject,
             project: None,
             outcome: Outcome::Ok,
             started,
@@ -558,7 +567,7 @@ impl Broker {
         Ok(self
             .pools()
             .into_iter()
-            .find(|v| v.engine == engine)
+            .find(|v| v.key == *key)
             .expect("the pool just resized exists"))
     }
 

@@ -13,14 +13,22 @@
 //!   other member of this daemon at once (a previous run's: pools are rebuilt after a restart);
 //! - when requests find the pool empty it holds more, up to `max_total`, and shrinks back to
 //!   `min_idle` when hand-outs stop.
+//!
+//! A pool of clones (`[pools."postgres@shop"]`: a [`PoolKey`] naming a source) holds members
+//! that are already clones of the source's latest snapshot (`provision_idle_clone`), their
+//! schema handed to the account minted at hand-out. It starts nothing until the source has a
+//! snapshot, and a newer snapshot (taken here, or met in a request that read it from the
+//! store) replaces every idle member made from an older one.
 
 use std::collections::{BTreeSet, HashSet, VecDeque};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
+use sandboxd_backend::clone::provision_idle_clone;
 use sandboxd_backend::{Backend, IdleMember, InstanceRequest};
+use sandboxd_domain::clone::Snapshot;
 use sandboxd_domain::instance::instance_name;
-use sandboxd_domain::{AgentSlug, DaemonId, EngineRef, Feature, Instance};
+use sandboxd_domain::{AgentSlug, DaemonId, EngineRef, Feature, Instance, SourceName};
 use tokio::sync::Notify;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
@@ -31,10 +39,75 @@ use crate::metrics::Metrics;
 /// check is one round trip (milliseconds); a cold start is far longer.
 const CHECKED_MEMBER_WAIT: Duration = Duration::from_millis(100);
 
-/// One engine's pool as configured (`[pools.<engine>]`).
+/// Which pool: an engine's (`postgres`), or an engine's clones of a source (`postgres@shop`).
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct PoolKey {
+    pub engine: EngineRef,
+    /// The source every member is a clone of; None: ordinary members.
+    pub clone_of: Option<SourceName>,
+}
+
+impl PoolKey {
+    pub fn engine(engine: EngineRef) -> Self {
+        Self {
+            engine,
+            clone_of: None,
+        }
+    }
+
+    /// `<engine>` or `<engine>@<source>`; the error names what is allowed.
+    pub fn parse(text: &str) -> Result<Self, String> {
+        let (engine, source) = match text.split_once('@') {
+            Some((engine, source)) => (engine, Some(source)),
+            None => (text, None),
+        };
+        let engine = EngineRef::parse(engine).map_err(|e| e.to_string())?;
+        let clone_of = source
+            .map(|source| {
+                if !crate::sources::clonable(engine) {
+                    return Err(format!(
+                        "{engine} cannot be a clone; clonable: {}",
+                        crate::sources::clonable_list()
+                    ));
+                }
+                SourceName::parse(source).map_err(|e| e.to_string())
+            })
+            .transpose()?;
+        Ok(Self { engine, clone_of })
+    }
+
+    /// Its table in the config file: `[pools.postgres]`, `[pools."postgres@shop"]`.
+    pub fn config_table(&self) -> String {
+        match &self.clone_of {
+            Some(_) => format!("[pools.\"{self}\"]"),
+            None => format!("[pools.{self}]"),
+        }
+    }
+
+    /// The metrics' `clone_of` label: the source, or empty.
+    pub(crate) fn source_label(&self) -> String {
+        self.clone_of
+            .as_ref()
+            .map(ToString::to_string)
+            .unwrap_or_default()
+    }
+}
+
+impl std::fmt::Display for PoolKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match &self.clone_of {
+            Some(source) => write!(f, "{}@{source}", self.engine.name),
+            None => f.write_str(self.engine.name),
+        }
+    }
+}
+
+/// One pool as configured (`[pools.<engine>]`, `[pools."<engine>@<source>"]`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PoolConfig {
     pub engine: EngineRef,
+    /// Members are clones of this source's latest snapshot.
+    pub clone_of: Option<SourceName>,
     /// Features every member has active; a request whose features include them takes a
     /// member (the rest are activated after the hand-out).
     pub features: BTreeSet<Feature>,
@@ -45,18 +118,27 @@ pub struct PoolConfig {
 }
 
 impl PoolConfig {
+    pub fn key(&self) -> PoolKey {
+        PoolKey {
+            engine: self.engine,
+            clone_of: self.clone_of.clone(),
+        }
+    }
+
     /// `min_idle` ≤ `max_total`, and a pool of at least one member.
     pub fn validate(&self) -> Result<(), String> {
         if self.max_total == 0 {
             return Err(format!(
                 "pools.{}: max_total must be at least 1",
-                self.engine.name
+                self.key()
             ));
         }
         if self.min_idle > self.max_total {
             return Err(format!(
                 "pools.{}: min_idle ({}) must not exceed max_total ({})",
-                self.engine.name, self.min_idle, self.max_total
+                self.key(),
+                self.min_idle,
+                self.max_total
             ));
         }
         Ok(())
@@ -72,9 +154,9 @@ pub(crate) enum ResizeError {
     Invalid(String),
 }
 
-/// The settings key holding an operator's sizes for `engine`'s pool (`min_idle,max_total`).
-pub(crate) fn size_setting(engine: EngineRef) -> String {
-    format!("pool_size.{}", engine.name)
+/// The settings key holding an operator's sizes for a pool (`min_idle,max_total`).
+pub(crate) fn size_setting(key: &PoolKey) -> String {
+    format!("pool_size.{key}")
 }
 
 /// Sizes read back from [`size_setting`]; None when malformed.
@@ -122,8 +204,12 @@ impl PoolTuning {
 /// A pool as the operator sees it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PoolView {
+    pub key: PoolKey,
     pub engine: EngineRef,
     pub backend: &'static str,
+    /// For a pool of clones: when the snapshot its members are made from was taken; None
+    /// while the source has none (the pool waits for one).
+    pub snapshot_taken_at_ms: Option<i64>,
     pub features: Vec<String>,
     pub min_idle: usize,
     pub max_total: usize,
@@ -183,11 +269,58 @@ struct Pool {
     state: Mutex<PoolState>,
     /// Wakes takes waiting for a member out for its health check: it is back (or gone).
     checked: Notify,
+    /// A pool of clones: the snapshot its members are made from (None: none yet). A std
+    /// mutex: held only to read or swap the `Arc`, never across an await.
+    snapshot: Mutex<Option<Arc<Snapshot>>>,
+}
+
+/// Two snapshots are one when they are of one source, taken at one time.
+fn same_snapshot(a: &Snapshot, b: &Snapshot) -> bool {
+    a.source == b.source && a.taken_at_ms == b.taken_at_ms
 }
 
 impl Pool {
     fn state(&self) -> MutexGuard<'_, PoolState> {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn snapshot(&self) -> Option<Arc<Snapshot>> {
+        self.snapshot
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+
+    /// Makes `snapshot` the one members are made from; when it replaces another (or none
+    /// replaces one), returns the idle members made from the old one, to be removed.
+    fn offer(&self, snapshot: Option<Arc<Snapshot>>) -> Option<Vec<IdleMember>> {
+        let mut current = self.snapshot.lock().unwrap_or_else(|p| p.into_inner());
+        let unchanged = match (current.as_deref(), snapshot.as_deref()) {
+            // A request that read the store before a newer snapshot was stored offers the
+            // older one: the newer stays.
+            (Some(a), Some(b)) => same_snapshot(a, b) || b.taken_at_ms < a.taken_at_ms,
+            (None, None) => true,
+            _ => false,
+        };
+        if unchanged {
+            return None;
+        }
+        let had_one = current.is_some();
+        *current = snapshot;
+        drop(current);
+        had_one.then(|| self.state().release_beyond(0))
+    }
+
+    /// Whether `member` was made from the snapshot members are made from now.
+    fn current(&self, member: &IdleMember) -> bool {
+        match (self.snapshot().as_deref(), &member.instance.clone) {
+            (None, None) => true,
+            (Some(snapshot), Some(origin)) => {
+                origin.source == snapshot.source
+                    && origin.snapshot_taken_at_ms == snapshot.taken_at_ms
+            }
+            _ => false,
+        }
     }
 
     fn config(&self) -> PoolConfig {
@@ -210,6 +343,9 @@ pub(crate) struct Pools {
     wake: Arc<Notify>,
     /// Names of every member this run's pools made, until the janitor sees them gone.
     issued: Mutex<HashSet<String>>,
+    /// With replicas: members are registered in the store as this replica's while it holds
+    /// them, so a janitor on another replica leaves them alone.
+    replication: Option<crate::replicas::Replication>,
 }
 
 impl Pools {
@@ -218,6 +354,7 @@ impl Pools {
         backend: Arc<dyn Backend>,
         maker: DaemonId,
         tuning: PoolTuning,
+        replication: Option<crate::replicas::Replication>,
     ) -> Self {
         let pools = configs
             .iter()
@@ -229,6 +366,7 @@ impl Pools {
                     }),
                     config: Mutex::new(config.clone()),
                     checked: Notify::new(),
+                    snapshot: Mutex::new(None),
                 })
             })
             .collect();
@@ -240,6 +378,19 @@ impl Pools {
             tuning,
             wake: Arc::new(Notify::new()),
             issued: Mutex::new(HashSet::new()),
+            replication,
+        }
+    }
+
+    async fn register(&self, name: &str) {
+        if let Some(replication) = &self.replication {
+            replication.register_pool_member(name).await;
+        }
+    }
+
+    async fn unregister(&self, name: &str) {
+        if let Some(replication) = &self.replication {
+            replication.forget_pool_member(name).await;
         }
     }
 
@@ -247,8 +398,45 @@ impl Pools {
         self.issued.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    fn pool_of(&self, engine: EngineRef) -> Option<&Arc<Pool>> {
-        self.pools.iter().find(|p| p.config().engine == engine)
+    fn pool_of(&self, key: &PoolKey) -> Option<&Arc<Pool>> {
+        self.pools.iter().find(|p| p.config().key() == *key)
+    }
+
+    /// The sources whose clones a pool holds.
+    pub fn clone_sources(&self) -> BTreeSet<SourceName> {
+        self.pools
+            .iter()
+            .filter_map(|p| p.config().clone_of)
+            .collect()
+    }
+
+    /// Makes `snapshot` (None: there is none any more) the one the pools of `source`'s clones
+    /// make members from; idle members of an older one are removed and replaced.
+    pub fn offer_snapshot(&self, source: &SourceName, snapshot: Option<Arc<Snapshot>>) {
+        for pool in &self.pools {
+            if pool.config().clone_of.as_ref() != Some(source) {
+                continue;
+            }
+            if let Some(stale) = pool.offer(snapshot.clone()) {
+                if !stale.is_empty() {
+                    tracing::info!(%source, count = stale.len(), "a new snapshot: replacing the pool's idle clones");
+                    let backend = self.backend.clone();
+                    let replication = self.replication.clone();
+                    let handles: Vec<_> = stale.iter().map(IdleMember::handle).collect();
+                    drop(stale);
+                    tokio::spawn(async move {
+                        let names: Vec<String> = handles.iter().map(|h| h.name.clone()).collect();
+                        sandboxd_backend::teardown_all(backend.as_ref(), handles).await;
+                        if let Some(replication) = replication {
+                            for name in names {
+                                replication.forget_pool_member(&name).await;
+                            }
+                        }
+                    });
+                }
+                self.wake.notify_one();
+            }
+        }
     }
 
     /// True when `name` is a member this run's pools made and the janitor must leave alone:
@@ -269,17 +457,31 @@ impl Pools {
             .retain(|name| held.contains(name) || listed.contains(name));
     }
 
-    /// An idle member for `engine` whose features are all `wanted`, taken out of its pool (a
-    /// refill starts); when every idle member is out for its health check, the first one back
-    /// (waiting up to [`CHECKED_MEMBER_WAIT`]). None when no pool serves the engine or it is
+    /// An idle member for `engine` (a clone of `clone`'s source, made from that very
+    /// snapshot, when `clone` is given) whose features are all `wanted`, taken out of its pool
+    /// (a refill starts); when every idle member is out for its health check, the first one
+    /// back (waiting up to [`CHECKED_MEMBER_WAIT`]). None when no pool serves it or it is
     /// empty (a miss: the pool grows towards `max_total`).
     pub async fn take(
         &self,
         engine: EngineRef,
         wanted: &BTreeSet<Feature>,
+        clone: Option<&Arc<Snapshot>>,
         metrics: &Metrics,
     ) -> Option<Taken> {
-        let pool = self.pool_of(engine)?;
+        let key = PoolKey {
+            engine,
+            clone_of: match clone {
+                Some(snapshot) => Some(SourceName::parse(&snapshot.source).ok()?),
+                None => None,
+            },
+        };
+        let pool = self.pool_of(&key)?;
+        if let (Some(snapshot), Some(source)) = (clone, &key.clone_of) {
+            // The request read the store's latest: members of an older one are not clones of
+            // what the project asks for now.
+            self.offer_snapshot(source, Some(snapshot.clone()));
+        }
         let config = pool.config();
         if !config.features.is_subset(wanted) {
             return None;
@@ -307,7 +509,7 @@ impl Pools {
             }
             let _ = tokio::time::timeout_at(deadline, checked).await;
         };
-        metrics.pool_request(engine, self.metrics_backend, member.is_some());
+        metrics.pool_request(&key, self.metrics_backend, member.is_some());
         self.refresh_gauges(pool, metrics);
         match member {
             Some(member) => Some(Taken {
@@ -336,11 +538,17 @@ impl Pools {
             .member
             .take()
             .expect("a taken member is handed out once");
-        let engine = member.instance.engine;
+        let name = member.instance.name.clone();
         let outcome = self.backend.hand_out(member, owner).await;
+        // The agent's now (or gone): no longer a pool's.
+        self.unregister(&name).await;
         if outcome.is_err() {
             taken.pool.state().quarantined += 1;
-            metrics.pool_member_failed(engine, self.metrics_backend, "hand_out");
+            metrics.pool_member_failed(
+                &taken.pool.config().key(),
+                self.metrics_backend,
+                "hand_out",
+            );
         }
         outcome
     }
@@ -352,10 +560,13 @@ impl Pools {
             .iter()
             .map(|pool| {
                 let config = pool.config();
+                let snapshot_taken_at_ms = pool.snapshot().map(|s| s.taken_at_ms);
                 let state = pool.state();
                 PoolView {
+                    key: config.key(),
                     engine: config.engine,
                     backend: self.metrics_backend,
+                    snapshot_taken_at_ms,
                     features: config
                         .features
                         .iter()
@@ -380,14 +591,14 @@ impl Pools {
             .collect()
     }
 
-    /// New sizes for `engine`'s pool; the refill loop adds or removes members to match.
+    /// New sizes for a pool; the refill loop adds or removes members to match.
     pub fn resize(
         &self,
-        engine: EngineRef,
+        key: &PoolKey,
         min_idle: usize,
         max_total: usize,
     ) -> Result<(), ResizeError> {
-        let pool = self.pool_of(engine).ok_or(ResizeError::NoPool)?;
+        let pool = self.pool_of(key).ok_or(ResizeError::NoPool)?;
         let mut config = pool.config();
         config.min_idle = min_idle;
         config.max_total = max_total;
@@ -405,10 +616,10 @@ impl Pools {
     }
 
     fn refresh_gauges(&self, pool: &Pool, metrics: &Metrics) {
-        let engine = pool.config().engine;
+        let key = pool.config().key();
         let state = pool.state();
         let backing_off = state.backoff_until.is_some_and(|u| u > Instant::now());
-        metrics.pool_state(engine, self.metrics_backend, state.idle.len(), backing_off);
+        metrics.pool_state(&key, self.metrics_backend, state.idle.len(), backing_off);
     }
 
     /// Starts the members each pool lacks, within its backoff; returns the starts begun.
@@ -417,6 +628,11 @@ impl Pools {
         let now = Instant::now();
         for pool in &self.pools {
             let config = pool.config();
+            let snapshot = pool.snapshot();
+            if config.clone_of.is_some() && snapshot.is_none() {
+                // Nothing to clone yet: the source's first snapshot wakes the pool.
+                continue;
+            }
             let slots = {
                 let mut state = pool.state();
                 let want = state.target.max(config.min_idle).min(config.max_total);
@@ -452,14 +668,18 @@ impl Pools {
                 let pools = self.clone();
                 let pool = pool.clone();
                 let metrics = metrics.clone();
+                let snapshot = snapshot.clone();
                 let request = InstanceRequest {
+                    major: snapshot.as_ref().map(|s| s.major()),
                     engine: config.engine,
                     owner: slot,
                     maker: self.maker.clone(),
                     features: config.features.clone(),
                 };
                 started.push(tokio::spawn(async move {
-                    pools.start_member(&pool, request, name, &metrics).await;
+                    pools
+                        .start_member(&pool, request, snapshot, name, &metrics)
+                        .await;
                 }));
             }
         }
@@ -470,16 +690,30 @@ impl Pools {
         &self,
         pool: &Pool,
         request: InstanceRequest,
+        snapshot: Option<Arc<Snapshot>>,
         name: String,
         metrics: &Metrics,
     ) {
         let began = Instant::now();
-        let outcome = self.backend.provision_idle(&request).await;
+        self.register(&name).await;
+        let outcome = match &snapshot {
+            Some(snapshot) => provision_idle_clone(self.backend.as_ref(), &request, snapshot)
+                .await
+                .map(|(member, _)| member),
+            None => self.backend.provision_idle(&request).await,
+        };
         let engine = request.engine;
+        let key = pool.config().key();
+        let mut stale = None;
         {
             let mut state = pool.state();
             state.starting -= 1;
             match outcome {
+                Ok(member) if !pool.current(&member) => {
+                    // Made from a snapshot that a newer one replaced while it started.
+                    state.held.remove(&name);
+                    stale = Some(member.handle());
+                }
                 Ok(member) => {
                     state.failures = 0;
                     state.backoff_until = None;
@@ -494,9 +728,15 @@ impl Pools {
                     state.backoff_until = Some(Instant::now() + wait);
                     tracing::warn!(engine = engine.name, failures = state.failures, wait_ms = wait.as_millis() as u64, error = %err, "a pool member failed to start; backing off");
                     state.last_error = Some(err.to_string());
-                    metrics.pool_member_failed(engine, self.metrics_backend, "start");
+                    metrics.pool_member_failed(&key, self.metrics_backend, "start");
                 }
             }
+        }
+        if let Some(stale) = stale {
+            sandboxd_backend::teardown_all(self.backend.as_ref(), vec![stale]).await;
+        }
+        if !pool.state().held.contains(&name) {
+            self.unregister(&name).await;
         }
         self.refresh_gauges(pool, metrics);
         self.wake.notify_one();
@@ -537,11 +777,12 @@ impl Pools {
                     state.held.remove(&handle.name);
                 }
                 pool.checked.notify_waiters();
-                metrics.pool_member_failed(config.engine, self.metrics_backend, "idle");
+                metrics.pool_member_failed(&config.key(), self.metrics_backend, "idle");
                 drop(member);
                 if let Err(err) = self.backend.teardown(&handle).await {
                     tracing::warn!(instance = %handle.name, error = %err, "removing a quarantined pool member");
                 }
+                self.unregister(&handle.name).await;
             }
             let surplus = {
                 let mut state = pool.state();
@@ -560,7 +801,11 @@ impl Pools {
     async fn remove_members(&self, members: Vec<IdleMember>) {
         let handles: Vec<_> = members.iter().map(IdleMember::handle).collect();
         drop(members);
+        let names: Vec<String> = handles.iter().map(|h| h.name.clone()).collect();
         sandboxd_backend::teardown_all(self.backend.as_ref(), handles).await;
+        for name in names {
+            self.unregister(&name).await;
+        }
     }
 
     /// Tears down every idle member (a clean stop, once the starts under way finished).
@@ -645,6 +890,7 @@ mod tests {
     fn config(min_idle: usize, max_total: usize) -> PoolConfig {
         PoolConfig {
             engine: sandboxd_domain::engines::all().next().expect("an engine"),
+            clone_of: None,
             features: BTreeSet::new(),
             min_idle,
             max_total,

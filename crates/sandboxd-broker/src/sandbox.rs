@@ -4,10 +4,13 @@
 //! agent's engagement ends.
 
 use std::collections::BTreeSet;
+use std::sync::Arc;
 use std::time::Instant;
 
 use futures::future::join_all;
+use sandboxd_backend::clone::{Fidelity, provision_clone};
 use sandboxd_backend::{BackendError, InstanceHandle, InstanceRequest};
+use sandboxd_domain::clone::Snapshot;
 use sandboxd_domain::envelope::{ErrorCode, ErrorEnvelope, OkEnvelope};
 use sandboxd_domain::verbs::RequestSandboxArgs;
 use sandboxd_domain::{AgentSlug, EngineRef, FeatureRequest, Instance};
@@ -15,6 +18,8 @@ use sandboxd_store::{Actor, Agent};
 
 use crate::Broker;
 use crate::audit::{AuditAction, AuditRecord, Outcome};
+use crate::envelopes::internal;
+use crate::guards::Granted;
 use crate::pools::Taken;
 
 /// Whether a provision first removes what a crash left of the agent.
@@ -24,6 +29,23 @@ enum Leftovers {
     Clear,
     /// The agent has a live sandbox (completed in place): its instances are not leftovers.
     Keep,
+}
+
+/// The snapshot each cloned engine of a sandbox is made from.
+pub(crate) type Clones = [(EngineRef, Arc<Snapshot>)];
+
+fn clone_of(clones: &Clones, engine: EngineRef) -> Option<&Arc<Snapshot>> {
+    clones.iter().find(|(e, _)| *e == engine).map(|(_, s)| s)
+}
+
+/// Whether a cached member is what the project asks for now: a clone of the same source when
+/// it must be one, an ordinary instance when not.
+fn clone_matches(instance: &Instance, clones: &Clones) -> bool {
+    match (clone_of(clones, instance.engine), &instance.clone) {
+        (None, None) => true,
+        (Some(snapshot), Some(origin)) => origin.source == snapshot.source,
+        _ => false,
+    }
 }
 
 /// One instance of a provision, and where it came from.
@@ -45,6 +67,9 @@ pub(crate) enum Cache {
 pub(crate) enum SandboxFailure {
     Backend(BackendError),
     Store(sandboxd_store::StoreError),
+    /// The agent's turn could not be had (another replica held it too long, or the store
+    /// failed); nothing was done.
+    Turn(crate::BrokerError),
     /// Completing a live sandbox in place (an engine the project added, a feature asked for
     /// now) failed; what it had added was removed and the sandbox, its data and its
     /// credentials were kept as they were.
@@ -56,6 +81,7 @@ impl std::fmt::Display for SandboxFailure {
         match self {
             Self::Backend(err) => write!(f, "{err}"),
             Self::Store(err) => write!(f, "{err}"),
+            Self::Turn(err) => write!(f, "{err}"),
             Self::Kept(err) => write!(f, "{err}"),
         }
     }
@@ -66,6 +92,7 @@ impl From<SandboxFailure> for crate::BrokerError {
         match failure {
             SandboxFailure::Backend(err) => Self::Backend(err),
             SandboxFailure::Store(err) => Self::Store(err),
+            SandboxFailure::Turn(err) => err,
             SandboxFailure::Kept(inner) => Self::from(*inner),
         }
     }
@@ -75,7 +102,7 @@ impl SandboxFailure {
     fn feature_unavailable(&self) -> bool {
         match self {
             Self::Backend(err) => matches!(err, BackendError::FeatureUnavailable { .. }),
-            Self::Store(_) => false,
+            Self::Store(_) | Self::Turn(_) => false,
             Self::Kept(inner) => inner.feature_unavailable(),
         }
     }
@@ -120,8 +147,14 @@ impl Broker {
             .inspect_err(|refusal| {
                 self.inner.metrics.failed(refusal.error);
             })?;
+        let clones = self
+            .clone_snapshots(&granted)
+            .await
+            .inspect_err(|refusal| {
+                self.inner.metrics.failed(refusal.error);
+            })?;
         let (instances, cache) = self
-            .ensure_sandbox(&agent.slug, &granted.services, &granted.features)
+            .ensure_sandbox(&agent.slug, &granted.services, &granted.features, &clones)
             .await
             .map_err(|failure| {
                 self.inner.metrics.failed(ErrorCode::InvalidState);
@@ -139,13 +172,22 @@ impl Broker {
             })
             .collect();
         let served: Vec<&str> = granted.asked.iter().map(|e| e.name).collect();
-        let briefing = format!(
+        let mut briefing = format!(
             "Sandbox for task {}: {}. Export each service's env (or use its url) in your test \
              run; these credentials are yours alone and stay the same on every request_sandbox \
              call until the sandbox is released.",
             granted.task.id,
             served.join(", ")
         );
+        for instance in instances
+            .iter()
+            .filter(|i| granted.asked.contains(&i.engine))
+        {
+            if let Some(origin) = &instance.clone {
+                briefing.push(' ');
+                briefing.push_str(&origin.briefing(instance.engine.name));
+            }
+        }
         let ok = OkEnvelope::new(
             Some(granted.task.id.clone()),
             "run your tests against the sandbox; call i_am_done when your work is finished",
@@ -164,24 +206,58 @@ impl Broker {
         Ok((ok, detail))
     }
 
-    /// The agent's whole sandbox, ready: from the cache when every member is live, else freshly
-    /// provisioned. Serialized per agent.
+    /// The latest snapshot of each source the granted services are clones of; a source without
+    /// one refuses the request (retryable: a snapshot may be under way).
+    async fn clone_snapshots(
+        &self,
+        granted: &Granted,
+    ) -> Result<Vec<(EngineRef, Arc<Snapshot>)>, ErrorEnvelope> {
+        let mut clones = Vec::new();
+        for (engine, source) in &granted.clones {
+            if !granted.services.contains(engine) {
+                continue;
+            }
+            let snapshot = self
+                .store()
+                .latest_snapshot(source)
+                .await
+                .map_err(|e| internal("reading the clone's snapshot", &e))?;
+            let Some(snapshot) = snapshot else {
+                return Err(ErrorEnvelope::new(
+                    ErrorCode::ProvisionerUnavailable,
+                    format!("{engine} is a clone of source {source}, which has no snapshot yet"),
+                    format!(
+                        "retry later; an operator takes one with `sandboxd sources snapshot \
+                         {source}`"
+                    ),
+                ));
+            };
+            clones.push((*engine, Arc::new(snapshot)));
+        }
+        Ok(clones)
+    }
+
+    /// The agent's whole sandbox, ready: from the cache when every member is live (and is a
+    /// clone exactly where the project asks for one), else freshly provisioned. Serialized per
+    /// agent.
     pub(crate) async fn ensure_sandbox(
         &self,
         agent: &AgentSlug,
         services: &[EngineRef],
         features: &FeatureRequest,
+        clones: &Clones,
     ) -> Result<(Vec<Instance>, Cache), SandboxFailure> {
-        let _turn = self.inner.locks.lock(agent).await;
+        let _turn = self.turn(agent).await.map_err(SandboxFailure::Turn)?;
         let store = self.store();
         let mut cached = store
             .instances_of(agent)
             .await
             .map_err(SandboxFailure::Store)?;
+        let unchanged = cached.iter().all(|i| clone_matches(i, clones));
         if !cached.is_empty() {
-            if self.all_live(&cached).await {
+            if unchanged && self.all_live(&cached).await {
                 let added = self
-                    .complete_in_place(agent, &mut cached, services, features)
+                    .complete_in_place(agent, &mut cached, services, features, clones)
                     .await
                     .map_err(|failure| SandboxFailure::Kept(Box::new(failure)))?;
                 if let Some(added) = added {
@@ -199,7 +275,11 @@ impl Broker {
                 }
                 return Ok((cached, Cache::Hit));
             }
-            tracing::info!(%agent, "a sandbox member died: evicting the whole sandbox");
+            if unchanged {
+                tracing::info!(%agent, "a sandbox member died: evicting the whole sandbox");
+            } else {
+                tracing::info!(%agent, "the project's clones changed: replacing the whole sandbox");
+            }
             self.teardown_instances(&cached).await;
             store
                 .delete_instances_of(agent)
@@ -207,7 +287,7 @@ impl Broker {
                 .map_err(SandboxFailure::Store)?;
         }
         let instances = self
-            .provision(agent, services, features, Leftovers::Clear)
+            .provision(agent, services, features, clones, Leftovers::Clear)
             .await?;
         if let Err(err) = store.put_instances(agent, &instances).await {
             self.teardown_instances(&instances).await;
@@ -229,6 +309,7 @@ impl Broker {
         agent: &AgentSlug,
         engines: &[EngineRef],
         features: &FeatureRequest,
+        clones: &Clones,
         leftovers: Leftovers,
     ) -> Result<Vec<Instance>, SandboxFailure> {
         let backend = self.inner.backends.primary();
@@ -236,10 +317,16 @@ impl Broker {
         let taken: Vec<(EngineRef, BTreeSet<sandboxd_domain::Feature>, Option<Taken>)> =
             join_all(engines.iter().map(|engine| async move {
                 let wanted = features.for_engine(*engine);
+                // A clone comes only from a pool of clones of its source's very snapshot.
                 let taken = self
                     .inner
                     .pools
-                    .take(*engine, &wanted, &self.inner.metrics)
+                    .take(
+                        *engine,
+                        &wanted,
+                        clone_of(clones, *engine),
+                        &self.inner.metrics,
+                    )
                     .await;
                 (*engine, wanted, taken)
             }))
@@ -247,11 +334,10 @@ impl Broker {
         if leftovers == Leftovers::Clear && taken.iter().any(|(_, _, t)| t.is_none()) {
             self.clear_orphans_of(agent).await;
         }
-        let outcomes = join_all(
-            taken
-                .into_iter()
-                .map(|(engine, wanted, taken)| self.provision_one(agent, engine, wanted, taken)),
-        )
+        let outcomes = join_all(taken.into_iter().map(|(engine, wanted, taken)| {
+            let snapshot = clone_of(clones, engine).map(Arc::as_ref);
+            self.provision_one(agent, engine, wanted, taken, snapshot)
+        }))
         .await;
         let mut made = Vec::with_capacity(outcomes.len());
         let mut first_error = None;
@@ -318,6 +404,7 @@ impl Broker {
         engine: EngineRef,
         features: BTreeSet<sandboxd_domain::Feature>,
         taken: Option<Taken>,
+        snapshot: Option<&Snapshot>,
     ) -> Result<Made, BackendError> {
         let backend = self.inner.backends.primary();
         let metrics = &self.inner.metrics;
@@ -325,6 +412,9 @@ impl Broker {
         if let Some(taken) = taken {
             match self.inner.pools.hand_out(taken, agent, metrics).await {
                 Ok(mut instance) => {
+                    if let Some(snapshot) = snapshot {
+                        metrics.cloned(&snapshot.source);
+                    }
                     if let Err(err) = backend.activate(&mut instance, &features).await {
                         self.teardown_instances(std::slice::from_ref(&instance))
                             .await;
@@ -342,12 +432,24 @@ impl Broker {
             }
         }
         let request = InstanceRequest {
+            major: None,
             engine,
             owner: agent.clone(),
             maker: self.inner.daemon.clone(),
             features,
         };
-        let instance = backend.provision(&request).await?;
+        let instance = match snapshot {
+            Some(snapshot) => {
+                let (instance, report) =
+                    provision_clone(backend.as_ref(), &request, snapshot, Fidelity::FULL).await?;
+                tracing::info!(%agent, source = %snapshot.source, restored = report.statistics_restored,
+                    padded_files = report.padded_files, took_ms = report.took.as_millis() as u64,
+                    "made a clone");
+                metrics.cloned(&snapshot.source);
+                instance
+            }
+            None => backend.provision(&request).await?,
+        };
         Ok(Made {
             instance,
             took: began.elapsed(),
@@ -365,6 +467,7 @@ impl Broker {
         cached: &mut Vec<Instance>,
         services: &[EngineRef],
         features: &FeatureRequest,
+        clones: &Clones,
     ) -> Result<Option<Vec<Instance>>, SandboxFailure> {
         let present: BTreeSet<EngineRef> = cached.iter().map(|i| i.engine).collect();
         let missing: Vec<EngineRef> = services
@@ -375,7 +478,7 @@ impl Broker {
         let added = if missing.is_empty() {
             Vec::new()
         } else {
-            self.provision(agent, &missing, features, Leftovers::Keep)
+            self.provision(agent, &missing, features, clones, Leftovers::Keep)
                 .await?
         };
         let mut activated = false;
@@ -475,7 +578,7 @@ impl Broker {
     /// under its name. Returns how many instances went.
     #[tracing::instrument(name = "release", skip_all, fields(agent = %agent))]
     pub(crate) async fn release(&self, agent: &AgentSlug) -> Result<usize, SandboxFailure> {
-        let _turn = self.inner.locks.lock(agent).await;
+        let _turn = self.turn(agent).await.map_err(SandboxFailure::Turn)?;
         let cached = self
             .store()
             .instances_of(agent)

@@ -68,7 +68,10 @@ impl Broker {
         agent: &Agent,
         args: ResetSandboxArgs,
     ) -> Result<(OkEnvelope, String), ErrorEnvelope> {
-        let _turn = self.inner.locks.lock(&agent.slug).await;
+        let _turn = self
+            .turn(&agent.slug)
+            .await
+            .map_err(|e| crate::envelopes::internal("waiting for the agent's turn", &e))?;
         let instances = self.held_sandbox(agent).await?;
         let chosen = choose("reset_sandbox", &instances, args.services.as_deref())?;
         if !self.all_live(&instances).await {
@@ -77,7 +80,10 @@ impl Broker {
         let resets = chosen.iter().map(|instance| async move {
             let started = Instant::now();
             let outcome = match self.inner.backends.for_kind(instance.backend) {
-                Some(backend) => backend.reset(instance).await.map_err(|e| e.to_string()),
+                Some(backend) => match backend.reset(instance).await {
+                    Ok(()) => self.reclone(backend.as_ref(), instance).await,
+                    Err(e) => Err(e.to_string()),
+                },
                 None => Err(format!("no {} backend is configured", instance.backend)),
             };
             (*instance, outcome, started.elapsed())
@@ -130,6 +136,36 @@ impl Broker {
             .with_evidence(serde_json::Value::Array(evidence)),
             format!("reset {}", names.join(",")),
         ))
+    }
+
+    /// After a reset, a clone is made a clone again (of its source's latest snapshot): the
+    /// reset removed the schema the agent owned.
+    async fn reclone(
+        &self,
+        backend: &dyn sandboxd_backend::Backend,
+        instance: &sandboxd_domain::Instance,
+    ) -> Result<(), String> {
+        let Some(origin) = &instance.clone else {
+            return Ok(());
+        };
+        let source =
+            sandboxd_domain::SourceName::parse(&origin.source).map_err(|e| e.to_string())?;
+        let snapshot = self
+            .store()
+            .latest_snapshot(&source)
+            .await
+            .map_err(|e| e.to_string())?
+            .ok_or_else(|| format!("source {source} has no snapshot any more"))?;
+        sandboxd_backend::clone::apply(
+            backend,
+            instance,
+            &snapshot,
+            sandboxd_backend::clone::Fidelity::FULL,
+            sandboxd_backend::clone::SchemaOwner::Agent,
+        )
+        .await
+        .map(|_| ())
+        .map_err(|e| e.to_string())
     }
 
     /// `sandbox_sql`: one statement (or Redis command) against one of the agent's own services,
@@ -281,6 +317,7 @@ impl Broker {
                 "released_if_idle_at_ms": idle_ends,
                 "max_lifetime_secs": config.max_lifetime.map(|d| d.as_secs()),
                 "released_at_latest_at_ms": lifetime_ends,
+                "clone": instance.clone,
             })
         });
         let evidence: Vec<serde_json::Value> = join_all(described).await;

@@ -7,6 +7,7 @@ use secrecy::{ExposeSecret, SecretString};
 use serde::ser::SerializeMap;
 use serde::{Deserialize, Serialize, Serializer};
 
+use crate::clone::CloneOrigin;
 use crate::credentials::Credentials;
 use crate::engine::{AdminAccess, Endpoint};
 use crate::engines::EngineRef;
@@ -18,15 +19,21 @@ use crate::names::{AgentSlug, DaemonId, EnvPrefix};
 pub enum BackendKind {
     Process,
     Docker,
+    Kubernetes,
 }
 
 impl BackendKind {
-    pub const ALL: [BackendKind; 2] = [BackendKind::Process, BackendKind::Docker];
+    pub const ALL: [BackendKind; 3] = [
+        BackendKind::Process,
+        BackendKind::Docker,
+        BackendKind::Kubernetes,
+    ];
 
     pub fn as_str(self) -> &'static str {
         match self {
             Self::Process => "process",
             Self::Docker => "docker",
+            Self::Kubernetes => "kubernetes",
         }
     }
 
@@ -80,6 +87,8 @@ pub struct Instance {
     pub features: BTreeSet<Feature>,
     /// Unix milliseconds.
     pub created_at_ms: i64,
+    /// What it is a clone of; None for an ordinary instance.
+    pub clone: Option<CloneOrigin>,
 }
 
 impl Instance {
@@ -105,6 +114,7 @@ impl Instance {
             env: SecretString::from(
                 serde_json::to_string(&env).expect("a map of strings always serializes"),
             ),
+            clone: self.clone.clone(),
         }
     }
 }
@@ -124,6 +134,7 @@ pub struct ServiceEvidence {
     pub features: Vec<String>,
     /// The JSON object of environment variables (it embeds the password).
     env: SecretString,
+    pub clone: Option<CloneOrigin>,
 }
 
 impl ServiceEvidence {
@@ -141,13 +152,14 @@ impl fmt::Debug for ServiceEvidence {
             .field("user", &self.user)
             .field("database", &self.database)
             .field("features", &self.features)
+            .field("clone", &self.clone)
             .finish_non_exhaustive()
     }
 }
 
 impl Serialize for ServiceEvidence {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        let mut map = s.serialize_map(Some(10))?;
+        let mut map = s.serialize_map(Some(10 + usize::from(self.clone.is_some())))?;
         map.serialize_entry("service", self.service)?;
         map.serialize_entry("host", &self.host)?;
         map.serialize_entry("port", &self.port)?;
@@ -158,6 +170,9 @@ impl Serialize for ServiceEvidence {
         map.serialize_entry("features", &self.features)?;
         map.serialize_entry(self.feature_key, &self.features)?;
         map.serialize_entry("env", &self.env())?;
+        if let Some(clone) = &self.clone {
+            map.serialize_entry("clone", clone)?;
+        }
         map.end()
     }
 }
@@ -186,6 +201,7 @@ mod tests {
             admin: AdminAccess::Password(Credentials::generate("admin")),
             features: [Feature::parse(engine, "vector").expect("allowlisted")].into(),
             created_at_ms: 0,
+            clone: None,
         }
     }
 

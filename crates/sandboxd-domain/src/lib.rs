@@ -3,6 +3,7 @@
 //!
 //! Parts:
 //! - [`clock`]: the one clock (Unix milliseconds) and the one age format.
+//! - [`clone`]: production-faithful clones: what a snapshot holds and the pure plans that apply it.
 //! - [`names`]: newtypes built by `parse` (`AgentSlug`, `ProjectSlug`, `EnvPrefix`).
 //! - [`engine`]: an engine as data (`Engine`, one `static` per engine) plus its behaviour as pure
 //!   functions (`EngineRecipes`); [`engines`]: the registry, the one place that lists engines, and
@@ -21,6 +22,7 @@
 #![forbid(unsafe_code)]
 
 pub mod clock;
+pub mod clone;
 pub mod credentials;
 pub mod engine;
 pub mod engines;
@@ -39,4 +41,4 @@ pub use engines::EngineRef;
 pub use error::InputError;
 pub use features::{Feature, FeatureRequest};
 pub use instance::{BackendKind, Instance, ServiceEvidence};
-pub use names::{AgentSlug, DaemonId, EnvPrefix, ProjectSlug};
+pub use names::{AgentSlug, DaemonId, EnvPrefix, ProjectSlug, SourceName};

@@ -98,6 +98,12 @@ slug_type!(
     "project slug"
 );
 
+slug_type!(
+    /// The name an operator gives a source (a production Postgres clones are made from).
+    SourceName,
+    "source name"
+);
+
 /// What made an instance: one daemon (the id its store was created with), the CLI's own
 /// `sandboxd provision`, or, for an instance from before makers were recorded, `unknown`. A
 /// daemon's janitor and reconciler act only on instances of their own id; every other instance

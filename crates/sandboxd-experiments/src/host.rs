@@ -29,9 +29,13 @@ const MAX_TABLES: usize = 64;
 const MAX_TABLE_ELEMENTS: usize = 100_000;
 
 /// Linear memory and tables held to the run's limits, remembering whether growth was refused.
+/// The memory limit holds for the guest's memories together (a component has several), not
+/// for each one.
 #[derive(Debug)]
 pub(crate) struct Limiter {
     memory_bytes: usize,
+    /// Bytes of every linear memory of the run, now (memories only grow).
+    total_bytes: usize,
     pub peak_bytes: usize,
     pub memory_refused: bool,
 }
@@ -39,15 +43,20 @@ pub(crate) struct Limiter {
 impl ResourceLimiter for Limiter {
     fn memory_growing(
         &mut self,
-        _current: usize,
+        current: usize,
         desired: usize,
         _maximum: Option<usize>,
     ) -> wasmtime::Result<bool> {
-        if desired > self.memory_bytes {
+        let total = self
+            .total_bytes
+            .saturating_sub(current)
+            .saturating_add(desired);
+        if total > self.memory_bytes {
             self.memory_refused = true;
             return Ok(false);
         }
-        self.peak_bytes = self.peak_bytes.max(desired);
+        self.total_bytes = total;
+        self.peak_bytes = self.peak_bytes.max(total);
         Ok(true)
     }
 
@@ -120,6 +129,7 @@ impl HostState {
             table: ResourceTable::new(),
             limiter: Limiter {
                 memory_bytes: usize::try_from(limits.memory_bytes).unwrap_or(usize::MAX),
+                total_bytes: 0,
                 peak_bytes: 0,
                 memory_refused: false,
             },
@@ -206,5 +216,29 @@ impl ExperimentImports for HostState {
                 Err(answer)
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_memory_limit_holds_for_every_memory_together() {
+        let mut limiter = Limiter {
+            memory_bytes: 100,
+            total_bytes: 0,
+            peak_bytes: 0,
+            memory_refused: false,
+        };
+        assert!(limiter.memory_growing(0, 60, None).expect("answer"));
+        // A second memory of 60 would take the run past 100, though it alone is below.
+        assert!(!limiter.memory_growing(0, 60, None).expect("answer"));
+        assert!(limiter.memory_refused);
+        assert!(limiter.memory_growing(0, 30, None).expect("answer"));
+        // The first grows by 10: 100 in all, allowed; by one more byte, refused.
+        assert!(limiter.memory_growing(60, 70, None).expect("answer"));
+        assert!(!limiter.memory_growing(70, 71, None).expect("answer"));
+        assert_eq!(limiter.peak_bytes, 100);
     }
 }

@@ -56,6 +56,16 @@ const MIGRATIONS: &[(i64, &str, &str)] = &[
         "mcp_session_last_used",
         include_str!("../migrations/0004_mcp_session_last_used.sql"),
     ),
+    (
+        5,
+        "clone_sources",
+        include_str!("../migrations/0005_clone_sources.sql"),
+    ),
+    (
+        6,
+        "replicas",
+        include_str!("../migrations/0006_replicas.sql"),
+    ),
 ];
 
 fn migrator() -> Migrator {

@@ -73,7 +73,8 @@ enum AdminOwned {
 }
 
 const COLUMNS: &str = "name, owner, engine, backend, backend_id, host, port, database_name, \
-                       agent_user, features, created_at_ms, sealed_credentials, last_used_at_ms";
+                       agent_user, features, created_at_ms, sealed_credentials, last_used_at_ms, \
+                       clone_origin";
 
 fn summary_from_row(op: &'static str, row: &AnyRow) -> Result<InstanceSummary> {
     let get = |e: sqlx::Error| StoreError::db(op)(e);
@@ -174,6 +175,18 @@ impl Store {
                 user,
             },
         };
+        let origin: Option<String> = row.try_get("clone_origin").map_err(StoreError::db(op))?;
+        let clone = origin
+            .map(|text| {
+                serde_json::from_str(&text).map_err(|e| {
+                    StoreError::corrupt(
+                        op,
+                        format!("clone origin of sandbox instance {:?}", summary.name),
+                        e,
+                    )
+                })
+            })
+            .transpose()?;
         Ok(Instance {
             engine: summary.engine,
             owner: summary.owner,
@@ -192,6 +205,7 @@ impl Store {
             admin,
             features: summary.features,
             created_at_ms: summary.created_at_ms,
+            clone,
         })
     }
 
@@ -237,7 +251,7 @@ impl Store {
             .map_err(StoreError::db(OP))?;
         let insert = format!(
             "INSERT INTO sandbox_instances ({COLUMNS}) \
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)"
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14)"
         );
         for (instance, features, sealed) in rows {
             sqlx::query(sqlx::AssertSqlSafe(insert.clone()))
@@ -254,6 +268,9 @@ impl Store {
                 .bind(instance.created_at_ms)
                 .bind(sealed)
                 .bind(used_at_ms)
+                .bind(instance.clone.as_ref().map(|origin| {
+                    serde_json::to_string(origin).expect("a clone origin always serializes")
+                }))
                 .execute(&mut *tx)
                 .await
                 .map_err(|e| match violation(&e) {

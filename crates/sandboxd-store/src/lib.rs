@@ -13,6 +13,8 @@
 //! - [`audit`]: the append-only audit log with filtered, cursor-paged reads.
 //! - [`sessions`]: MCP session state with when each was last used (expired and swept by the
 //!   broker).
+//! - [`leases`]: what replicas sharing one store coordinate through: leases that expire, the
+//!   replicas' heartbeats, which replica's pools hold a member.
 //!
 //! How the SQL stays portable: every query goes through sqlx's `Any` driver with `$N`
 //! placeholders, and every column is TEXT or BIGINT (booleans 0/1, JSON as text, times as Unix
@@ -33,9 +35,11 @@ pub mod db;
 pub mod error;
 mod ids;
 pub mod instances;
+pub mod leases;
 pub mod projects;
 pub mod sessions;
 pub mod settings;
+pub mod sources;
 pub mod tasks;
 
 use sandboxd_domain::DaemonId;
@@ -48,6 +52,7 @@ pub use db::StoreKind;
 pub use error::{Result, StoreError};
 pub use instances::InstanceSummary;
 pub use projects::Project;
+pub use sources::{SnapshotSummary, Source};
 pub use tasks::{NoteKind, Task, TaskNote};
 
 /// A handle on the store. Cheap to clone: clones share one connection pool and one key.

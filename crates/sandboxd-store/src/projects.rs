@@ -6,7 +6,7 @@
 use std::collections::BTreeMap;
 
 use sandboxd_domain::clock::now_ms;
-use sandboxd_domain::{EngineRef, FeatureRequest, ProjectSlug};
+use sandboxd_domain::{EngineRef, FeatureRequest, ProjectSlug, SourceName};
 use sqlx::Row;
 use sqlx::any::AnyRow;
 
@@ -21,11 +21,14 @@ pub struct Project {
     pub sandbox_services: Option<Vec<EngineRef>>,
     /// Standing features per engine; `None` when none were set.
     pub sandbox_extensions: Option<FeatureRequest>,
+    /// Engines handed out as clones of a source, and of which; empty when none.
+    pub sandbox_clones: Vec<(EngineRef, SourceName)>,
     pub created_at_ms: i64,
     pub updated_at_ms: i64,
 }
 
-const COLUMNS: &str = "slug, sandbox_services, sandbox_extensions, created_at_ms, updated_at_ms";
+const COLUMNS: &str =
+    "slug, sandbox_services, sandbox_extensions, sandbox_clones, created_at_ms, updated_at_ms";
 
 fn services_json(services: &[EngineRef]) -> String {
     let names: Vec<&str> = services.iter().map(|e| e.name).collect();
@@ -65,9 +68,29 @@ fn project_from_row(op: &'static str, row: &AnyRow) -> Result<Project> {
         })
         .transpose()?;
 
+    let clones: Option<String> = row.try_get("sandbox_clones").map_err(get)?;
+    let sandbox_clones = match clones {
+        None => Vec::new(),
+        Some(text) => {
+            let raw: BTreeMap<String, String> = serde_json::from_str(&text)
+                .map_err(|e| StoreError::corrupt(op, what("sandbox_clones"), e))?;
+            raw.iter()
+                .map(|(engine, source)| {
+                    Ok((
+                        EngineRef::parse(engine)
+                            .map_err(|e| StoreError::corrupt(op, what("sandbox_clones"), e))?,
+                        SourceName::parse(source)
+                            .map_err(|e| StoreError::corrupt(op, what("sandbox_clones"), e))?,
+                    ))
+                })
+                .collect::<Result<Vec<_>>>()?
+        }
+    };
+
     Ok(Project {
         sandbox_services,
         sandbox_extensions,
+        sandbox_clones,
         created_at_ms: row.try_get("created_at_ms").map_err(get)?,
         updated_at_ms: row.try_get("updated_at_ms").map_err(get)?,
         slug,
@@ -90,7 +113,8 @@ impl Store {
              ON CONFLICT (slug) DO UPDATE SET sandbox_services = excluded.sandbox_services, \
              sandbox_extensions = excluded.sandbox_extensions, \
              updated_at_ms = excluded.updated_at_ms \
-             RETURNING slug, sandbox_services, sandbox_extensions, created_at_ms, updated_at_ms",
+             RETURNING slug, sandbox_services, sandbox_extensions, sandbox_clones, created_at_ms, \
+             updated_at_ms",
         )
         .bind(slug.as_str())
         .bind(sandbox_services.map(services_json))
@@ -101,6 +125,39 @@ impl Store {
         .await
         .map_err(StoreError::db(OP))?;
         project_from_row(OP, &row)
+    }
+
+    /// Sets which of the project's engines are clones of which source (empty: none).
+    /// [`StoreError::NotFound`] when there is no such project.
+    pub async fn set_project_clones(
+        &self,
+        slug: &ProjectSlug,
+        clones: &[(EngineRef, SourceName)],
+    ) -> Result<Project> {
+        const OP: &str = "set_project_clones";
+        let json = (!clones.is_empty()).then(|| {
+            let map: BTreeMap<&str, &str> =
+                clones.iter().map(|(e, s)| (e.name, s.as_str())).collect();
+            serde_json::to_string(&map).expect("a map of strings always serializes")
+        });
+        let sql = format!(
+            "UPDATE projects SET sandbox_clones = $2, updated_at_ms = $3 WHERE slug = $1 \
+             RETURNING {COLUMNS}"
+        );
+        sqlx::query(sqlx::AssertSqlSafe(sql))
+            .bind(slug.as_str())
+            .bind(json)
+            .bind(now_ms())
+            .fetch_optional(&self.pool)
+            .await
+            .map_err(StoreError::db(OP))?
+            .map(|row| project_from_row(OP, &row))
+            .transpose()?
+            .ok_or_else(|| StoreError::NotFound {
+                op: OP,
+                what: "project",
+                id: slug.to_string(),
+            })
     }
 
     pub async fn get_project(&self, slug: &ProjectSlug) -> Result<Option<Project>> {

@@ -7,6 +7,10 @@
 //!   (`SANDBOXD_REQUIRE_DOCKER=1`).
 //! - [`experiment_guest`], [`experiment_cache`]: the experiment guest `scripts/build-guest.sh`
 //!   built, and the cache its compiled form is shared through (compiled once, not per test).
+//! - [`kube_or_skip`], [`KubeNamespace`]: the Kubernetes backend on the test cluster
+//!   (`scripts/k8s-cluster.sh`, named by `SANDBOXD_TEST_KUBECONFIG`), in a namespace of the
+//!   test's own that goes with everything in it when the test ends; skipped where no cluster is
+//!   named unless CI requires it (`SANDBOXD_REQUIRE_KUBERNETES=1`).
 //!
 //! A dev-dependency only: nothing here is linked into the daemon, and it holds no logic of the
 //! daemon's own.
@@ -19,6 +23,7 @@ use std::time::Duration;
 
 use sandboxd_backend::Backend;
 use sandboxd_backend::docker::{DockerBackend, DockerConfig};
+use sandboxd_backend::kube::{KubeBackend, KubeConfig};
 
 /// `<tag>-<pid>-<n>`: unique within this test process and across concurrent ones.
 pub fn unique(tag: &str) -> String {
@@ -136,4 +141,92 @@ pub fn daemon_network_left(maker: &str) -> bool {
             .output();
     }
     left
+}
+
+/// The test cluster's kubeconfig (`SANDBOXD_TEST_KUBECONFIG`), or None (after a skip, or a
+/// failure when `SANDBOXD_REQUIRE_KUBERNETES=1`).
+pub fn test_kubeconfig(test: &str) -> Option<std::path::PathBuf> {
+    match std::env::var_os("SANDBOXD_TEST_KUBECONFIG") {
+        Some(path) if !path.is_empty() => Some(path.into()),
+        _ => {
+            assert!(
+                !std::env::var("SANDBOXD_REQUIRE_KUBERNETES").is_ok_and(|v| v == "1"),
+                "{test}: no test cluster (SANDBOXD_TEST_KUBECONFIG is unset; \
+                 scripts/k8s-cluster.sh up starts one) and SANDBOXD_REQUIRE_KUBERNETES=1"
+            );
+            eprintln!("SKIPPED {test}: no test cluster (SANDBOXD_TEST_KUBECONFIG is unset)");
+            None
+        }
+    }
+}
+
+/// `kubectl` of the test cluster (`scripts/k8s-cluster.sh kubectl`), with `args`; its stdout.
+pub fn kubectl(args: &[&str]) -> Result<String, String> {
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scripts/k8s-cluster.sh");
+    let out = std::process::Command::new(script)
+        .arg("kubectl")
+        .args(args)
+        .output()
+        .map_err(|e| format!("running kubectl: {e}"))?;
+    if out.status.success() {
+        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+    } else {
+        Err(format!(
+            "kubectl {}: {}",
+            args.join(" "),
+            String::from_utf8_lossy(&out.stderr).trim()
+        ))
+    }
+}
+
+/// A namespace of one test's own on the test cluster; dropping it deletes it and everything
+/// in it, and waits until the cluster has.
+#[derive(Debug)]
+pub struct KubeNamespace {
+    pub name: String,
+}
+
+impl KubeNamespace {
+    pub fn create(tag: &str) -> Self {
+        let name = format!("sbx-test-{}", unique(tag));
+        kubectl(&["create", "namespace", &name]).expect("create the test namespace");
+        Self { name }
+    }
+}
+
+impl Drop for KubeNamespace {
+    fn drop(&mut self) {
+        if let Err(err) = kubectl(&[
+            "delete",
+            "namespace",
+            &self.name,
+            "--wait=true",
+            "--timeout=120s",
+        ]) {
+            eprintln!("removing test namespace {}: {err}", self.name);
+        }
+    }
+}
+
+/// The Kubernetes backend on the test cluster, in a fresh namespace of its own, running the
+/// local images (never pulled), with no grace window; None (after a skip) without a cluster.
+pub fn kube_or_skip(
+    test: &str,
+    tweak: impl FnOnce(&mut KubeConfig),
+) -> Option<(KubeBackend, KubeNamespace)> {
+    let kubeconfig = test_kubeconfig(test)?;
+    let namespace = KubeNamespace::create(test);
+    let mut config = KubeConfig {
+        kubeconfig: Some(kubeconfig),
+        namespace: namespace.name.clone(),
+        images: local_image_lists(),
+        image_pull_policy: "Never".to_owned(),
+        grace: Duration::ZERO,
+        // sandboxd runs on the node's host, on the Docker bridge the Pods are on.
+        daemon_cidrs: vec!["172.17.0.1/32".to_owned()],
+        ..KubeConfig::default()
+    };
+    tweak(&mut config);
+    let backend = KubeBackend::new(config).expect("valid test settings");
+    Some((backend, namespace))
 }

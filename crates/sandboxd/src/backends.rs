@@ -1,10 +1,11 @@
 //! Builds the backend the settings ask for. `auto` picks Docker when the engine answers and every
-//! image the request needs is present, else processes.
+//! image the request needs is present, else processes; Kubernetes only when asked for.
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use sandboxd_backend::docker::{DockerBackend, DockerConfig};
+use sandboxd_backend::kube::KubeBackend;
 use sandboxd_backend::process::{ProcessBackend, Progress};
 use sandboxd_backend::{Backend, BackendError};
 use sandboxd_domain::{EngineRef, engines};
@@ -12,7 +13,8 @@ use sandboxd_domain::{EngineRef, engines};
 use crate::config::{BackendChoice, Settings};
 
 /// Every backend that can be built on this machine, for commands that look across them
-/// (`ls`, `teardown`, `doctor`). Docker is included only when its engine answers.
+/// (`ls`, `teardown`, `doctor`). Docker is included only when its engine answers, Kubernetes
+/// only when wanted (`backend = "kubernetes"` or `kubernetes.enabled`) and its API answers.
 pub async fn all(settings: &Settings, progress: Progress) -> Vec<Arc<dyn Backend>> {
     let mut backends: Vec<Arc<dyn Backend>> = Vec::new();
     if let Ok(process) = process(settings, progress) {
@@ -24,7 +26,21 @@ pub async fn all(settings: &Settings, progress: Progress) -> Vec<Arc<dyn Backend
             Err(err) => tracing::debug!(error = %err, "docker backend left out"),
         }
     }
+    if settings.kubernetes_wanted() {
+        match kubernetes(settings) {
+            Ok(kube) => match kube.ping().await {
+                Ok(()) => backends.push(Arc::new(kube)),
+                Err(err) => tracing::warn!(error = %err, "kubernetes backend left out"),
+            },
+            Err(err) => tracing::warn!(error = %err, "kubernetes backend left out"),
+        }
+    }
     backends
+}
+
+/// The Kubernetes backend from the `[kubernetes]` settings. It connects on first use.
+pub fn kubernetes(settings: &Settings) -> Result<KubeBackend, BackendError> {
+    KubeBackend::new(settings.kube_config())
 }
 
 pub fn process(settings: &Settings, progress: Progress) -> Result<ProcessBackend, BackendError> {
@@ -72,6 +88,11 @@ pub async fn choose(
             let docker = docker(settings)?;
             docker.ping().await?;
             Ok(Arc::new(docker))
+        }
+        BackendChoice::Kubernetes => {
+            let kube = kubernetes(settings)?;
+            kube.ping().await?;
+            Ok(Arc::new(kube))
         }
         BackendChoice::Auto => match usable_docker(settings, engines).await {
             Ok(docker) => Ok(Arc::new(docker)),

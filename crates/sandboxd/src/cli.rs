@@ -46,6 +46,8 @@ pub enum Command {
     Demo(commands::demo::Args),
     /// Projects and their sandbox opt-in (through the running daemon).
     Projects(commands::projects::Args),
+    /// Production Postgres servers that clones are made from (through the running daemon).
+    Sources(commands::sources::Args),
     /// Spawn, list and remove agents (through the running daemon).
     Agents(commands::agents::Args),
     /// Add and list tasks (through the running daemon).
@@ -98,6 +100,7 @@ async fn run(command: Command, settings: Settings) -> ExitCode {
         Command::Doctor(args) => commands::doctor::run(args, &settings).await,
         Command::Demo(args) => commands::demo::run(args, &settings).await,
         Command::Projects(args) => commands::projects::run(args, &settings).await,
+        Command::Sources(args) => commands::sources::run(args, &settings).await,
         Command::Agents(args) => commands::agents::run(args, &settings).await,
         Command::Tasks(args) => commands::tasks::run(args, &settings).await,
         Command::Sandboxes(args) => commands::sandboxes::run(args, &settings).await,

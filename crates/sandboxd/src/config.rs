@@ -10,8 +10,9 @@ use figment::Figment;
 use figment::providers::{Env, Format, Serialized, Toml};
 use sandboxd_admin::AdminConfig;
 use sandboxd_backend::docker::DockerConfig;
+use sandboxd_backend::kube::KubeConfig;
 use sandboxd_backend::process::ProcessConfig;
-use sandboxd_broker::{BrokerConfig, PoolConfig, PoolTuning};
+use sandboxd_broker::{BrokerConfig, PoolConfig, PoolKey, PoolTuning};
 use sandboxd_domain::{EngineRef, EnvPrefix, Feature, engines};
 use secrecy::SecretString;
 use serde::{Deserialize, Serialize};
@@ -24,6 +25,8 @@ pub enum BackendChoice {
     Auto,
     Process,
     Docker,
+    /// Pods on a Kubernetes cluster (`[kubernetes]`); never picked by `auto`.
+    Kubernetes,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -40,6 +43,7 @@ pub struct Settings {
     pub admin: AdminSettings,
     pub process: ProcessSettings,
     pub docker: DockerSettings,
+    pub kubernetes: KubernetesSettings,
     /// Per-engine overrides, keyed by engine name.
     pub engines: BTreeMap<String, EngineSettings>,
     /// Warm pools on the provisioning backend, keyed by engine name (none by default).
@@ -59,6 +63,7 @@ impl Default for Settings {
             admin: AdminSettings::default(),
             process: ProcessSettings::default(),
             docker: DockerSettings::default(),
+            kubernetes: KubernetesSettings::default(),
             engines: BTreeMap::new(),
             pools: BTreeMap::new(),
             experiments: ExperimentSettings::default(),
@@ -149,6 +154,9 @@ pub struct BrokerSettings {
     /// How long a feature probe is trusted before what runs the engine (the image's id, the
     /// host's programs and packages) is compared again; a change means a new probe.
     pub feature_probe_recheck_secs: u64,
+    /// Replicas on a PostgreSQL store: how long an agent's lease outlives a crashed holder
+    /// (another replica takes over after it). Unused on SQLite.
+    pub lease_ttl_secs: u64,
 }
 
 impl Default for BrokerSettings {
@@ -165,6 +173,9 @@ impl Default for BrokerSettings {
             pool_backoff_max_secs: base.pool_tuning.backoff_max.as_secs(),
             pool_check_interval_secs: base.pool_tuning.check_interval.as_secs(),
             feature_probe_recheck_secs: base.feature_probe_recheck.as_secs(),
+            lease_ttl_secs: sandboxd_broker::ReplicationConfig::default()
+                .lease_ttl
+                .as_secs(),
         }
     }
 }
@@ -356,6 +367,73 @@ impl Default for DockerSettings {
     }
 }
 
+/// The Kubernetes backend (`backend = "kubernetes"`, or `enabled` beside another primary).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct KubernetesSettings {
+    /// Build it even when it is not the provisioning backend, so `ls`, `teardown`, the janitor
+    /// and a restarted daemon see its instances.
+    pub enabled: bool,
+    /// A kubeconfig file; unset: the cluster sandboxd runs in, else `$KUBECONFIG` or
+    /// `~/.kube/config`.
+    pub kubeconfig: Option<PathBuf>,
+    /// The kubeconfig's context; unset: its current one.
+    pub context: Option<String>,
+    /// The namespace every object is made in (it must exist).
+    pub namespace: String,
+    /// Labels are `<prefix>/sandbox`, `<prefix>/owner`, …
+    pub label_prefix: String,
+    /// Pods run as a uid (and gid, fsGroup) from `uid_base .. uid_base + uid_count`.
+    pub uid_base: u32,
+    pub uid_count: u32,
+    /// Memory request = limit per Pod.
+    pub memory_mb: u64,
+    /// CPU limit per Pod.
+    pub cpus: f64,
+    /// CPU request per Pod (what the scheduler reserves).
+    pub cpu_request: f64,
+    /// Hand agents a ClusterIP Service's name instead of the Pod's address.
+    pub service: bool,
+    /// The label an agent's own Pods carry (valued with its slug): the only Pods an instance's
+    /// NetworkPolicy admits, besides sandboxd.
+    pub agent_label: String,
+    /// Labels of sandboxd's own Pods (when it runs in the cluster), admitted by the policies.
+    pub daemon_pod_labels: BTreeMap<String, String>,
+    /// Address ranges of sandboxd (when it runs outside the cluster), admitted by the policies.
+    pub daemon_cidrs: Vec<String>,
+    /// `IfNotPresent`, `Always` or `Never`.
+    pub image_pull_policy: String,
+    /// A same-named Pod younger than this is never cleared.
+    pub grace_secs: u64,
+    /// How long a Pod may take to be scheduled and started.
+    pub start_timeout_secs: u64,
+}
+
+impl Default for KubernetesSettings {
+    fn default() -> Self {
+        let base = KubeConfig::default();
+        Self {
+            enabled: false,
+            kubeconfig: base.kubeconfig,
+            context: base.context,
+            namespace: base.namespace,
+            label_prefix: base.label_prefix,
+            uid_base: base.uid_base,
+            uid_count: base.uid_count,
+            memory_mb: base.memory_mb,
+            cpus: base.cpus,
+            cpu_request: base.cpu_request,
+            service: base.service,
+            agent_label: base.agent_label,
+            daemon_pod_labels: base.daemon_pod_labels,
+            daemon_cidrs: base.daemon_cidrs,
+            image_pull_policy: base.image_pull_policy,
+            grace_secs: base.grace.as_secs(),
+            start_timeout_secs: base.start_timeout.as_secs(),
+        }
+    }
+}
+
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct EngineSettings {
@@ -370,7 +448,8 @@ fn millis(duration: Duration) -> u64 {
     u64::try_from(duration.as_millis()).unwrap_or(u64::MAX)
 }
 
-/// One engine's warm pool (`[pools.<engine>]`).
+/// One warm pool: an engine's (`[pools.<engine>]`), or of an engine's clones of a source
+/// (`[pools."<engine>@<source>"]`, whose members are clones of the source's latest snapshot).
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct PoolSettings {
@@ -540,7 +619,8 @@ impl Settings {
             .iter()
             .map(|(name, pool)| {
                 let invalid = |e: String| ConfigError::Invalid(format!("[pools.{name}]: {e}"));
-                let engine = EngineRef::parse(name).map_err(|e| invalid(e.to_string()))?;
+                let key = PoolKey::parse(name).map_err(invalid)?;
+                let engine = key.engine;
                 let features = pool
                     .features
                     .iter()
@@ -548,6 +628,7 @@ impl Settings {
                     .collect::<Result<_, _>>()?;
                 let config = PoolConfig {
                     engine,
+                    clone_of: key.clone_of,
                     features,
                     min_idle: pool.min_idle,
                     max_total: pool.max_total,
@@ -594,6 +675,37 @@ impl Settings {
             max_sessions: self.admin.max_sessions,
             login_attempts: self.admin.login_attempts,
             login_window: Duration::from_secs(self.admin.login_window_secs),
+        }
+    }
+
+    /// Whether the Kubernetes backend is wanted: it provisions, or it is enabled beside.
+    pub fn kubernetes_wanted(&self) -> bool {
+        self.backend == BackendChoice::Kubernetes || self.kubernetes.enabled
+    }
+
+    pub fn kube_config(&self) -> KubeConfig {
+        let k = &self.kubernetes;
+        KubeConfig {
+            kubeconfig: k.kubeconfig.clone(),
+            context: k.context.clone(),
+            namespace: k.namespace.clone(),
+            label_prefix: k.label_prefix.clone(),
+            uid_base: k.uid_base,
+            uid_count: k.uid_count,
+            memory_mb: k.memory_mb,
+            cpus: k.cpus,
+            cpu_request: k.cpu_request,
+            service: k.service,
+            agent_label: k.agent_label.clone(),
+            daemon_pod_labels: k.daemon_pod_labels.clone(),
+            daemon_cidrs: k.daemon_cidrs.clone(),
+            image_pull_policy: k.image_pull_policy.clone(),
+            grace: Duration::from_secs(k.grace_secs),
+            start_timeout: Duration::from_secs(k.start_timeout_secs),
+            images: engines::all()
+                .map(|engine| (engine.name.to_owned(), self.images_for(engine)))
+                .collect(),
+            deadlines: self.deadlines(),
         }
     }
 

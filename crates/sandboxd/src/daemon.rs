@@ -8,7 +8,9 @@ use std::time::Duration;
 use anyhow::{Context, Result};
 use rand::RngCore;
 use sandboxd_backend::Backend;
-use sandboxd_broker::{Backends, Broker, BrokerConfig, SecretCipher, Store, parse_switch};
+use sandboxd_broker::{
+    Backends, Broker, BrokerConfig, ReplicationConfig, SecretCipher, Store, StoreKind, parse_switch,
+};
 use sandboxd_domain::roles::RoleBook;
 use sandboxd_domain::{EngineRef, engines};
 use secrecy::SecretString;
@@ -61,6 +63,11 @@ pub async fn start(settings: &Settings) -> Result<Daemon> {
         pool_tuning: settings.pool_tuning(),
         feature_probe_recheck: Duration::from_secs(settings.broker.feature_probe_recheck_secs),
         experiments: settings.experiments_config()?,
+        // A PostgreSQL store may be shared by replicas: leases coordinate them. SQLite is one
+        // daemon's file.
+        replication: (store.kind() == StoreKind::Postgres).then(|| ReplicationConfig {
+            lease_ttl: Duration::from_secs(settings.broker.lease_ttl_secs.max(1)),
+        }),
     };
     let backends = daemon_backends(settings).await?;
     let primary = backends.primary().kind().as_str();

@@ -28,7 +28,12 @@ ROUTES: frozenset[tuple[str, str]] = frozenset(
         ("GET", "/v1/audit"),
         ("POST", "/v1/janitor/run"),
         ("GET", "/v1/pools"),
-        ("PUT", "/v1/pools/{engine}"),
+        ("PUT", "/v1/pools/{pool}"),
+        ("GET", "/v1/sources"),
+        ("GET", "/v1/sources/{name}"),
+        ("PUT", "/v1/sources/{name}"),
+        ("DELETE", "/v1/sources/{name}"),
+        ("POST", "/v1/sources/{name}/snapshot"),
     }
 )
 """Every route this client calls; the tests check each against the daemon's OpenAPI document."""
@@ -93,10 +98,18 @@ class Operator:
         return self._request("GET", "/v1/projects/{slug}", path={"slug": slug})
 
     def set_project(
-        self, slug: str, services: list[str] | None, extensions: dict[str, list[str]] | None = None
+        self,
+        slug: str,
+        services: list[str] | None,
+        extensions: dict[str, list[str]] | None = None,
+        clones: dict[str, str] | None = None,
     ) -> dict[str, Any]:
-        """Opts `slug` into `services` (None or [] opts it out), with standing features."""
-        body = {"sandbox_services": services, "sandbox_extensions": extensions}
+        """Opts `slug` into `services` (None or [] opts it out), with standing features; `clones`
+        (`{"postgres": "<source>"}`, `{}` for none) hands engines out as clones of a source, None
+        leaves them as they are."""
+        body: dict[str, Any] = {"sandbox_services": services, "sandbox_extensions": extensions}
+        if clones is not None:
+            body["sandbox_clones"] = clones
         return self._request("PUT", "/v1/projects/{slug}", path={"slug": slug}, json=body)
 
     def agents(self, project: str | None = None) -> list[dict[str, Any]]:
@@ -143,8 +156,31 @@ class Operator:
         """The warm pools: sizes, idle and starting members, hand-outs, misses, backoff."""
         return self._request("GET", "/v1/pools")
 
-    def resize_pool(self, engine: str, min_idle: int, max_total: int) -> dict[str, Any]:
-        """New sizes for one engine's warm pool: stored, applied at once, kept across restarts."""
+    def sources(self) -> list[dict[str, Any]]:
+        """Clone sources: name, privacy mode, refresh interval, last snapshot and error (never a DSN)."""
+        return self._request("GET", "/v1/sources")
+
+    def source(self, name: str) -> dict[str, Any]:
+        return self._request("GET", "/v1/sources/{name}", path={"name": name})
+
+    def put_source(
+        self, name: str, dsn: str, privacy: str = "keep-values", refresh_secs: int = 0
+    ) -> dict[str, Any]:
+        """Registers (or replaces) a production Postgres that clones are made from; the DSN is
+        sealed by the daemon and never returned."""
+        body = {"dsn": dsn, "privacy": privacy, "refresh_secs": refresh_secs}
+        return self._request("PUT", "/v1/sources/{name}", path={"name": name}, json=body)
+
+    def remove_source(self, name: str) -> Any:
+        return self._request("DELETE", "/v1/sources/{name}", path={"name": name})
+
+    def snapshot_source(self, name: str) -> dict[str, Any]:
+        """Takes a snapshot of the source now (schema, statistics, planner settings)."""
+        return self._request("POST", "/v1/sources/{name}/snapshot", path={"name": name})
+
+    def resize_pool(self, pool: str, min_idle: int, max_total: int) -> dict[str, Any]:
+        """New sizes for one warm pool (an engine's, or ``"<engine>@<source>"`` for a pool of
+        clones): stored, applied at once, kept across restarts."""
         return self._request(
-            "PUT", "/v1/pools/{engine}", path={"engine": engine}, json={"min_idle": min_idle, "max_total": max_total}
+            "PUT", "/v1/pools/{pool}", path={"pool": pool}, json={"min_idle": min_idle, "max_total": max_total}
         )

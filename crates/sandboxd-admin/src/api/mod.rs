@@ -25,6 +25,7 @@ mod pools;
 pub(crate) mod projects;
 mod sandboxes;
 mod settings;
+mod sources;
 mod tasks;
 
 /// A JSON body whose rejection is an [`ApiError`] (`{"error","message"}`), not axum's text.
@@ -86,6 +87,13 @@ fn split() -> (Router<AppState>, utoipa::openapi::OpenApi) {
         .routes(routes!(janitor::run_janitor))
         .routes(routes!(pools::list_pools))
         .routes(routes!(pools::put_pool))
+        .routes(routes!(sources::list_sources))
+        .routes(routes!(
+            sources::get_source,
+            sources::put_source,
+            sources::remove_source
+        ))
+        .routes(routes!(sources::snapshot_source))
         .split_for_parts()
 }
 

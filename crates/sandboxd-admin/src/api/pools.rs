@@ -1,9 +1,11 @@
-//! `/v1/pools`: the warm pools (one per configured engine) and their sizes. A resize persists
-//! and applies at once; pools themselves are configured in the daemon's config file.
+//! `/v1/pools`: the warm pools (one per configured engine, and per source whose clones are
+//! pooled) and their sizes. A resize persists and applies at once; pools themselves are
+//! configured in the daemon's config file.
 
 use axum::Json;
 use axum::extract::State;
-use sandboxd_domain::EngineRef;
+use sandboxd_broker::PoolKey;
+use sandboxd_domain::error::InputError;
 
 use super::{ApiJson, ApiPath, TAG};
 use crate::AppState;
@@ -28,9 +30,10 @@ pub async fn list_pools(State(state): State<AppState>) -> Json<Vec<PoolOut>> {
     )
 }
 
-/// Resizes one engine's warm pool; the sizes outlive a restart.
-#[utoipa::path(put, path = "/v1/pools/{engine}", tag = TAG,
-    params(("engine" = String, Path, description = "an engine with a configured pool")),
+/// Resizes one warm pool; the sizes outlive a restart.
+#[utoipa::path(put, path = "/v1/pools/{pool}", tag = TAG,
+    params(("pool" = String, Path, description = "a configured pool: an engine (`postgres`), \
+        or `<engine>@<source>` for a pool of clones")),
     request_body = PutPool,
     responses(
         (status = 200, body = PoolOut),
@@ -40,13 +43,16 @@ pub async fn list_pools(State(state): State<AppState>) -> Json<Vec<PoolOut>> {
     ))]
 pub async fn put_pool(
     State(state): State<AppState>,
-    ApiPath(engine): ApiPath<String>,
+    ApiPath(pool): ApiPath<String>,
     ApiJson(body): ApiJson<PutPool>,
 ) -> Result<Json<PoolOut>, ApiError> {
-    let engine = EngineRef::parse(&engine)?;
+    let key = PoolKey::parse(&pool).map_err(|detail| InputError::Malformed {
+        what: "pool",
+        detail,
+    })?;
     let pool = state
         .broker
-        .resize_pool(engine, body.min_idle, body.max_total)
+        .resize_pool(&key, body.min_idle, body.max_total)
         .await?;
     Ok(Json(pool.into()))
 }

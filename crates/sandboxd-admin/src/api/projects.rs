@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 
 use axum::Json;
 use axum::extract::State;
-use sandboxd_domain::{EngineRef, FeatureRequest, ProjectSlug};
+use sandboxd_domain::{EngineRef, FeatureRequest, ProjectSlug, SourceName};
 
 use super::{ApiJson, ApiPath, TAG};
 use crate::AppState;
@@ -30,6 +30,20 @@ pub(crate) fn parse_opt_in(
         .transpose()?;
     let extensions = extensions.map(FeatureRequest::parse_map).transpose()?;
     Ok((services, extensions))
+}
+
+/// Parses `{"<engine>": "<source>"}` as the operator wrote it.
+pub(crate) fn parse_clones(
+    map: &BTreeMap<String, String>,
+) -> Result<Vec<(EngineRef, SourceName)>, ApiError> {
+    map.iter()
+        .map(|(engine, source)| {
+            Ok((
+                EngineRef::parse(engine.trim())?,
+                SourceName::parse(source.trim())?,
+            ))
+        })
+        .collect()
 }
 
 /// Every project with its opt-in.
@@ -89,9 +103,20 @@ pub async fn put_project(
         body.sandbox_services.as_deref(),
         body.sandbox_extensions.as_ref(),
     )?;
-    let project = state
+    let clones = body.sandbox_clones.as_ref().map(parse_clones).transpose()?;
+    if let Some(clones) = &clones {
+        // Refused before anything is stored.
+        state
+            .broker
+            .check_project_clones(services.as_deref().unwrap_or_default(), clones)
+            .await?;
+    }
+    let mut project = state
         .broker
         .set_project(&slug, services, extensions)
         .await?;
+    if let Some(clones) = clones {
+        project = state.broker.set_project_clones(&slug, clones).await?;
+    }
     Ok(Json(project.into()))
 }

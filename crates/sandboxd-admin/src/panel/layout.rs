@@ -12,6 +12,7 @@ const NAV: &[(&str, &str)] = &[
     ("/projects", "Projects"),
     ("/sandboxes", "Sandboxes"),
     ("/pools", "Pools"),
+    ("/sources", "Sources"),
     ("/audit", "Audit log"),
 ];
 
@@ -22,6 +23,7 @@ pub enum Section {
     Projects,
     Sandboxes,
     Pools,
+    Sources,
     Audit,
 }
 
@@ -32,7 +34,8 @@ impl Section {
             Section::Projects => NAV[1].0,
             Section::Sandboxes => NAV[2].0,
             Section::Pools => NAV[3].0,
-            Section::Audit => NAV[4].0,
+            Section::Sources => NAV[4].0,
+            Section::Audit => NAV[5].0,
         }
     }
 }

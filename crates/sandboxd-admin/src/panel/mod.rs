@@ -3,7 +3,8 @@
 //!
 //! - `login.rs`: the admin-token login, logout, and the session gate every other page is
 //!   behind.
-//! - `settings.rs`, `projects.rs`, `sandboxes.rs`, `pools.rs`, `audit.rs`: one file per page.
+//! - `settings.rs`, `projects.rs`, `sandboxes.rs`, `pools.rs`, `sources.rs`, `audit.rs`: one
+//!   file per page.
 //! - `session.rs`: in-memory sessions with a CSRF token each; `layout.rs`: the page shell.
 //! - `throttle.rs`: the login's rate limit per client.
 //! - `form.rs`: the extractors every POST handler takes to read its form ([`VerifiedForm`]
@@ -31,6 +32,7 @@ mod projects;
 mod sandboxes;
 pub(crate) mod session;
 mod settings;
+mod sources;
 pub(crate) mod throttle;
 
 pub use form::VerifiedForm;
@@ -58,7 +60,10 @@ pub fn router(state: AppState) -> Router<AppState> {
         .route("/sandboxes/{owner}/teardown", post(sandboxes::teardown))
         .route("/sandboxes/janitor", post(sandboxes::run_janitor))
         .route("/pools", get(pools::list))
-        .route("/pools/{engine}", post(pools::resize))
+        .route("/pools/{pool}", post(pools::resize))
+        .route("/sources", get(sources::list).post(sources::save))
+        .route("/sources/{name}/snapshot", post(sources::snapshot))
+        .route("/sources/{name}/remove", post(sources::remove))
         .route("/audit", get(audit::show))
         .route("/logout", post(login::logout))
         .route_layer(middleware::from_fn_with_state(

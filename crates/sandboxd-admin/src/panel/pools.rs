@@ -1,11 +1,13 @@
-//! Pools: each engine's warm pool — idle and starting members, hand-outs, misses, quarantined
-//! members, a backoff in progress and its cause — and a form to resize it.
+//! Pools: each warm pool (an engine's, or of an engine's clones of a source) — idle and
+//! starting members, hand-outs, misses, quarantined members, a backoff in progress and its
+//! cause, the snapshot a pool of clones makes members from — and a form to resize it.
 
 use axum::Extension;
 use axum::extract::State;
 use axum::response::{IntoResponse, Response};
 use maud::html;
-use sandboxd_domain::EngineRef;
+use sandboxd_broker::PoolKey;
+use sandboxd_domain::clock::format_age_since;
 
 use super::layout::{self, Section, badge, csrf_field};
 use super::session::PanelSession;
@@ -36,18 +38,29 @@ pub async fn list(
                     } }
                     tbody {
                         @for pool in &pools {
-                            tr id=(format!("pool-{}", pool.engine.name)) {
+                            tr id=(format!("pool-{}", pool.key)) {
                                 td {
                                     strong { (pool.engine.name) }
+                                    @if let Some(source) = &pool.key.clone_of {
+                                        " · clone of " strong { (source) }
+                                    }
                                     div class="muted small" {
                                         (pool.backend)
                                         @if !pool.features.is_empty() {
                                             " · " (pool.features.join(", "))
                                         }
+                                        @if let Some(taken) = pool.snapshot_taken_at_ms {
+                                            " · snapshot " (format_age_since(taken)) " old"
+                                        }
                                     }
                                 }
                                 td class="state" {
-                                    @if let Some(wait) = pool.backing_off_for {
+                                    @if pool.key.clone_of.is_some() && pool.snapshot_taken_at_ms.is_none() {
+                                        (badge("info", "waiting for a snapshot"))
+                                        div class="muted small" {
+                                            "members are made once the source has one (Sources page)"
+                                        }
+                                    } @else if let Some(wait) = pool.backing_off_for {
                                         (badge("warn", "backing off"))
                                         div class="muted small" {
                                             (pool.failures) " failed start(s); next try in "
@@ -68,7 +81,7 @@ pub async fn list(
                                 td { (pool.misses) }
                                 td { (pool.quarantined) }
                                 td {
-                                    form method="post" action=(format!("/pools/{}", pool.engine.name)) class="inline" {
+                                    form method="post" action=(format!("/pools/{}", pool.key)) class="inline" {
                                         (csrf_field(&session))
                                         label { "min idle " input type="number" name="min_idle" min="0" value=(pool.min_idle) size="3"; }
                                         label { " max total " input type="number" name="max_total" min="1" value=(pool.max_total) size="3"; }
@@ -82,8 +95,10 @@ pub async fn list(
                 }
                 p class="note" {
                     "Members are started, proven ready and prepared without any agent account; "
-                    "a request takes one and gets its own account minted at hand-out. A resize "
-                    "is stored and applies at once; it outlives a restart."
+                    "a request takes one and gets its own account minted at hand-out. A pool of "
+                    "clones holds members already made from its source's latest snapshot; a "
+                    "newer snapshot replaces them. A resize is stored and applies at once; it "
+                    "outlives a restart."
                 }
             }
         }
@@ -93,7 +108,7 @@ pub async fn list(
 
 pub async fn resize(
     State(state): State<AppState>,
-    ApiPath(engine): ApiPath<String>,
+    ApiPath(pool): ApiPath<String>,
     VerifiedForm { session, fields }: VerifiedForm,
 ) -> Response {
     let size = |name: &str| {
@@ -101,26 +116,22 @@ pub async fn resize(
             .get(name)
             .and_then(|v| v.trim().parse::<usize>().ok())
     };
-    let outcome = match (
-        EngineRef::parse(&engine),
-        size("min_idle"),
-        size("max_total"),
-    ) {
-        (Ok(engine), Some(min_idle), Some(max_total)) => state
+    let outcome = match (PoolKey::parse(&pool), size("min_idle"), size("max_total")) {
+        (Ok(key), Some(min_idle), Some(max_total)) => state
             .broker
-            .resize_pool(engine, min_idle, max_total)
+            .resize_pool(&key, min_idle, max_total)
             .await
             .map(|pool| {
                 format!(
                     "The {} pool keeps {} idle, at most {} in all.",
-                    pool.engine.name, pool.min_idle, pool.max_total
+                    pool.key, pool.min_idle, pool.max_total
                 )
             })
             .map_err(|err| {
                 let err = crate::error::ApiError::from(err);
                 err.parts().2
             }),
-        (Err(err), _, _) => Err(err.to_string()),
+        (Err(err), _, _) => Err(err),
         _ => Err("min idle and max total must be whole numbers; nothing changed.".to_owned()),
     };
     match outcome {

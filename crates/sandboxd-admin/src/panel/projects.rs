@@ -1,7 +1,8 @@
 //! Projects: the list, and one project's Sandbox card — a checkbox per engine of the registry
 //! and, per engine, a checkbox per feature of its allowlist (greyed out where this sandboxd's
-//! backend does not provide it). Saving goes through the same validation as the API
-//! (registry, allowlists, then the broker, which refuses a feature no backend provides).
+//! backend does not provide it), and for an engine that can be a clone, which registered source
+//! it clones. Saving goes through the same validation as the API (registry, allowlists, then
+//! the broker, which refuses a feature no backend provides or a clone it cannot make).
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -12,9 +13,9 @@ use axum::extract::State;
 use axum::response::{IntoResponse, Response};
 use futures::future::join_all;
 use maud::{Markup, html};
-use sandboxd_broker::{BrokerError, FeatureProbe, Project};
+use sandboxd_broker::{BrokerError, FeatureProbe, Project, Source};
 use sandboxd_domain::engine::FeatureKind;
-use sandboxd_domain::{EngineRef, ProjectSlug, engines};
+use sandboxd_domain::{EngineRef, ProjectSlug, SourceName, engines};
 
 use sandboxd_domain::clock::format_age_since;
 
@@ -132,6 +133,25 @@ pub async fn create(
     }
 }
 
+/// The card's clone choices (`clone:<engine>` = a source name, or empty for none).
+fn chosen_clones(fields: &super::form::FormFields) -> Result<Vec<(EngineRef, SourceName)>, String> {
+    let mut clones = Vec::new();
+    for engine in engines::all() {
+        let Some(source) = fields
+            .get(&format!("clone:{}", engine.name))
+            .map(str::trim)
+            .filter(|s| !s.is_empty())
+        else {
+            continue;
+        };
+        clones.push((
+            engine,
+            SourceName::parse(source).map_err(|e| e.to_string())?,
+        ));
+    }
+    Ok(clones)
+}
+
 fn save_failed(state: &AppState, session: &PanelSession, to: &str, err: BrokerError) -> Response {
     let err = crate::error::ApiError::Broker(err);
     let (status, _, message) = err.parts();
@@ -180,9 +200,45 @@ fn lacking(offered: &Offered, engine: EngineRef, feature: &str) -> Option<String
     ))
 }
 
+/// For an engine that can be a clone: a choice of the registered sources (or none: a fresh
+/// instance).
+fn clone_choice(engine: EngineRef, project: &Project, sources: &[Source]) -> Markup {
+    let current = project
+        .sandbox_clones
+        .iter()
+        .find(|(e, _)| *e == engine)
+        .map(|(_, s)| s);
+    html! {
+        @if sandboxd_broker::clonable(engine) {
+            div class="clone-choice small" {
+                label {
+                    "handed out as "
+                    select name={ "clone:" (engine.name) } id={ "clone-" (engine.name) } {
+                        option value="" selected[current.is_none()] { "a fresh instance" }
+                        @for source in sources {
+                            option value=(source.name) selected[current == Some(&source.name)] {
+                                "a clone of " (source.name)
+                                @if source.snapshot.is_none() { " (no snapshot yet)" }
+                            }
+                        }
+                    }
+                }
+                @if sources.is_empty() {
+                    " " span class="muted" { "(register a source on the " a href="/sources" { "Sources" } " page to clone production)" }
+                }
+            }
+        }
+    }
+}
+
 /// The Sandbox card: every engine of the registry, every feature of its allowlist; a feature
 /// this sandboxd's backend does not provide cannot be newly chosen.
-fn sandbox_card(session: &PanelSession, project: &Project, offered: &Offered) -> Markup {
+fn sandbox_card(
+    session: &PanelSession,
+    project: &Project,
+    offered: &Offered,
+    sources: &[Source],
+) -> Markup {
     let services = project.sandbox_services.clone().unwrap_or_default();
     let extensions = project.sandbox_extensions.clone().unwrap_or_default();
     html! {
@@ -211,6 +267,7 @@ fn sandbox_card(session: &PanelSession, project: &Project, offered: &Offered) ->
                                         strong { (engine.title) }
                                         " " code class="muted" { (engine.name) }
                                     }
+                                    (clone_choice(engine, project, sources))
                                 }
                                 td {
                                     @if engine.features.is_empty() {
@@ -271,18 +328,19 @@ pub async fn show(
         }
         Err(err) => return failure(&session, Section::Projects, "Project", err),
     };
-    let (agents, tasks) = match tokio::join!(
+    let (agents, tasks, sources) = match tokio::join!(
         state.broker.agents(Some(&slug)),
         state.broker.tasks(Some(&slug), None),
+        state.broker.sources(),
     ) {
-        (Ok(agents), Ok(tasks)) => (agents, tasks),
-        (Err(err), _) | (_, Err(err)) => {
+        (Ok(agents), Ok(tasks), Ok(sources)) => (agents, tasks, sources),
+        (Err(err), _, _) | (_, Err(err), _) | (_, _, Err(err)) => {
             return failure(&session, Section::Projects, "Project", err);
         }
     };
     let offered = offered(&state).await;
     let body = html! {
-        (sandbox_card(&session, &project, &offered))
+        (sandbox_card(&session, &project, &offered, &sources))
         div class="columns" {
             section class="card" {
                 h2 { "Agents" }
@@ -383,7 +441,31 @@ pub async fn save(
             );
         }
     };
-    match state.broker.set_project(&slug, services, extensions).await {
+    let clones = match chosen_clones(&fields) {
+        Ok(clones) => clones,
+        Err(message) => {
+            return done(
+                &state,
+                &session,
+                &target,
+                false,
+                format!("Not saved: {message}"),
+            );
+        }
+    };
+    // Refused before anything is stored, as the API does.
+    if let Err(err) = state
+        .broker
+        .check_project_clones(services.as_deref().unwrap_or_default(), &clones)
+        .await
+    {
+        return save_failed(&state, &session, &target, err);
+    }
+    let saved = match state.broker.set_project(&slug, services, extensions).await {
+        Ok(_) => state.broker.set_project_clones(&slug, clones).await,
+        Err(err) => Err(err),
+    };
+    match saved {
         Ok(project) => {
             let summary = match &project.sandbox_services {
                 Some(services) if !services.is_empty() => services

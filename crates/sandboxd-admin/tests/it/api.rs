@@ -37,7 +37,8 @@ async fn documented_routes(app: &App) -> Vec<(Method, String)> {
             let method = Method::from_bytes(method.to_uppercase().as_bytes()).expect("method");
             let concrete = path
                 .replace("{slug}", "sample")
-                .replace("{owner}", "sample");
+                .replace("{owner}", "sample")
+                .replace("{name}", "sample");
             routes.push((method, concrete));
         }
     }
@@ -130,7 +131,12 @@ async fn the_openapi_document_lists_exactly_the_served_routes() {
                 ("GET", "/v1/audit"),
                 ("POST", "/v1/janitor/run"),
                 ("GET", "/v1/pools"),
-                ("PUT", "/v1/pools/{engine}"),
+                ("PUT", "/v1/pools/{pool}"),
+                ("GET", "/v1/sources"),
+                ("GET", "/v1/sources/{name}"),
+                ("PUT", "/v1/sources/{name}"),
+                ("DELETE", "/v1/sources/{name}"),
+                ("POST", "/v1/sources/{name}/snapshot"),
             ];
             let (_, doc) = send(app.anonymous(Method::GET, "/v1/openapi.json")).await;
             assert!(doc["openapi"].as_str().expect("version").starts_with("3."));
@@ -246,6 +252,112 @@ async fn settings_store_the_switch_for_the_next_restart() {
             );
             let (_, settings) = send(app.api(Method::GET, "/v1/settings")).await;
             assert_eq!(settings["sandbox_db_enabled_stored"], true, "unchanged");
+        })
+        .await;
+}
+
+#[tokio::test]
+async fn sources_take_a_dsn_and_never_give_it_back() {
+    app()
+        .await
+        .run(|app| async move {
+            let password = "pw-9d2b7e41";
+            // Nothing answers on port 1: a snapshot fails at once, naming why.
+            let dsn = format!("host=127.0.0.1 port=1 user=ro password={password} dbname=shop");
+            let refused_privacy = send(
+                app.api(Method::PUT, "/v1/sources/shop")
+                    .json(&json!({"dsn": dsn, "privacy": "some-values"})),
+            )
+            .await;
+            let message = refused(&refused_privacy, StatusCode::BAD_REQUEST, "invalid_input");
+            assert!(message.contains("keep-values, no-values"), "{message}");
+            let bad_dsn = send(
+                app.api(Method::PUT, "/v1/sources/shop")
+                    .json(&json!({"dsn": format!("host = = {password}")})),
+            )
+            .await;
+            let message = refused(&bad_dsn, StatusCode::BAD_REQUEST, "invalid_input");
+            assert!(!message.contains(password), "{message}");
+            let (_, none) = send(app.api(Method::GET, "/v1/sources")).await;
+            assert_eq!(none, json!([]), "nothing was created");
+
+            let (status, source) = send(
+                app.api(Method::PUT, "/v1/sources/shop")
+                    .json(&json!({"dsn": dsn, "privacy": "no-values", "refresh_secs": 60})),
+            )
+            .await;
+            assert_eq!(status, StatusCode::OK, "{source}");
+            assert_eq!(source["privacy"], "no-values");
+            assert_eq!(source["snapshot"], Value::Null);
+            let (_, listed) = send(app.api(Method::GET, "/v1/sources")).await;
+            let (_, one) = send(app.api(Method::GET, "/v1/sources/shop")).await;
+            let failed = send(app.api(Method::POST, "/v1/sources/shop/snapshot")).await;
+            let message = refused(&failed, StatusCode::BAD_GATEWAY, "source_unreachable");
+            assert!(message.contains("connect"), "{message}");
+            let (_, after) = send(app.api(Method::GET, "/v1/sources/shop")).await;
+            assert!(after["last_error"].is_string(), "{after}");
+            let answers = format!("{source} {listed} {one} {message} {after}");
+            assert!(
+                !answers.contains(password) && !answers.contains("dsn"),
+                "{answers}"
+            );
+
+            // A project names a registered source for a clonable engine it opted into; a
+            // refusal changes nothing.
+            let slug = unique("proj");
+            let path = format!("/v1/projects/{slug}");
+            let answer = send(app.api(Method::PUT, &path).json(&json!({
+                "sandbox_services": ["postgres"], "sandbox_clones": {"postgres": "nowhere"}
+            })))
+            .await;
+            let message = refused(&answer, StatusCode::BAD_REQUEST, "invalid_input");
+            assert!(message.contains("registered: shop"), "{message}");
+            let answer = send(app.api(Method::GET, &path)).await;
+            refused(&answer, StatusCode::NOT_FOUND, "not_found");
+            let (status, project) = send(app.api(Method::PUT, &path).json(&json!({
+                "sandbox_services": ["postgres"], "sandbox_clones": {"postgres": "shop"}
+            })))
+            .await;
+            assert_eq!(status, StatusCode::OK, "{project}");
+            assert_eq!(project["sandbox_clones"], json!({"postgres": "shop"}));
+            let (_, kept) = send(
+                app.api(Method::PUT, &path)
+                    .json(&json!({"sandbox_services": ["postgres", "redis"]})),
+            )
+            .await;
+            assert_eq!(
+                kept["sandbox_clones"],
+                json!({"postgres": "shop"}),
+                "absent: unchanged"
+            );
+            let in_use = send(app.api(Method::DELETE, "/v1/sources/shop")).await;
+            refused(&in_use, StatusCode::CONFLICT, "conflict");
+            let (_, cleared) = send(
+                app.api(Method::PUT, &path)
+                    .json(&json!({"sandbox_services": ["postgres"],
+                                                             "sandbox_clones": {}})),
+            )
+            .await;
+            assert_eq!(cleared["sandbox_clones"], json!({}));
+            let (status, _) = send(app.api(Method::DELETE, "/v1/sources/shop")).await;
+            assert_eq!(status, StatusCode::NO_CONTENT);
+            let gone = send(app.api(Method::DELETE, "/v1/sources/shop")).await;
+            refused(&gone, StatusCode::NOT_FOUND, "not_found");
+
+            let audit = app
+                .broker()
+                .audit_log(&sandboxd_broker::AuditFilter {
+                    limit: 1000,
+                    ..Default::default()
+                })
+                .await
+                .expect("audit");
+            let rows = format!("{:?}", audit.entries);
+            assert!(
+                rows.contains("put_source") && rows.contains("snapshot"),
+                "{rows}"
+            );
+            assert!(!rows.contains(password), "{rows}");
         })
         .await;
 }
@@ -733,6 +845,7 @@ async fn the_janitor_runs_on_demand_and_is_audited() {
 async fn warm_pools_are_listed_and_resized_and_the_sizes_outlive_a_restart() {
     let pool = |engine: &str| sandboxd_broker::PoolConfig {
         engine: sandboxd_domain::EngineRef::parse(engine).expect("registered"),
+        clone_of: None,
         features: Default::default(),
         min_idle: 1,
         max_total: 2,
@@ -747,6 +860,8 @@ async fn warm_pools_are_listed_and_resized_and_the_sizes_outlive_a_restart() {
         let (status, pools) = send(app.api(Method::GET, "/v1/pools")).await;
         assert_eq!(status, StatusCode::OK, "{pools}");
         assert_eq!(pools[0]["engine"], "postgres");
+        assert_eq!(pools[0]["pool"], "postgres");
+        assert_eq!(pools[0]["clone_of"], serde_json::Value::Null);
         assert_eq!(pools[0]["backend"], "process");
         assert_eq!(
             (pools[0]["min_idle"].clone(), pools[0]["max_total"].clone()),
@@ -773,6 +888,18 @@ async fn warm_pools_are_listed_and_resized_and_the_sizes_outlive_a_restart() {
                 json!({"min_idle": 1, "max_total": 2}),
                 StatusCode::NOT_FOUND,
                 "[pools.redis]",
+            ),
+            (
+                "/v1/pools/postgres@shop",
+                json!({"min_idle": 1, "max_total": 2}),
+                StatusCode::NOT_FOUND,
+                "[pools.\"postgres@shop\"]; configured: postgres",
+            ),
+            (
+                "/v1/pools/redis@shop",
+                json!({"min_idle": 1, "max_total": 2}),
+                StatusCode::BAD_REQUEST,
+                "redis cannot be a clone; clonable: postgres",
             ),
             (
                 "/v1/pools/oracle",

@@ -260,6 +260,7 @@ async fn operator_flow_in_a_real_browser_without_javascript() {
         enabled_override: None,
         pools: vec![sandboxd_broker::PoolConfig {
             engine: sandboxd_domain::EngineRef::parse("redis").expect("registered"),
+            clone_of: None,
             features: Default::default(),
             min_idle: 1,
             max_total: 2,

@@ -1,5 +1,6 @@
 //! The panel over plain HTTP, as a browser without JavaScript would use it: the login gate,
-//! cookies, CSRF, no script anywhere, escaping, and saving the Sandbox card.
+//! cookies, CSRF, no script anywhere, escaping, saving the Sandbox card, and the Sources page
+//! (on Docker: a real source registered, snapshotted, cloned by a project and removed).
 
 use std::collections::BTreeMap;
 use std::sync::Mutex;
@@ -227,6 +228,8 @@ async fn every_page_works_without_script_and_sends_a_strict_policy() {
                 "/projects".to_owned(),
                 format!("/projects/{project}"),
                 "/sandboxes".to_owned(),
+                "/pools".to_owned(),
+                "/sources".to_owned(),
                 "/audit".to_owned(),
             ] {
                 let page = browser.get(&path).await;
@@ -728,6 +731,7 @@ async fn foreign_sandboxes_are_shown_apart_with_their_maker_and_cannot_be_torn_d
             app.track(&stranger);
             app.backend
                 .provision(&InstanceRequest {
+                    major: None,
                     engine: EngineRef::parse("redis").expect("registered"),
                     owner: stranger.clone(),
                     maker: DaemonId::cli(),
@@ -793,4 +797,189 @@ async fn foreign_sandboxes_are_shown_apart_with_their_maker_and_cannot_be_torn_d
             assert_eq!(app.listed(&stranger).await.len(), 1, "still there");
         })
         .await;
+}
+
+#[tokio::test]
+async fn the_sources_page_registers_snapshots_and_removes_a_source_and_never_shows_its_dsn() {
+    let Some(app) = crate::support::spawn_app(crate::support::AppSpec {
+        kind: crate::support::Kind::Docker,
+        enabled_override: Some(true),
+        ..crate::support::AppSpec::default()
+    })
+    .await
+    else {
+        return;
+    };
+    app.run(|app| async move {
+        // The source: a developer's own Postgres sandbox (a real server, PostgreSQL 17).
+        let project = app.project(&["postgres"], &[]).await;
+        let dev = app.working_developer(&project).await;
+        let sandbox = crate::support::ok(
+            app.broker()
+                .call(
+                    &dev,
+                    sandboxd_domain::roles::Verb::RequestSandbox,
+                    serde_json::json!({}),
+                )
+                .await,
+        );
+        let evidence = &sandbox.evidence.as_ref().expect("evidence")[0];
+        let dsn = evidence["url"].as_str().expect("a url").to_owned();
+        let password = evidence["password"]
+            .as_str()
+            .expect("a password")
+            .to_owned();
+
+        let browser = Browser::new(&app);
+        let csrf = browser.login().await;
+        let empty = browser.get("/sources").await;
+        assert!(empty.html.contains("id=\"no-sources\""), "{}", empty.html);
+
+        let refused = browser
+            .post(
+                "/sources",
+                &[
+                    ("csrf", &csrf),
+                    ("name", "prod"),
+                    ("dsn", &dsn),
+                    ("privacy", "some-values"),
+                    ("refresh_secs", "0"),
+                ],
+            )
+            .await;
+        assert_eq!(refused.location.as_deref(), Some("/sources"));
+        let page = browser.get("/sources").await;
+        assert!(
+            page.html.contains("keep-values or no-values"),
+            "{}",
+            page.html
+        );
+        assert!(
+            page.html.contains("id=\"no-sources\""),
+            "nothing was created"
+        );
+
+        let saved = browser
+            .post(
+                "/sources",
+                &[
+                    ("csrf", &csrf),
+                    ("name", "prod"),
+                    ("dsn", &dsn),
+                    ("privacy", "no-values"),
+                    ("refresh_secs", "3600"),
+                ],
+            )
+            .await;
+        assert_eq!(saved.location.as_deref(), Some("/sources"));
+        let page = browser.get("/sources").await;
+        assert!(page.html.contains("Saved source prod"), "{}", page.html);
+        assert!(page.html.contains("id=\"source-prod\""), "{}", page.html);
+        assert!(page.html.contains("no snapshot yet"), "{}", page.html);
+        assert!(page.html.contains("every 3600 s"), "{}", page.html);
+
+        let snapshot = browser
+            .post("/sources/prod/snapshot", &[("csrf", &csrf)])
+            .await;
+        assert_eq!(snapshot.location.as_deref(), Some("/sources"));
+        let page = browser.get("/sources").await;
+        assert!(
+            page.html.contains("Took a snapshot of prod (PostgreSQL 17"),
+            "{}",
+            page.html
+        );
+        let row = page
+            .html
+            .split("id=\"source-prod\"")
+            .nth(1)
+            .expect("the row")
+            .split("</tr>")
+            .next()
+            .expect("row end");
+        assert!(row.contains("PostgreSQL 17"), "the version: {row}");
+        assert!(
+            row.contains("snapshot ") && row.contains(" old"),
+            "the age: {row}"
+        );
+
+        // The project's card offers the source for postgres, and saves the choice.
+        let card = browser.get(&format!("/projects/{project}")).await.html;
+        assert!(card.contains("name=\"clone:postgres\""), "{card}");
+        assert!(card.contains("a clone of prod"), "{card}");
+        assert!(
+            !card.contains("name=\"clone:redis\""),
+            "redis cannot be a clone"
+        );
+        let saved = browser
+            .post(
+                &format!("/projects/{project}"),
+                &[
+                    ("csrf", &csrf),
+                    ("service", "postgres"),
+                    ("clone:postgres", "prod"),
+                ],
+            )
+            .await;
+        assert_eq!(saved.status, StatusCode::SEE_OTHER);
+        let stored = app.stored_project(&project).await;
+        assert_eq!(
+            stored
+                .sandbox_clones
+                .iter()
+                .map(|(e, s)| format!("{}={s}", e.name))
+                .collect::<Vec<_>>(),
+            ["postgres=prod"]
+        );
+        let page = browser.get("/sources").await;
+        assert!(
+            page.html.contains(&format!("href=\"/projects/{project}\"")),
+            "cloned by the project: {}",
+            page.html
+        );
+
+        // Removing it is refused while the project clones it, then works.
+        browser
+            .post("/sources/prod/remove", &[("csrf", &csrf)])
+            .await;
+        let page = browser.get("/sources").await;
+        assert!(page.html.contains("Not removed"), "{}", page.html);
+        assert!(page.html.contains("id=\"source-prod\""), "still there");
+        let all_pages = [
+            page.html.clone(),
+            browser.get(&format!("/projects/{project}")).await.html,
+            browser.get("/audit").await.html,
+        ];
+        browser
+            .post(
+                &format!("/projects/{project}"),
+                &[
+                    ("csrf", &csrf),
+                    ("service", "postgres"),
+                    ("clone:postgres", ""),
+                ],
+            )
+            .await;
+        assert!(app.stored_project(&project).await.sandbox_clones.is_empty());
+        browser
+            .post("/sources/prod/remove", &[("csrf", &csrf)])
+            .await;
+        let page = browser.get("/sources").await;
+        assert!(page.html.contains("Removed source prod"), "{}", page.html);
+        assert!(page.html.contains("id=\"no-sources\""), "{}", page.html);
+
+        for html in all_pages.iter().chain([&page.html]) {
+            assert!(!html.contains(&password), "the DSN's password on a page");
+            assert!(!html.contains(&dsn), "the DSN on a page");
+        }
+        crate::support::ok(
+            app.broker()
+                .call(
+                    &dev,
+                    sandboxd_domain::roles::Verb::ReleaseSandbox,
+                    serde_json::json!({}),
+                )
+                .await,
+        );
+    })
+    .await;
 }

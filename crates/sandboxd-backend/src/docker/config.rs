@@ -91,6 +91,13 @@ impl Default for DockerConfig {
 }
 
 impl DockerConfig {
+    /// The images that may run `engine` at major version `major` (a clone runs its source's):
+    /// [`Self::images`] with each tag's leading version replaced (`postgres:16-alpine` →
+    /// `postgres:18-alpine`); an image whose tag starts with no version is left out.
+    pub fn images_for_major(&self, engine: EngineRef, major: u32) -> Vec<String> {
+        crate::image_tags::for_major(&self.images(engine), major)
+    }
+
     /// The images that may run `engine`, in the order they are tried.
     pub fn images(&self, engine: EngineRef) -> Vec<String> {
         match self.images.get(engine.name) {
@@ -215,6 +222,11 @@ mod tests {
             ..DockerConfig::default()
         };
         assert_eq!(configured.images(pg), ["mine/pg:1"]);
+        assert_eq!(configured.images_for_major(pg, 18), ["mine/pg:18"]);
+        assert_eq!(
+            DockerConfig::default().images_for_major(pg, 18),
+            ["postgres:18-alpine", "sandboxd-local/postgres:18"]
+        );
         assert_eq!(config.deadline(pg), Duration::from_secs(60));
     }
 

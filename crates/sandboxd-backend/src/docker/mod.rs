@@ -10,6 +10,8 @@
 //! - `network`: the daemon's own bridge network with inter-container traffic off (its subnet
 //!   from sandboxd's pool), or on Podman a network per container, or the operator's configured
 //!   network, checked before anything joins it.
+//! - `tools`: what sandboxd runs for itself: `pg_dump` of a clone source in a throwaway
+//!   container, and a clone's relation files padded inside its own.
 //! - `provision`, `list`, `teardown`: the lifecycle verbs, in the step names both backends use;
 //!   `state`: what an inspect says about a container.
 //!
@@ -43,6 +45,7 @@ mod provision;
 mod spec;
 mod state;
 mod teardown;
+mod tools;
 
 pub use config::DockerConfig;
 
@@ -218,6 +221,23 @@ impl Backend for DockerBackend {
 
     async fn provision(&self, request: &InstanceRequest) -> Result<Instance, BackendError> {
         self.provision_one(request, Account::Now).await
+    }
+
+    async fn dump_schema(
+        &self,
+        engine: EngineRef,
+        major: u32,
+        dsn: &secrecy::SecretString,
+    ) -> Result<String, BackendError> {
+        self.run_schema_dump(engine, major, dsn).await
+    }
+
+    async fn extend_files(
+        &self,
+        instance: &Instance,
+        files: &[(String, u64)],
+    ) -> Result<(), BackendError> {
+        self.extend_in_container(instance, files).await
     }
 
     async fn provision_idle(&self, request: &InstanceRequest) -> Result<IdleMember, BackendError> {

@@ -55,7 +55,11 @@ impl DockerBackend {
     ) -> Result<Instance, BackendError> {
         let docker = self.client.get().await?;
         let engine = request.engine;
-        let (image, facts) = images::resolve(docker, engine, &self.config.images(engine)).await?;
+        let candidates = match request.major {
+            Some(major) => self.config.images_for_major(engine, major),
+            None => self.config.images(engine),
+        };
+        let (image, facts) = images::resolve(docker, engine, &candidates).await?;
         if let Some(network) = &self.config.network {
             network::ensure_exists(docker, network).await?;
         }
@@ -110,6 +114,7 @@ impl DockerBackend {
             admin,
             features: BTreeSet::new(),
             created_at_ms: created.created_at_ms,
+            clone: None,
         };
         self.activate(&mut instance, &request.features).await?;
         Ok(instance)

@@ -204,6 +204,16 @@ impl Backend for ProcessBackend {
     }
 
     async fn provision(&self, request: &InstanceRequest) -> Result<Instance, BackendError> {
+        if let Some(major) = request.major {
+            return Err(BackendError::Unsupported {
+                operation: "provisioning a given major version",
+                detail: format!(
+                    "the process backend runs this host's {} only; an instance of major \
+                     version {major} (a clone) needs the Docker backend",
+                    request.engine.name
+                ),
+            });
+        }
         self.provision_instance(request, Account::Now).await
     }
 

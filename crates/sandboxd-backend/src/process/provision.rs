@@ -186,6 +186,7 @@ impl ProcessBackend {
             admin,
             features: BTreeSet::new(),
             created_at_ms: started.meta.created_at_ms,
+            clone: None,
         };
         self.activate(&mut instance, &request.features).await?;
         started.meta.features = instance

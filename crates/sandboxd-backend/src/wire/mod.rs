@@ -9,7 +9,7 @@ use sandboxd_domain::{Credentials, Engine, Feature, Protocol};
 
 mod mongo;
 mod mysql;
-mod postgres;
+pub(crate) mod postgres;
 mod query;
 mod redis;
 mod session;

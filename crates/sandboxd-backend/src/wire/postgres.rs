@@ -107,7 +107,7 @@ pub(super) async fn run_step(
 }
 
 /// A superuser connection into `database`, for a session held open.
-pub(super) async fn connect_admin(
+pub(crate) async fn connect_admin(
     admin: &AdminAccess,
     reach: Reach<'_>,
     database: &str,
@@ -116,7 +116,7 @@ pub(super) async fn connect_admin(
 }
 
 /// The server's own refusal (its message and SQLSTATE), or the driver's error.
-fn refused(err: tokio_postgres::Error) -> WireError {
+pub(crate) fn refused(err: tokio_postgres::Error) -> WireError {
     match err.as_db_error() {
         Some(db) => WireError(format!("{} ({})", db.message(), db.code().code())),
         None => WireError::from_display(err),

@@ -33,6 +33,7 @@ fn socket() -> String {
         .unwrap_or_else(|_| "/var/run/docker.sock".to_owned())
 }
 pub(super) const POSTGRES: &str = "sandboxd-local/postgres:17";
+pub(super) const POSTGRES18: &str = "sandboxd-local/postgres:18";
 pub(super) const REDIS: &str = "sandboxd-local/redis:8";
 pub(super) const MARIADB: &str = "sandboxd-local/mariadb:11";
 const NEVER_READY: &str = "sandboxd-local/never-ready:1";

@@ -2,8 +2,11 @@
 
 mod attack_docker;
 mod attack_process;
+mod clone;
+mod clone_fixture;
 mod docker;
 mod features;
+mod kube;
 mod pool;
 mod process;
 mod reset;

@@ -44,6 +44,7 @@ pub fn maker() -> DaemonId {
 pub fn request(name: &str, owner: &AgentSlug, features: &[&str]) -> InstanceRequest {
     let engine = engine(name);
     InstanceRequest {
+        major: None,
         engine,
         owner: owner.clone(),
         maker: maker(),

@@ -3,7 +3,9 @@
 mod faults;
 mod features;
 mod guards;
+mod kube;
 mod pools;
 mod restart;
 mod sandbox;
+mod sources;
 mod support;

@@ -16,6 +16,7 @@ use crate::support::{Kind, World, WorldSpec, evidence_of, ok, passwords, pg_quer
 fn pool(engine: &str, min_idle: usize, max_total: usize) -> PoolConfig {
     PoolConfig {
         engine: sandboxd_domain::EngineRef::parse(engine).expect("registered"),
+        clone_of: None,
         features: BTreeSet::new(),
         min_idle,
         max_total,
@@ -289,7 +290,9 @@ async fn a_pool_whose_members_fail_backs_off_and_recovers() {
         );
         let metrics = w.broker.metrics().render();
         assert!(
-            metrics.contains("sandboxd_pool_backing_off{engine=\"redis\",backend=\"process\"} 1"),
+            metrics.contains(
+                "sandboxd_pool_backing_off{engine=\"redis\",backend=\"process\",clone_of=\"\"} 1"
+            ),
             "{metrics}"
         );
         // A request meanwhile is served cold, and works.

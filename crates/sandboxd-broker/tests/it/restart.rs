@@ -54,6 +54,11 @@ async fn a_crash_keeps_live_sandboxes_on_docker() {
     a_crash_keeps_live_sandboxes(Kind::Docker).await;
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_crash_keeps_live_sandboxes_on_kubernetes() {
+    a_crash_keeps_live_sandboxes(Kind::Kubernetes).await;
+}
+
 #[tokio::test]
 async fn dead_sandboxes_are_dropped_at_restart_and_reprovisioned() {
     World::new(WorldSpec::default())

@@ -131,7 +131,8 @@ async fn a_dead_member_evicts_the_whole_sandbox(kind: Kind) {
                 .expect("redis listed");
             kill_out_of_band(kind, redis);
             let mut dead = false;
-            for _ in 0..100 {
+            // A kubelet notices a dead container on its next relist (about a second).
+            for _ in 0..300 {
                 if !w.backend.is_live(&redis.handle).await.unwrap_or(true) {
                     dead = true;
                     break;
@@ -185,6 +186,31 @@ fn kill_out_of_band(kind: Kind, instance: &sandboxd_backend::ListedInstance) {
                 .expect("docker kill");
             assert!(status.status.success(), "{status:?}");
         }
+        Kind::Kubernetes => {
+            // The Pod's server container, on the node's Docker Engine.
+            let found = std::process::Command::new("docker")
+                .args([
+                    "ps",
+                    "-q",
+                    "--filter",
+                    &format!("label=io.kubernetes.pod.name={}", instance.handle.name),
+                    "--filter",
+                    "label=io.kubernetes.container.name=server",
+                ])
+                .output()
+                .expect("docker ps");
+            let id = String::from_utf8_lossy(&found.stdout).trim().to_owned();
+            assert!(
+                !id.is_empty(),
+                "the server container of {}",
+                instance.handle.name
+            );
+            let status = std::process::Command::new("docker")
+                .args(["kill", &id])
+                .output()
+                .expect("docker kill");
+            assert!(status.status.success(), "{status:?}");
+        }
     }
 }
 
@@ -196,6 +222,11 @@ async fn a_dead_member_evicts_the_whole_sandbox_on_processes() {
 #[tokio::test]
 async fn a_dead_member_evicts_the_whole_sandbox_on_docker() {
     a_dead_member_evicts_the_whole_sandbox(Kind::Docker).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dead_member_evicts_the_whole_sandbox_on_kubernetes() {
+    a_dead_member_evicts_the_whole_sandbox(Kind::Kubernetes).await;
 }
 
 #[tokio::test]
@@ -325,6 +356,7 @@ async fn own_orphans_are_reaped_at_once_and_foreign_instances_never() {
         world
             .run(|w| async move {
                 let make = |owner: &AgentSlug, maker: DaemonId| InstanceRequest {
+                    major: None,
                     engine: EngineRef::parse("redis").expect("registered"),
                     owner: owner.clone(),
                     maker,

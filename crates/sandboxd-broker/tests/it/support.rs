@@ -170,6 +170,24 @@ impl Backend for Counting {
     async fn provider(&self, engine: EngineRef) -> Result<String, BackendError> {
         self.inner.provider(engine).await
     }
+    async fn admin_address(&self, instance: &Instance) -> Result<(String, u16), BackendError> {
+        self.inner.admin_address(instance).await
+    }
+    async fn dump_schema(
+        &self,
+        engine: EngineRef,
+        major: u32,
+        dsn: &secrecy::SecretString,
+    ) -> Result<String, BackendError> {
+        self.inner.dump_schema(engine, major, dsn).await
+    }
+    async fn extend_files(
+        &self,
+        instance: &Instance,
+        files: &[(String, u64)],
+    ) -> Result<(), BackendError> {
+        self.inner.extend_files(instance, files).await
+    }
     /// A probe's throwaway instance is not a sandbox: not counted.
     async fn probe_features(
         &self,
@@ -186,6 +204,8 @@ impl Backend for Counting {
 pub enum Kind {
     Process,
     Docker,
+    /// The test cluster, in a namespace of the world's own.
+    Kubernetes,
 }
 
 /// Everything one test runs against.
@@ -201,6 +221,8 @@ pub struct World {
     owners: Mutex<Vec<AgentSlug>>,
     /// The warm pools' task, when the test started it.
     pools: Mutex<Option<(CancellationToken, JoinHandle<()>)>>,
+    /// The world's namespace on the test cluster (Kubernetes worlds), removed after it.
+    _namespace: Option<sandboxd_testkit::KubeNamespace>,
     _dir: tempfile::TempDir,
 }
 
@@ -236,6 +258,7 @@ impl World {
     pub async fn new(spec: WorldSpec) -> Option<Self> {
         show_logs();
         let dir = test_dir("sandboxd-test-");
+        let mut namespace = None;
         let inner: Arc<dyn Backend> = match spec.kind {
             Kind::Process => {
                 let mut config = ProcessConfig {
@@ -247,6 +270,11 @@ impl World {
                 Arc::new(ProcessBackend::new(config).expect("process backend"))
             }
             Kind::Docker => Arc::new(docker_or_skip().await?),
+            Kind::Kubernetes => {
+                let (kube, own) = sandboxd_testkit::kube_or_skip("broker", |_| {})?;
+                namespace = Some(own);
+                Arc::new(kube)
+            }
         };
         let backend = Arc::new(Counting::new(inner));
         let mut others: Vec<Arc<dyn Backend>> = Vec::new();
@@ -287,6 +315,7 @@ impl World {
             project,
             owners: Mutex::new(Vec::new()),
             pools: Mutex::new(None),
+            _namespace: namespace,
             _dir: dir,
         })
     }
@@ -417,6 +446,11 @@ impl World {
         )
         .await
         .expect("broker")
+    }
+
+    /// The world's namespace on the test cluster (Kubernetes worlds only).
+    pub fn namespace(&self) -> Option<&str> {
+        self._namespace.as_ref().map(|n| n.name.as_str())
     }
 
     /// Instances the backend lists for `owner`.

@@ -50,6 +50,7 @@ fn instance(
             .map(|f| Feature::parse(engine, f).expect("allowlisted"))
             .collect(),
         created_at_ms: 1_700_000_000_123,
+        clone: None,
     }
 }
 

@@ -4,8 +4,10 @@
 mod agents;
 mod audit;
 mod instances;
+mod leases;
 mod open;
 mod projects;
 mod sessions;
+mod sources;
 mod support;
 mod tasks;

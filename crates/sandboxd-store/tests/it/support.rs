@@ -79,6 +79,7 @@ impl PgServer {
         })
         .expect("process backend");
         let request = InstanceRequest {
+            major: None,
             engine: EngineRef::parse("postgres").expect("registered"),
             // Short: the server's unix socket path must stay under 108 bytes.
             owner: unique_slug("store"),

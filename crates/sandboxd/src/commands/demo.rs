@@ -40,6 +40,7 @@ pub async fn run(args: Args, settings: &Settings) -> ExitCode {
     let requests: Vec<InstanceRequest> = engines
         .iter()
         .map(|engine| InstanceRequest {
+            major: None,
             engine: *engine,
             owner: owner.clone(),
             maker: DaemonId::cli(),

@@ -9,7 +9,7 @@ use futures::future::join_all;
 use sandboxd_backend::{Backend, DoctorCheck, FeatureProbe, ListedInstance, Sweep};
 use sandboxd_domain::{AgentSlug, DaemonId, engines};
 
-use sandboxd_admin::wire::PoolOut;
+use sandboxd_admin::wire::{PoolOut, SourceOut};
 
 use crate::backends;
 use crate::config::Settings;
@@ -49,9 +49,23 @@ pub async fn checks(settings: &Settings) -> Vec<DoctorCheck> {
             "fix the [docker] settings",
         )),
     }
+    if settings.kubernetes_wanted() {
+        match backends::kubernetes(settings) {
+            Ok(kube) => {
+                checks.extend(kube.doctor().await);
+                built.push(Arc::new(kube));
+            }
+            Err(err) => checks.push(DoctorCheck::missing(
+                "kubernetes backend",
+                err.to_string(),
+                "fix the [kubernetes] settings",
+            )),
+        }
+    }
     checks.extend(features(&built).await);
     checks.push(makers(&super::ls::list_all(settings).await));
     checks.extend(pools(settings).await);
+    checks.extend(sources(settings).await);
     checks.push(experiments(settings));
     checks
 }
@@ -93,10 +107,7 @@ async fn pools(settings: &Settings) -> Vec<DoctorCheck> {
     if settings.pools.is_empty() {
         return vec![];
     }
-    let remote = crate::client::Remote {
-        url: None,
-        json: false,
-    };
+    let remote = running_daemon();
     let running = match crate::client::AdminClient::new(&remote, settings) {
         Ok(client) => client
             .get::<Vec<PoolOut>>("/v1/pools", &())
@@ -138,6 +149,59 @@ async fn pools(settings: &Settings) -> Vec<DoctorCheck> {
                          `sandboxd pools` shows its state)",
                         configured.min_idle, configured.max_total
                     ),
+                ),
+            }
+        })
+        .collect()
+}
+
+/// Where the running daemon is: `SANDBOXD_URL`, as every operator command reads it, else the
+/// configured listen address.
+fn running_daemon() -> crate::client::Remote {
+    crate::client::Remote {
+        url: std::env::var("SANDBOXD_URL").ok().filter(|u| !u.is_empty()),
+        json: false,
+    }
+}
+
+/// One line per clone source the running daemon knows: the source's version and its last
+/// snapshot's age, or why there is none. Nothing when no daemon answers or none is registered.
+async fn sources(settings: &Settings) -> Vec<DoctorCheck> {
+    let remote = running_daemon();
+    let Ok(client) = crate::client::AdminClient::new(&remote, settings) else {
+        return vec![];
+    };
+    let Ok(reply) = client.get::<Vec<SourceOut>>("/v1/sources", &()).await else {
+        return vec![];
+    };
+    reply
+        .value
+        .iter()
+        .map(|source| {
+            let subject = format!("clone source {}", source.name);
+            match (&source.snapshot, &source.last_error) {
+                (_, Some(error)) => DoctorCheck::missing(
+                    subject,
+                    format!("the last snapshot failed: {error}"),
+                    format!(
+                        "make the source reachable from sandboxd with its DSN's role, then \
+                         `sandboxd sources snapshot {}`",
+                        source.name
+                    ),
+                ),
+                (Some(snapshot), None) => DoctorCheck::ok(
+                    subject,
+                    format!(
+                        "{}, snapshot {} old ({})",
+                        snapshot.server_version,
+                        sandboxd_domain::clock::format_age_since(snapshot.taken_at_ms),
+                        source.privacy
+                    ),
+                ),
+                (None, None) => DoctorCheck::missing(
+                    subject,
+                    "no snapshot yet: clones of it are refused".to_owned(),
+                    format!("`sandboxd sources snapshot {}`", source.name),
                 ),
             }
         })

@@ -13,6 +13,7 @@ pub mod provision;
 pub mod sandboxes;
 pub mod serve;
 pub mod settings;
+pub mod sources;
 pub mod tasks;
 pub mod teardown;
 

@@ -1,6 +1,6 @@
-//! `sandboxd pools [set ENGINE --min-idle N --max-total M]`: the running daemon's warm pools, and
+//! `sandboxd pools [set POOL --min-idle N --max-total M]`: the running daemon's warm pools, and
 //! their sizes. A resize is stored, applies at once and outlives a restart; pools themselves are
-//! configured in the config file (`[pools.<engine>]`).
+//! configured in the config file (`[pools.<engine>]`, `[pools."<engine>@<source>"]` for clones).
 
 use std::process::ExitCode;
 
@@ -21,9 +21,10 @@ pub struct Args {
 
 #[derive(Debug, clap::Subcommand)]
 pub enum Command {
-    /// Resize one engine's warm pool.
+    /// Resize one warm pool.
     Set {
-        engine: String,
+        /// An engine (`postgres`), or `<engine>@<source>` for a pool of clones.
+        pool: String,
         /// Idle members kept ready.
         #[arg(long)]
         min_idle: usize,
@@ -35,6 +36,9 @@ pub enum Command {
 
 /// `ready`, `filling`, or `backing off (3 failures, next try in 4 s): <cause>`.
 pub fn state_of(pool: &PoolOut) -> String {
+    if let (Some(source), None) = (&pool.clone_of, pool.snapshot_taken_at_ms) {
+        return format!("waiting for a snapshot of {source}");
+    }
     match pool.backing_off_ms {
         Some(ms) => format!(
             "backing off ({} failed start(s), next try in {} s){}",
@@ -59,7 +63,7 @@ fn show(pools: &[PoolOut]) {
         .iter()
         .map(|p| {
             vec![
-                p.engine.clone(),
+                p.pool.clone(),
                 p.backend.clone(),
                 format!("{}/{}", p.idle, p.target),
                 p.starting.to_string(),
@@ -75,7 +79,7 @@ fn show(pools: &[PoolOut]) {
         "{}",
         output::table(
             &[
-                "engine",
+                "pool",
                 "backend",
                 "idle/target",
                 "starting",
@@ -101,7 +105,7 @@ pub async fn run(args: Args, settings: &Settings) -> ExitCode {
             Err(err) => return err.fail(),
         },
         Some(Command::Set {
-            engine,
+            pool,
             min_idle,
             max_total,
         }) => {
@@ -109,7 +113,7 @@ pub async fn run(args: Args, settings: &Settings) -> ExitCode {
                 min_idle,
                 max_total,
             };
-            let path = format!("/v1/pools/{engine}");
+            let path = format!("/v1/pools/{pool}");
             match client
                 .send::<PoolOut>(Method::PUT, &path, Some(&body))
                 .await

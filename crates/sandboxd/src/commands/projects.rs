@@ -33,6 +33,17 @@ pub enum Command {
         /// Standing features, one ENGINE=FEATURE[,FEATURE…] per flag (e.g. postgres=vector).
         #[arg(long = "features", value_name = "ENGINE=FEATURES")]
         features: Vec<String>,
+        /// Hand ENGINE out as a clone of a registered source (`sandboxd sources add`), e.g.
+        /// postgres=shop. Leave out to keep the project's clones as they are.
+        #[arg(
+            long = "clone",
+            value_name = "ENGINE=SOURCE",
+            conflicts_with = "no_clones"
+        )]
+        clones: Vec<String>,
+        /// Hand every engine out as an ordinary (empty) instance again.
+        #[arg(long)]
+        no_clones: bool,
     },
     /// List projects and their opt-in.
     Ls,
@@ -59,6 +70,19 @@ fn feature_map(items: &[String]) -> Result<BTreeMap<String, Vec<String>>, String
     Ok(map)
 }
 
+/// `postgres=shop` items → `{"postgres": "shop"}` (the daemon validates the names).
+fn clone_map(items: &[String]) -> Result<BTreeMap<String, String>, String> {
+    items
+        .iter()
+        .map(|item| {
+            let (engine, source) = item.split_once('=').ok_or_else(|| {
+                format!("--clone takes ENGINE=SOURCE (e.g. postgres=shop), got {item:?}")
+            })?;
+            Ok((engine.trim().to_owned(), source.trim().to_owned()))
+        })
+        .collect()
+}
+
 fn extensions(project: &ProjectOut) -> String {
     project
         .sandbox_extensions
@@ -83,11 +107,17 @@ fn row(project: &ProjectOut) -> Vec<String> {
             services
         },
         extensions(project),
+        project
+            .sandbox_clones
+            .iter()
+            .map(|(engine, source)| format!("{engine} of {source}"))
+            .collect::<Vec<_>>()
+            .join(", "),
         format_age_since(project.updated_at_ms),
     ]
 }
 
-const HEADER: [&str; 4] = ["project", "services", "features", "updated"];
+const HEADER: [&str; 5] = ["project", "services", "features", "clones", "updated"];
 
 pub async fn run(args: Args, settings: &Settings) -> ExitCode {
     let client = match AdminClient::new(&args.remote, settings) {
@@ -99,10 +129,12 @@ pub async fn run(args: Args, settings: &Settings) -> ExitCode {
             slug,
             services,
             features,
+            clones,
+            no_clones,
         } => {
-            let features = match feature_map(&features) {
-                Ok(map) => map,
-                Err(message) => {
+            let (features, clones) = match (feature_map(&features), clone_map(&clones)) {
+                (Ok(features), Ok(clones)) => (features, clones),
+                (Err(message), _) | (_, Err(message)) => {
                     eprintln!("error: {message}");
                     return ExitCode::from(EXIT_INPUT);
                 }
@@ -117,6 +149,7 @@ pub async fn run(args: Args, settings: &Settings) -> ExitCode {
             let body = PutProject {
                 sandbox_services: services,
                 sandbox_extensions: (!features.is_empty()).then_some(features),
+                sandbox_clones: (no_clones || !clones.is_empty()).then_some(clones),
             };
             let path = format!("/v1/projects/{}", encode(&slug));
             match client
@@ -162,6 +195,13 @@ mod tests {
         assert_eq!(map["pg"], ["vector", "citext"]);
         assert_eq!(map["r"], ["search"]);
         assert!(feature_map(&["vector".into()]).is_err());
+    }
+
+    #[test]
+    fn clone_flags_become_a_map() {
+        let map = clone_map(&["postgres = shop".into()]).expect("valid");
+        assert_eq!(map["postgres"], "shop");
+        assert!(clone_map(&["shop".into()]).is_err());
     }
 
     #[test]

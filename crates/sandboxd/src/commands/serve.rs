@@ -61,6 +61,7 @@ pub async fn run(args: Args, settings: &Settings) -> ExitCode {
     let sweeper = daemon.broker.spawn_session_sweeper(shutdown.child_token());
     let pools = daemon.broker.spawn_pools(shutdown.child_token());
     let probes = daemon.broker.spawn_feature_probes(shutdown.child_token());
+    let refresher = daemon.broker.spawn_source_refresher(shutdown.child_token());
     let app = http::app(&daemon, settings, shutdown.child_token());
     // The first stdout line is the address: scripts and tests read it.
     println!("sandboxd listening on http://{addr}");
@@ -104,6 +105,10 @@ pub async fn run(args: Args, settings: &Settings) -> ExitCode {
     match janitor.await {
         Ok(()) => tracing::info!("janitor stopped"),
         Err(err) => tracing::error!(error = %err, "janitor task failed"),
+    }
+    match refresher.await {
+        Ok(()) => tracing::info!("source refresher stopped"),
+        Err(err) => tracing::error!(error = %err, "source refresher failed"),
     }
     match sweeper.await {
         Ok(()) => tracing::info!("MCP session sweeper stopped"),

@@ -280,6 +280,26 @@ async fn errors_and_limits(daemon: &TestDaemon) {
     assert_eq!(bomb["error"], "limit_exceeded", "{bomb}");
     assert!(message(&bomb).contains("memory_bytes"), "{bomb}");
 
+    // Rows past `sql_rows` are cut, and the answer says so.
+    let cut = dev
+        .ok(
+            "run_experiment",
+            json!({
+                "script": "rows = sql('SELECT g FROM generate_series(1, 100) g')\nprint(len(rows), rows[-1]['g'])",
+                "limits": {"sql_rows": 7}
+            }),
+        )
+        .await;
+    assert_eq!(output(&cut).trim(), "7 7", "{cut}");
+    assert_eq!(cut["evidence"]["limits"]["sql_rows"], 7, "{cut}");
+    assert_eq!(cut["evidence"]["limits_met"], json!(["sql_rows"]), "{cut}");
+    assert!(
+        cut["context_briefing"]
+            .as_str()
+            .is_some_and(|b| b.contains("sql_rows")),
+        "{cut}"
+    );
+
     // Bad input: refused naming what is allowed, and nothing runs.
     for (bad, names) in [
         (

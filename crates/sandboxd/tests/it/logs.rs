@@ -1,7 +1,8 @@
 //! No credential in the daemon's log at any verbosity: a real `sandboxd serve` at
 //! `SANDBOXD_LOG=trace` (every dependency included) and `-vv`, its stderr captured to a file,
-//! driven through a whole agent flow on the process backend and on Docker, the panel login and
-//! an admin API call. Then the whole log is searched for every password handed out, every
+//! driven through a whole agent flow on the process backend and on Docker (there with a clone
+//! source registered and snapshotted whose DSN holds a handed-out password), the panel login
+//! and an admin API call. Then the whole log is searched for every password handed out, every
 //! password the daemon generated for itself (read back from its store with its key), the
 //! superuser passwords a container's config shows, the agent token and the admin token.
 
@@ -201,6 +202,15 @@ async fn whole_flow(
             )
         })
         .collect();
+    if docker {
+        // The agent's own Postgres as a clone source: its DSN (the handed-out password) goes
+        // through the API, the store's seal, pg_dump's container and a snapshot's reads.
+        let postgres = evidence
+            .iter()
+            .find(|e| e["service"] == "postgres")
+            .expect("postgres evidence");
+        snapshot_a_source(daemon, &project, postgres).await;
+    }
     // A cache hit answers the same credentials again.
     let hit = agent
         .ok("request_sandbox", json!({"services": ["postgres"]}))
@@ -234,6 +244,28 @@ async fn whole_flow(
         panel_session,
     };
     (tokens, secrets)
+}
+
+/// Registers the Postgres of `evidence` as a clone source, snapshots it, and removes it.
+async fn snapshot_a_source(daemon: &TestDaemon, project: &str, evidence: &Value) {
+    let dsn = evidence["url"].as_str().expect("a url");
+    let path = format!("/v1/sources/{project}");
+    let (status, body) = daemon
+        .admin(reqwest::Method::PUT, &path, Some(json!({"dsn": dsn})))
+        .await;
+    assert_eq!(status, 200, "{body}");
+    let (status, body) = daemon
+        .admin(reqwest::Method::POST, &format!("{path}/snapshot"), None)
+        .await;
+    assert_eq!(status, 200, "{body}");
+    assert!(
+        body["snapshot"]["server_version"]
+            .as_str()
+            .is_some_and(|v| v.starts_with("PostgreSQL")),
+        "{body}"
+    );
+    let (status, body) = daemon.admin(reqwest::Method::DELETE, &path, None).await;
+    assert_eq!(status, 204, "{body}");
 }
 
 /// Asserts the log at `path` really is a maximum-verbosity log and holds none of `secrets`

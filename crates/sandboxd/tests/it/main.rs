@@ -12,5 +12,6 @@ mod ownership;
 mod pools;
 mod python_client;
 mod python_sdk;
+mod replicas;
 mod sandbox_verbs;
 mod support;

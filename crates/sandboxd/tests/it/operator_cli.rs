@@ -21,6 +21,27 @@ fn cli(home: &Home, daemon: &TestDaemon, args: &[&str]) -> Output {
         .expect("run sandboxd")
 }
 
+/// `cli` with `input` on its stdin.
+fn cli_with_stdin(home: &Home, daemon: &TestDaemon, args: &[&str], input: &str) -> Output {
+    use std::io::Write;
+    let mut child = home
+        .sandboxd()
+        .env("SANDBOXD_URL", &daemon.url)
+        .args(args)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("run sandboxd");
+    child
+        .stdin
+        .take()
+        .expect("stdin")
+        .write_all(input.as_bytes())
+        .expect("write stdin");
+    child.wait_with_output().expect("sandboxd ends")
+}
+
 fn stdout(output: &Output) -> String {
     assert!(
         output.status.success(),
@@ -56,6 +77,7 @@ async fn operator_commands_drive_a_running_daemon() {
 
 async fn flow(home: &Home, daemon: &TestDaemon) {
     let project = unique("proj");
+    sources(home, daemon, &project);
 
     // projects set / ls
     let out = stdout(&cli(
@@ -299,4 +321,103 @@ async fn flow(home: &Home, daemon: &TestDaemon) {
         ],
     );
     refused(&output, 1, "cannot reach sandboxd");
+}
+
+/// `sources add|ls|snapshot|rm` and `projects set --clone`: the DSN goes in on stdin and never
+/// comes out; a source nothing answers for fails its snapshot saying why.
+fn sources(home: &Home, daemon: &TestDaemon, project: &str) {
+    let password = "pw-cli-5e1f0a";
+    let dsn = format!("host=127.0.0.1 port=1 user=ro password={password} dbname=shop\n");
+    let added = cli_with_stdin(
+        home,
+        daemon,
+        &[
+            "sources",
+            "add",
+            "shop",
+            "--dsn",
+            "-",
+            "--privacy",
+            "no-values",
+        ],
+        &dsn,
+    );
+    let out = stdout(&added);
+    assert!(
+        out.contains("shop") && out.contains("no-values") && out.contains("none yet"),
+        "{out}"
+    );
+    refused(
+        &cli(
+            home,
+            daemon,
+            &[
+                "sources",
+                "add",
+                "other",
+                "--dsn",
+                "host=x",
+                "--privacy",
+                "some",
+            ],
+        ),
+        2,
+        "keep-values, no-values",
+    );
+    let listed = json_of(&cli(home, daemon, &["sources", "ls", "--json"]));
+    assert_eq!(listed.as_array().map(Vec::len), Some(1), "{listed}");
+    assert_eq!(listed[0]["name"], "shop");
+    let snapshot = cli(home, daemon, &["sources", "snapshot", "shop"]);
+    assert_eq!(snapshot.status.code(), Some(1), "{snapshot:?}");
+    let stderr = String::from_utf8_lossy(&snapshot.stderr);
+    assert!(stderr.contains("connect"), "{stderr}");
+    let table = stdout(&cli(home, daemon, &["sources", "ls"]));
+    assert!(
+        table.contains("connect"),
+        "the last error is listed: {table}"
+    );
+    let doctor = cli(home, daemon, &["doctor"]);
+    let report = String::from_utf8_lossy(&doctor.stdout);
+    assert!(
+        report.contains("clone source shop") && report.contains("the last snapshot failed"),
+        "{report}"
+    );
+
+    let out = stdout(&cli(
+        home,
+        daemon,
+        &[
+            "projects",
+            "set",
+            project,
+            "--services",
+            "postgres",
+            "--clone",
+            "postgres=shop",
+        ],
+    ));
+    assert!(out.contains("postgres of shop"), "{out}");
+    let in_use = cli(home, daemon, &["sources", "rm", "shop"]);
+    assert_ne!(in_use.status.code(), Some(0), "{in_use:?}");
+    assert!(
+        String::from_utf8_lossy(&in_use.stderr).contains(project),
+        "{in_use:?}"
+    );
+    stdout(&cli(
+        home,
+        daemon,
+        &[
+            "projects",
+            "set",
+            project,
+            "--services",
+            "postgres",
+            "--no-clones",
+        ],
+    ));
+    assert!(stdout(&cli(home, daemon, &["sources", "rm", "shop"])).contains("removed shop"));
+    for output in [added, snapshot, in_use] {
+        let all = format!("{output:?}");
+        assert!(!all.contains(password), "{all}");
+    }
 }

@@ -1,0 +1,134 @@
+//! `/v1/sources`: production Postgres servers clones are made from (SPEC §7). A DSN goes in and
+//! never comes back out: answers carry the source's name, privacy mode, refresh interval, last
+//! snapshot and last error only.
+
+use axum::Json;
+use axum::extract::State;
+use axum::http::StatusCode;
+use sandboxd_domain::SourceName;
+use sandboxd_domain::clone::Privacy;
+use sandboxd_domain::error::InputError;
+use secrecy::SecretString;
+
+use super::{ApiJson, ApiPath, TAG};
+use crate::AppState;
+use crate::error::ApiError;
+use crate::wire::{ErrorBody, PutSource, SourceOut};
+
+fn not_found(name: &SourceName) -> sandboxd_broker::BrokerError {
+    sandboxd_broker::BrokerError::NotFound {
+        what: "source",
+        id: name.to_string(),
+    }
+}
+
+/// Every source, by name.
+#[utoipa::path(get, path = "/v1/sources", tag = TAG,
+    responses(
+        (status = 200, body = Vec<SourceOut>),
+        (status = 401, body = ErrorBody),
+    ))]
+pub async fn list_sources(State(state): State<AppState>) -> Result<Json<Vec<SourceOut>>, ApiError> {
+    let sources = state.broker.sources().await?;
+    Ok(Json(sources.into_iter().map(SourceOut::from).collect()))
+}
+
+/// One source.
+#[utoipa::path(get, path = "/v1/sources/{name}", tag = TAG,
+    params(("name" = String, Path, description = "The source's name")),
+    responses(
+        (status = 200, body = SourceOut),
+        (status = 400, body = ErrorBody),
+        (status = 401, body = ErrorBody),
+        (status = 404, body = ErrorBody),
+    ))]
+pub async fn get_source(
+    State(state): State<AppState>,
+    ApiPath(name): ApiPath<String>,
+) -> Result<Json<SourceOut>, ApiError> {
+    let name = SourceName::parse(&name)?;
+    let source = state
+        .broker
+        .source(&name)
+        .await?
+        .ok_or_else(|| not_found(&name))?;
+    Ok(Json(source.into()))
+}
+
+/// Registers a source, or replaces its DSN and settings (its snapshot goes with the old DSN).
+/// The DSN's syntax is checked; nothing connects until a snapshot is taken.
+#[utoipa::path(put, path = "/v1/sources/{name}", tag = TAG,
+    params(("name" = String, Path, description = "The source's name")),
+    request_body = PutSource,
+    responses(
+        (status = 200, body = SourceOut),
+        (status = 400, description = "Invalid name, malformed DSN or unknown privacy mode; \
+            nothing changed", body = ErrorBody),
+        (status = 401, body = ErrorBody),
+    ))]
+pub async fn put_source(
+    State(state): State<AppState>,
+    ApiPath(name): ApiPath<String>,
+    ApiJson(body): ApiJson<PutSource>,
+) -> Result<Json<SourceOut>, ApiError> {
+    let name = SourceName::parse(&name)?;
+    let privacy = match body.privacy.as_deref() {
+        None => Privacy::default(),
+        Some(text) => Privacy::parse(text).ok_or_else(|| InputError::Malformed {
+            what: "privacy",
+            detail: format!("{text:?} is not a privacy mode; allowed: keep-values, no-values"),
+        })?,
+    };
+    let dsn = SecretString::from(body.dsn);
+    let source = state
+        .broker
+        .put_source(&name, &dsn, privacy, body.refresh_secs.unwrap_or(0))
+        .await?;
+    Ok(Json(source.into()))
+}
+
+/// Removes a source and its snapshot; refused while a project clones it.
+#[utoipa::path(delete, path = "/v1/sources/{name}", tag = TAG,
+    params(("name" = String, Path, description = "The source's name")),
+    responses(
+        (status = 204, description = "Removed"),
+        (status = 400, body = ErrorBody),
+        (status = 401, body = ErrorBody),
+        (status = 404, body = ErrorBody),
+        (status = 409, description = "A project clones it", body = ErrorBody),
+    ))]
+pub async fn remove_source(
+    State(state): State<AppState>,
+    ApiPath(name): ApiPath<String>,
+) -> Result<StatusCode, ApiError> {
+    let name = SourceName::parse(&name)?;
+    if state.broker.remove_source(&name).await? {
+        Ok(StatusCode::NO_CONTENT)
+    } else {
+        Err(not_found(&name).into())
+    }
+}
+
+/// Takes a snapshot of the source now (read-only, through `pg_dump` of its major version)
+/// and answers the source with it.
+#[utoipa::path(post, path = "/v1/sources/{name}/snapshot", tag = TAG,
+    params(("name" = String, Path, description = "The source's name")),
+    responses(
+        (status = 200, body = SourceOut),
+        (status = 400, body = ErrorBody),
+        (status = 401, body = ErrorBody),
+        (status = 404, body = ErrorBody),
+        (status = 502, description = "The source could not be read (unreachable, refused \
+            the login, pg_dump failed); the message says why, never the DSN", body = ErrorBody),
+    ))]
+pub async fn snapshot_source(
+    State(state): State<AppState>,
+    ApiPath(name): ApiPath<String>,
+) -> Result<Json<SourceOut>, ApiError> {
+    let name = SourceName::parse(&name)?;
+    let source = state
+        .broker
+        .snapshot_source(&name, sandboxd_broker::Actor::Operator)
+        .await?;
+    Ok(Json(source.into()))
+}

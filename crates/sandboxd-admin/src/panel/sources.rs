@@ -1,0 +1,315 @@
+//! Sources: the production Postgres servers clones are made from (SPEC §7) — each with its
+//! privacy mode, refresh interval, the server version and age of its latest snapshot, why the
+//! last attempt failed, and which projects clone it; buttons to take a snapshot now and to
+//! remove it; and a form that registers a source or replaces its DSN. The DSN goes in through
+//! a password field and is never shown back, not even to the operator who typed it.
+
+use axum::Extension;
+use axum::extract::State;
+use axum::response::{IntoResponse, Response};
+use maud::{Markup, html};
+use sandboxd_broker::{Actor, Source};
+use sandboxd_domain::SourceName;
+use sandboxd_domain::clock::format_age_since;
+use sandboxd_domain::clone::Privacy;
+use secrecy::SecretString;
+
+use super::layout::{self, Section, badge, csrf_field};
+use super::session::PanelSession;
+use super::{VerifiedForm, done, failure};
+use crate::AppState;
+use crate::api::ApiPath;
+
+/// The flash text of a broker refusal: the caller's mistake as the broker said it, an
+/// internal failure as nothing internal (the log has its cause).
+fn refusal(err: sandboxd_broker::BrokerError, what: &str) -> String {
+    let err = crate::error::ApiError::from(err);
+    let (status, _, message) = err.parts();
+    if status.is_server_error() {
+        tracing::error!(error = %err, "panel: {what} failed");
+        format!("{what} failed; the daemon's log has the cause.")
+    } else {
+        message
+    }
+}
+
+fn snapshot_cell(source: &Source) -> Markup {
+    html! {
+        @match &source.snapshot {
+            Some(snapshot) => {
+                strong class="version" { (snapshot.server_version) }
+                div class="muted small age" {
+                    "snapshot " (format_age_since(snapshot.taken_at_ms)) " old · took "
+                    (snapshot.took_ms) " ms"
+                }
+            }
+            None => span class="muted" { "no snapshot yet" },
+        }
+        @if let Some(error) = &source.last_error {
+            div class="small last-error" {
+                (badge("bad", "last attempt failed")) " " (error)
+            }
+        }
+    }
+}
+
+fn source_row(session: &PanelSession, source: &Source, cloned_by: &[String]) -> Markup {
+    html! {
+        tr id=(format!("source-{}", source.name)) {
+            td { strong { (source.name) } }
+            td { (snapshot_cell(source)) }
+            td {
+                (source.privacy.as_str())
+                div class="muted small" {
+                    @if source.refresh_secs == 0 {
+                        "on demand"
+                    } @else {
+                        "every " (source.refresh_secs) " s"
+                    }
+                }
+            }
+            td class="cloned-by" {
+                @if cloned_by.is_empty() {
+                    span class="muted" { "—" }
+                } @else {
+                    @for project in cloned_by {
+                        a href={ "/projects/" (project) } { (project) } " "
+                    }
+                }
+            }
+            td class="actions" {
+                form method="post" action={ "/sources/" (source.name) "/snapshot" } class="inline" {
+                    (csrf_field(session))
+                    button type="submit" id={ "snapshot-" (source.name) } { "Snapshot now" }
+                }
+                details class="confirm" {
+                    summary { "Remove…" }
+                    form method="post" action={ "/sources/" (source.name) "/remove" } class="inline" {
+                        (csrf_field(session))
+                        button class="danger" type="submit" id={ "remove-" (source.name) } {
+                            "Remove " (source.name) " and its snapshot"
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+fn register_form(session: &PanelSession) -> Markup {
+    html! {
+        section class="card" id="register-source" {
+            h2 { "Register or replace a source" }
+            p class="muted" {
+                "A libpq DSN (" code { "host=… port=… user=… password=… dbname=…" } " or a "
+                code { "postgresql://" } " URL) for a role that may read the catalog and the "
+                "statistics (a member of " code { "pg_read_all_data" } ", say). sandboxd only "
+                "opens read-only transactions with it, seals it at rest and never shows it "
+                "again; agents never reach it. Replacing a source's DSN drops its snapshot."
+            }
+            form method="post" action="/sources" {
+                (csrf_field(session))
+                div class="fields" {
+                    label { "Name " input type="text" name="name" required pattern="[a-z0-9][a-z0-9-]*" size="16"; }
+                    label { "DSN " input type="password" name="dsn" required autocomplete="off" size="48"; }
+                    label {
+                        "Privacy "
+                        select name="privacy" {
+                            option value="keep-values" selected { "keep-values" }
+                            option value="no-values" { "no-values (no sample values)" }
+                        }
+                    }
+                    label { "Refresh every " input type="number" name="refresh_secs" min="0" value="0" size="6"; " s (0: on demand)" }
+                }
+                div class="form-actions" {
+                    button class="primary" type="submit" id="save-source" { "Save source" }
+                }
+            }
+        }
+    }
+}
+
+pub async fn list(
+    State(state): State<AppState>,
+    Extension(session): Extension<PanelSession>,
+) -> Response {
+    let flash = state.sessions.take_flash(&session.id);
+    let (sources, projects) = match tokio::join!(state.broker.sources(), state.broker.projects()) {
+        (Ok(sources), Ok(projects)) => (sources, projects),
+        (Err(err), _) | (_, Err(err)) => {
+            return failure(&session, Section::Sources, "Sources", err);
+        }
+    };
+    let cloned_by = |source: &Source| -> Vec<String> {
+        projects
+            .iter()
+            .filter(|p| p.sandbox_clones.iter().any(|(_, s)| *s == source.name))
+            .map(|p| p.slug.to_string())
+            .collect()
+    };
+    let body = html! {
+        section class="card" {
+            h2 { "Clone sources" }
+            p class="muted" {
+                "Production Postgres servers whose schema, planner statistics and planner "
+                "settings (no rows) a project's sandboxes can clone, so " code { "EXPLAIN" }
+                " on a sandbox picks the plan production would. A project chooses a source for "
+                "its Postgres on its Sandbox card."
+            }
+            @if sources.is_empty() {
+                p class="empty" id="no-sources" { "No source is registered." }
+            } @else {
+                table class="grid" id="sources" {
+                    thead { tr {
+                        th { "Source" } th { "Latest snapshot" } th { "Privacy, refresh" }
+                        th { "Cloned by" } th { "" }
+                    } }
+                    tbody {
+                        @for source in &sources {
+                            (source_row(&session, source, &cloned_by(source)))
+                        }
+                    }
+                }
+            }
+        }
+        (register_form(&session))
+    };
+    layout::page(Section::Sources, "Sources", &session, flash.as_ref(), body).into_response()
+}
+
+pub async fn save(
+    State(state): State<AppState>,
+    VerifiedForm { session, fields }: VerifiedForm,
+) -> Response {
+    let field = |name: &str| fields.get(name).map(str::trim).unwrap_or_default();
+    let name = match SourceName::parse(field("name")) {
+        Ok(name) => name,
+        Err(err) => {
+            return done(
+                &state,
+                &session,
+                "/sources",
+                false,
+                format!("Not saved: {err}"),
+            );
+        }
+    };
+    let Some(privacy) = Privacy::parse(field("privacy")) else {
+        return done(
+            &state,
+            &session,
+            "/sources",
+            false,
+            "Not saved: privacy must be keep-values or no-values; nothing changed.".to_owned(),
+        );
+    };
+    let refresh_secs = match field("refresh_secs") {
+        "" => 0,
+        text => match text.parse::<u64>() {
+            Ok(secs) => secs,
+            Err(_) => {
+                return done(
+                    &state,
+                    &session,
+                    "/sources",
+                    false,
+                    "Not saved: refresh must be a whole number of seconds (0: on demand); \
+                     nothing changed."
+                        .to_owned(),
+                );
+            }
+        },
+    };
+    // Not trimmed: a DSN is taken as typed.
+    let dsn = SecretString::from(fields.get("dsn").unwrap_or_default().to_owned());
+    match state
+        .broker
+        .put_source(&name, &dsn, privacy, refresh_secs)
+        .await
+    {
+        Ok(source) => done(
+            &state,
+            &session,
+            "/sources",
+            true,
+            format!("Saved source {}; take a snapshot to clone it.", source.name),
+        ),
+        Err(err) => done(
+            &state,
+            &session,
+            "/sources",
+            false,
+            format!("Not saved: {}", refusal(err, "saving a source")),
+        ),
+    }
+}
+
+pub async fn snapshot(
+    State(state): State<AppState>,
+    ApiPath(name): ApiPath<String>,
+    VerifiedForm { session, .. }: VerifiedForm,
+) -> Response {
+    let name = match SourceName::parse(&name) {
+        Ok(name) => name,
+        Err(err) => return failure(&session, Section::Sources, "Sources", err),
+    };
+    match state.broker.snapshot_source(&name, Actor::Operator).await {
+        Ok(source) => {
+            let version = source
+                .snapshot
+                .map(|s| s.server_version)
+                .unwrap_or_default();
+            done(
+                &state,
+                &session,
+                "/sources",
+                true,
+                format!("Took a snapshot of {name} ({version})."),
+            )
+        }
+        Err(err) => done(
+            &state,
+            &session,
+            "/sources",
+            false,
+            format!(
+                "No snapshot of {name}: {}",
+                refusal(err, "taking a snapshot")
+            ),
+        ),
+    }
+}
+
+pub async fn remove(
+    State(state): State<AppState>,
+    ApiPath(name): ApiPath<String>,
+    VerifiedForm { session, .. }: VerifiedForm,
+) -> Response {
+    let name = match SourceName::parse(&name) {
+        Ok(name) => name,
+        Err(err) => return failure(&session, Section::Sources, "Sources", err),
+    };
+    match state.broker.remove_source(&name).await {
+        Ok(true) => done(
+            &state,
+            &session,
+            "/sources",
+            true,
+            format!("Removed source {name} and its snapshot."),
+        ),
+        Ok(false) => done(
+            &state,
+            &session,
+            "/sources",
+            false,
+            format!("There is no source {name}."),
+        ),
+        Err(err) => done(
+            &state,
+            &session,
+            "/sources",
+            false,
+            format!("Not removed: {}", refusal(err, "removing a source")),
+        ),
+    }
+}

@@ -1,0 +1,428 @@
+//! Making a fresh instance into a clone: as its superuser, in the sandbox's database, the
+//! snapshot's schema, then its statistics, the objects handed to the agent's account, the
+//! planner settings, autovacuum off, and each relation file padded to the source's size.
+
+use std::time::{Duration, Instant};
+
+use sandboxd_domain::Instance;
+use sandboxd_domain::clone::{
+    CloneOrigin, Snapshot, clone_notes, padding, restore_statements, schema_statements,
+    setting_statements,
+};
+use sandboxd_domain::engine::{AdminStep, pg_identifier, sql_literal};
+use serde::Serialize;
+use tokio_postgres::{Client, SimpleQueryMessage};
+
+use crate::backend::{Backend, IdleMember, InstanceHandle, InstanceRequest};
+use crate::error::BackendError;
+use crate::wire::{Reach, postgres};
+
+/// How much of a snapshot a clone gets. Everything, unless a comparison wants less (the
+/// agreement report measures an empty schema-only copy beside the clone).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Fidelity {
+    pub statistics: bool,
+    pub settings: bool,
+    pub padding: bool,
+}
+
+impl Fidelity {
+    pub const FULL: Self = Self {
+        statistics: true,
+        settings: true,
+        padding: true,
+    };
+    pub const SCHEMA_ONLY: Self = Self {
+        statistics: false,
+        settings: false,
+        padding: false,
+    };
+}
+
+/// What making the clone did: its evidence.
+#[derive(Debug, Clone, Serialize)]
+pub struct CloneReport {
+    pub source: String,
+    pub snapshot_taken_at_ms: i64,
+    pub server_version: String,
+    pub privacy: &'static str,
+    pub statistics_restored: usize,
+    /// Import calls the server answered `false` to (it said why in a warning).
+    pub statistics_refused: usize,
+    pub settings_applied: usize,
+    pub padded_files: usize,
+    /// Apparent bytes the padding added (sparse: none of it is stored).
+    pub padded_bytes: u64,
+    pub hypothetical_indexes: bool,
+    pub notes: Vec<String>,
+    #[serde(skip)]
+    pub took: Duration,
+}
+
+/// Who owns the schema a clone is given.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SchemaOwner {
+    /// The instance's handed-out account, which exists already (a cold clone).
+    Agent,
+    /// Nobody yet: a warm-pool member, whose account is minted at hand-out, when the schema is
+    /// handed over with it ([`provision_idle_clone`]).
+    AtHandOut,
+}
+
+/// Provisions an instance for `request` (whose `major` must be the snapshot's) and makes it a
+/// clone of `snapshot`; on any failure the instance is torn down.
+pub async fn provision_clone(
+    backend: &dyn Backend,
+    request: &InstanceRequest,
+    snapshot: &Snapshot,
+    fidelity: Fidelity,
+) -> Result<(Instance, CloneReport), BackendError> {
+    let mut request = request.clone();
+    request.major = Some(snapshot.major());
+    let mut instance = backend.provision(&request).await?;
+    match apply(backend, &instance, snapshot, fidelity, SchemaOwner::Agent).await {
+        Ok(report) => {
+            instance.clone = Some(origin_of(snapshot, &report));
+            Ok((instance, report))
+        }
+        Err(err) => {
+            remove_failed(backend, &instance).await;
+            Err(err)
+        }
+    }
+}
+
+/// Starts a warm-pool member that is already a clone of `snapshot` (everything
+/// [`provision_clone`] does but for the owner: the schema stays the superuser's until the
+/// hand-out, whose minting hands it to the new account in the same round trips). On any
+/// failure the member is torn down.
+pub async fn provision_idle_clone(
+    backend: &dyn Backend,
+    request: &InstanceRequest,
+    snapshot: &Snapshot,
+) -> Result<(IdleMember, CloneReport), BackendError> {
+    let mut request = request.clone();
+    request.major = Some(snapshot.major());
+    let mut member = backend.provision_idle(&request).await?;
+    match apply(
+        backend,
+        &member.instance,
+        snapshot,
+        Fidelity::FULL,
+        SchemaOwner::AtHandOut,
+    )
+    .await
+    {
+        Ok(report) => {
+            member.instance.clone = Some(origin_of(snapshot, &report));
+            let database = member.instance.database.clone();
+            let hand_over = hand_over(member.minted_user());
+            member.mint_also(AdminStep::Sql {
+                database: Some(database),
+                statement: hand_over.into(),
+            });
+            Ok((member, report))
+        }
+        Err(err) => {
+            let instance = member.instance.clone();
+            drop(member);
+            remove_failed(backend, &instance).await;
+            Err(err)
+        }
+    }
+}
+
+fn origin_of(snapshot: &Snapshot, report: &CloneReport) -> CloneOrigin {
+    let mut origin = CloneOrigin::of(snapshot, snapshot.major());
+    origin.notes.clone_from(&report.notes);
+    origin
+}
+
+async fn remove_failed(backend: &dyn Backend, instance: &Instance) {
+    if let Err(teardown) = backend.teardown(&InstanceHandle::of(instance)).await {
+        tracing::warn!(instance = %instance.name, error = %teardown, "removing a clone that failed");
+    }
+}
+
+/// Makes the running Postgres `instance` a clone of `snapshot`, its schema owned by `owner`.
+pub async fn apply(
+    backend: &dyn Backend,
+    instance: &Instance,
+    snapshot: &Snapshot,
+    fidelity: Fidelity,
+    owner: SchemaOwner,
+) -> Result<CloneReport, BackendError> {
+    let started = Instant::now();
+    let failed = |step: &'static str| {
+        let name = instance.name.clone();
+        move |detail: String| BackendError::Clone {
+            name: name.clone(),
+            step,
+            detail,
+        }
+    };
+    let (host, port) = backend.admin_address(instance).await?;
+    let client = postgres::connect_admin(
+        &instance.admin,
+        Reach { host: &host, port },
+        &instance.database,
+    )
+    .await
+    .map_err(|e| failed("connecting as superuser")(e.0))?;
+    let major = server_major(&client)
+        .await
+        .map_err(failed("asking the version"))?;
+    if major != snapshot.major() {
+        return Err(failed("checking the version")(format!(
+            "the instance runs PostgreSQL {major}, the snapshot of {} is of {}: a clone needs \
+             the same major version",
+            snapshot.source,
+            snapshot.major()
+        )));
+    }
+    client
+        .batch_execute(&schema_statements(&snapshot.schema_sql))
+        .await
+        .map_err(|e| failed("applying the schema")(postgres::refused(e).0))?;
+    // The dump's `SET`s (an empty search_path among them) end with it.
+    client
+        .batch_execute("RESET ALL")
+        .await
+        .map_err(|e| failed("resetting the session")(postgres::refused(e).0))?;
+
+    let (mut restored, mut refused) = (0, 0);
+    if fidelity.statistics {
+        let statements = restore_statements(snapshot, major);
+        for chunk in statements.chunks(200) {
+            let answers = client
+                .simple_query(&chunk.join(";\n"))
+                .await
+                .map_err(|e| failed("restoring the statistics")(postgres::refused(e).0))?;
+            for answer in answers {
+                match answer {
+                    SimpleQueryMessage::Row(row) => match row.get(0) {
+                        Some("f") => refused += 1,
+                        _ => restored += 1,
+                    },
+                    SimpleQueryMessage::CommandComplete(n) if major < 18 => {
+                        if n == 1 {
+                            restored += 1;
+                        } else {
+                            refused += 1;
+                        }
+                    }
+                    _ => {}
+                }
+            }
+        }
+    }
+
+    if owner == SchemaOwner::Agent {
+        client
+            .batch_execute(&hand_over(&instance.agent.user))
+            .await
+            .map_err(|e| {
+                failed("handing the schema to the agent's account")(postgres::refused(e).0)
+            })?;
+    }
+    let hypothetical_indexes = client
+        .batch_execute(
+            "DO $$ BEGIN IF EXISTS (SELECT 1 FROM pg_catalog.pg_available_extensions \
+             WHERE name = 'hypopg') THEN CREATE EXTENSION IF NOT EXISTS hypopg SCHEMA extensions; \
+             END IF; END $$",
+        )
+        .await
+        .is_ok()
+        && client
+            .query_opt(
+                "SELECT 1 FROM pg_catalog.pg_extension WHERE extname = 'hypopg'",
+                &[],
+            )
+            .await
+            .ok()
+            .flatten()
+            .is_some();
+
+    let mut notes = clone_notes(snapshot, major);
+    let mut settings_applied = 0;
+    if fidelity.settings {
+        for statement in setting_statements(snapshot, &instance.database) {
+            match client.batch_execute(&statement).await {
+                Ok(()) => settings_applied += 1,
+                Err(e) => notes.push(format!(
+                    "a planner setting was not applied: {}",
+                    postgres::refused(e).0
+                )),
+            }
+        }
+    }
+    // Autoanalyze would replace the source's statistics with the empty tables' own.
+    client
+        .batch_execute("ALTER SYSTEM SET autovacuum = off")
+        .await
+        .map_err(|e| failed("turning autovacuum off")(postgres::refused(e).0))?;
+    client
+        .batch_execute("SELECT pg_catalog.pg_reload_conf()")
+        .await
+        .map_err(|e| failed("reloading the configuration")(postgres::refused(e).0))?;
+
+    let (mut padded_files, mut padded_bytes) = (0, 0);
+    if fidelity.padding {
+        let files = padding_plan(&client, snapshot)
+            .await
+            .map_err(failed("finding the relation files"))?;
+        padded_files = files.len();
+        padded_bytes = files.iter().map(|(_, grow, _)| grow).sum();
+        let targets: Vec<(String, u64)> = files.into_iter().map(|(p, _, len)| (p, len)).collect();
+        backend.extend_files(instance, &targets).await?;
+    }
+    Ok(CloneReport {
+        source: snapshot.source.clone(),
+        snapshot_taken_at_ms: snapshot.taken_at_ms,
+        server_version: snapshot.server_version.clone(),
+        privacy: snapshot.privacy.as_str(),
+        statistics_restored: restored,
+        statistics_refused: refused,
+        settings_applied,
+        padded_files,
+        padded_bytes,
+        hypothetical_indexes,
+        notes,
+        took: started.elapsed(),
+    })
+}
+
+async fn server_major(client: &Client) -> Result<u32, String> {
+    let row = client
+        .query_one("SELECT current_setting('server_version_num')::int", &[])
+        .await
+        .map_err(|e| postgres::refused(e).0)?;
+    Ok(u32::try_from(row.get::<_, i32>(0)).unwrap_or(0) / 10_000)
+}
+
+/// Every file to extend, as (absolute path on the server, bytes added, length it must reach).
+async fn padding_plan(
+    client: &Client,
+    snapshot: &Snapshot,
+) -> Result<Vec<(String, u64, u64)>, String> {
+    let (schemas, names): (Vec<&str>, Vec<&str>) = snapshot
+        .relations
+        .iter()
+        .filter(|r| r.kind.has_storage() && r.relpages > 0)
+        .map(|r| (r.schema.as_str(), r.name.as_str()))
+        .unzip();
+    let data_directory: String = client
+        .query_one("SELECT current_setting('data_directory')", &[])
+        .await
+        .map_err(|e| postgres::refused(e).0)?
+        .get(0);
+    let rows = client
+        .query(
+            "SELECT r.schema, r.name, pg_catalog.pg_relation_filepath(x.c), \
+                    pg_catalog.pg_relation_size(x.c) \
+             FROM unnest($1::text[], $2::text[]) AS r(schema, name) \
+             CROSS JOIN LATERAL (SELECT pg_catalog.to_regclass( \
+                 pg_catalog.quote_ident(r.schema) || '.' || pg_catalog.quote_ident(r.name)) AS c) x \
+             WHERE x.c IS NOT NULL",
+            &[&schemas, &names],
+        )
+        .await
+        .map_err(|e| postgres::refused(e).0)?;
+    let mut files = Vec::new();
+    for row in rows {
+        let (schema, name, path, size): (String, String, Option<String>, i64) =
+            (row.get(0), row.get(1), row.get(2), row.get(3));
+        let Some(path) = path else { continue };
+        let Some(relation) = snapshot
+            .relations
+            .iter()
+            .find(|r| r.schema == schema && r.name == name)
+        else {
+            continue;
+        };
+        let current = u64::try_from(size).unwrap_or(0);
+        for segment in padding(current, relation.relpages) {
+            let file = if segment.number == 0 {
+                format!("{data_directory}/{path}")
+            } else {
+                format!("{data_directory}/{path}.{}", segment.number)
+            };
+            let grow = if segment.number == 0 {
+                segment.bytes.saturating_sub(current)
+            } else {
+                segment.bytes
+            };
+            files.push((file, grow, segment.bytes));
+        }
+    }
+    Ok(files)
+}
+
+/// Every object the schema made, handed to the agent's account: it owns its sandbox's schema as
+/// it owns an ordinary sandbox's database (extension members and the superuser's `extensions`
+/// schema excepted; sequences that belong to a column follow their table).
+fn hand_over(agent: &str) -> String {
+    let agent = sql_literal(&pg_identifier(agent));
+    format!(
+        r#"DO $hand_over$
+DECLARE
+    r record;
+    agent text := {agent};
+BEGIN
+    FOR r IN
+        SELECT n.oid, n.nspname FROM pg_catalog.pg_namespace n
+        WHERE n.nspname NOT IN ('pg_catalog', 'information_schema', 'extensions')
+          AND n.nspname NOT LIKE 'pg\_%'
+          AND NOT EXISTS (SELECT 1 FROM pg_catalog.pg_depend d
+                          WHERE d.classid = 'pg_catalog.pg_namespace'::regclass
+                            AND d.objid = n.oid AND d.deptype = 'e')
+    LOOP
+        EXECUTE format('ALTER SCHEMA %I OWNER TO %s', r.nspname, agent);
+    END LOOP;
+    FOR r IN
+        SELECT c.oid::regclass AS rel, c.relkind FROM pg_catalog.pg_class c
+        JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
+        WHERE n.nspname NOT IN ('pg_catalog', 'information_schema', 'extensions')
+          AND n.nspname NOT LIKE 'pg\_%'
+          AND c.relkind IN ('r', 'p', 'v', 'm', 'S', 'f')
+          AND NOT EXISTS (SELECT 1 FROM pg_catalog.pg_depend d
+                          WHERE d.classid = 'pg_catalog.pg_class'::regclass AND d.objid = c.oid
+                            AND (d.deptype = 'e'
+                                 OR (c.relkind = 'S' AND d.deptype IN ('a', 'i')
+                                     AND d.refclassid = 'pg_catalog.pg_class'::regclass)))
+    LOOP
+        EXECUTE format('ALTER %s %s OWNER TO %s',
+            CASE r.relkind WHEN 'v' THEN 'VIEW' WHEN 'm' THEN 'MATERIALIZED VIEW'
+                           WHEN 'S' THEN 'SEQUENCE' WHEN 'f' THEN 'FOREIGN TABLE'
+                           ELSE 'TABLE' END,
+            r.rel, agent);
+    END LOOP;
+    FOR r IN
+        SELECT p.oid::regprocedure AS fn FROM pg_catalog.pg_proc p
+        JOIN pg_catalog.pg_namespace n ON n.oid = p.pronamespace
+        WHERE n.nspname NOT IN ('pg_catalog', 'information_schema', 'extensions')
+          AND n.nspname NOT LIKE 'pg\_%'
+          AND NOT EXISTS (SELECT 1 FROM pg_catalog.pg_depend d
+                          WHERE d.classid = 'pg_catalog.pg_proc'::regclass AND d.objid = p.oid
+                            AND d.deptype = 'e')
+    LOOP
+        EXECUTE format('ALTER ROUTINE %s OWNER TO %s', r.fn, agent);
+    END LOOP;
+    FOR r IN
+        SELECT t.oid::regtype AS ty FROM pg_catalog.pg_type t
+        JOIN pg_catalog.pg_namespace n ON n.oid = t.typnamespace
+        WHERE n.nspname NOT IN ('pg_catalog', 'information_schema', 'extensions')
+          AND n.nspname NOT LIKE 'pg\_%'
+          AND (t.typtype IN ('d', 'e', 'r')
+               OR (t.typtype = 'c' AND EXISTS (SELECT 1 FROM pg_catalog.pg_class c
+                                               WHERE c.oid = t.typrelid AND c.relkind = 'c')))
+          AND NOT EXISTS (SELECT 1 FROM pg_catalog.pg_depend d
+                          WHERE d.classid = 'pg_catalog.pg_type'::regclass AND d.objid = t.oid
+                            AND d.deptype = 'e')
+    LOOP
+        EXECUTE format('ALTER TYPE %s OWNER TO %s', r.ty, agent);
+    END LOOP;
+END
+$hand_over$"#
+    )
+}

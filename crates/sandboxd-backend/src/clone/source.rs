@@ -1,0 +1,367 @@
+//! Reading a source: one read-only, repeatable-read transaction on the source database for its
+//! version, sizes, statistics, planner settings and extensions, and `pg_dump` for the schema.
+//! The DSN is the operator's secret: it is never logged, and an error never quotes it.
+
+use std::str::FromStr;
+
+use sandboxd_domain::clone::{
+    ColumnStats, ExtensionUse, PlannerSetting, Privacy, RelationKind, RelationSize, Snapshot,
+};
+use sandboxd_domain::{EngineRef, clock};
+use secrecy::{ExposeSecret, SecretString};
+use tokio_postgres::{Client, Config, IsolationLevel, NoTls};
+
+use crate::Backend;
+use crate::error::BackendError;
+
+/// The first major version whose column statistics a clone can import.
+const STATS_IMPORT_MAJOR: u32 = 18;
+
+/// Why a source could not be read.
+#[derive(Debug, thiserror::Error)]
+pub enum SourceError {
+    #[error("the source DSN is not a PostgreSQL connection string: {0}")]
+    BadDsn(String),
+    #[error("connecting to the source: {0}")]
+    Connect(String),
+    #[error("reading the source's {what}: {detail}")]
+    Read { what: &'static str, detail: String },
+    #[error(transparent)]
+    Backend(#[from] BackendError),
+}
+
+/// Reads the source at `dsn` (everything but the schema), under privacy mode `privacy`.
+pub async fn read_source(
+    source: &str,
+    dsn: &SecretString,
+    privacy: Privacy,
+) -> Result<Snapshot, SourceError> {
+    let mut client = connect(dsn).await?;
+    let tx = client
+        .build_transaction()
+        .read_only(true)
+        .isolation_level(IsolationLevel::RepeatableRead)
+        .start()
+        .await
+        .map_err(|e| SourceError::Read {
+            what: "snapshot transaction",
+            detail: driver_text(&e, dsn),
+        })?;
+    let read = |what: &'static str| {
+        move |e: tokio_postgres::Error| SourceError::Read {
+            what,
+            detail: driver_text(&e, dsn),
+        }
+    };
+    let head = tx
+        .query_one(
+            "SELECT current_setting('server_version_num')::int, \
+                    split_part(version(), ' ', 1) || ' ' || split_part(version(), ' ', 2), \
+                    current_database()",
+            &[],
+        )
+        .await
+        .map_err(read("version"))?;
+    let version_num = u32::try_from(head.get::<_, i32>(0)).unwrap_or(0);
+    let relations = tx
+        .query(RELATIONS, &[])
+        .await
+        .map_err(read("relation sizes"))?
+        .iter()
+        .filter_map(|row| {
+            Some(RelationSize {
+                schema: row.get(0),
+                name: row.get(1),
+                kind: RelationKind::from_relkind(row.get(2))?,
+                relpages: row.get(3),
+                reltuples: row.get(4),
+                relallvisible: row.get(5),
+            })
+        })
+        .collect();
+    let columns = if version_num / 10_000 >= STATS_IMPORT_MAJOR {
+        tx.query(COLUMNS, &[])
+            .await
+            .map_err(read("column statistics"))?
+            .iter()
+            .map(|row| ColumnStats {
+                schema: row.get(0),
+                table: row.get(1),
+                column: row.get(2),
+                inherited: row.get(3),
+                null_frac: row.get(4),
+                avg_width: row.get(5),
+                n_distinct: row.get(6),
+                most_common_vals: row.get(7),
+                most_common_freqs: row.get(8),
+                histogram_bounds: row.get(9),
+                correlation: row.get(10),
+                most_common_elems: row.get(11),
+                most_common_elem_freqs: row.get(12),
+                elem_count_histogram: row.get(13),
+                range_length_histogram: row.get(14),
+                range_empty_frac: row.get(15),
+                range_bounds_histogram: row.get(16),
+            })
+            .collect()
+    } else {
+        Vec::new()
+    };
+    let settings = tx
+        .query(SETTINGS, &[])
+        .await
+        .map_err(read("planner settings"))?
+        .iter()
+        .map(|row| PlannerSetting {
+            name: row.get(0),
+            value: row.get(1),
+        })
+        .collect();
+    let extensions = tx
+        .query(EXTENSIONS, &[])
+        .await
+        .map_err(read("extensions"))?
+        .iter()
+        .map(|row| ExtensionUse {
+            name: row.get(0),
+            version: row.get(1),
+            schema: row.get(2),
+        })
+        .collect();
+    let extended_statistics = tx
+        .query(EXTENDED_STATISTICS, &[])
+        .await
+        .map_err(read("extended statistics"))?
+        .iter()
+        .map(|row| row.get(0))
+        .collect();
+    tx.commit().await.map_err(read("snapshot transaction"))?;
+    let snapshot = Snapshot {
+        source: source.to_owned(),
+        taken_at_ms: clock::now_ms(),
+        server_version: head.get(1),
+        server_version_num: version_num,
+        database: head.get(2),
+        schema_sql: String::new(),
+        relations,
+        columns,
+        settings,
+        extensions,
+        extended_statistics,
+        privacy: Privacy::KeepValues,
+    };
+    Ok(snapshot.with_privacy(privacy))
+}
+
+/// A whole snapshot: [`read_source`], then the schema dumped by `backend` with a `pg_dump` of
+/// the source's major version.
+pub async fn take_snapshot(
+    backend: &dyn Backend,
+    engine: EngineRef,
+    source: &str,
+    dsn: &SecretString,
+    privacy: Privacy,
+) -> Result<Snapshot, SourceError> {
+    let mut snapshot = read_source(source, dsn, privacy).await?;
+    snapshot.schema_sql = backend.dump_schema(engine, snapshot.major(), dsn).await?;
+    Ok(snapshot)
+}
+
+/// Whether `dsn` is a connection string a snapshot can use (its syntax only; nothing connects).
+pub fn check_dsn(dsn: &SecretString) -> Result<(), SourceError> {
+    let config = parse_dsn(dsn)?;
+    if config.get_hosts().is_empty() {
+        return Err(SourceError::BadDsn("it names no host".into()));
+    }
+    Ok(())
+}
+
+/// `dsn` as libpq connection parameters without its password (`key='value' …`, nothing
+/// secret: what may sit on a command line), and the password apart. Only what the DSN's parser
+/// knows is kept, which is all a DSN that passes [`check_dsn`] can hold.
+pub(crate) fn split_password(
+    dsn: &SecretString,
+) -> Result<(String, Option<SecretString>), SourceError> {
+    let config = parse_dsn(dsn)?;
+    let quote = |value: &str| format!("'{}'", value.replace('\\', "\\\\").replace('\'', "\\'"));
+    let mut params = Vec::new();
+    let hosts: Vec<String> = config
+        .get_hosts()
+        .iter()
+        .map(|host| match host {
+            tokio_postgres::config::Host::Tcp(name) => name.clone(),
+            tokio_postgres::config::Host::Unix(path) => path.display().to_string(),
+        })
+        .collect();
+    if !hosts.is_empty() {
+        params.push(format!("host={}", quote(&hosts.join(","))));
+    }
+    let addresses: Vec<String> = config
+        .get_hostaddrs()
+        .iter()
+        .map(|a| a.to_string())
+        .collect();
+    if !addresses.is_empty() {
+        params.push(format!("hostaddr={}", quote(&addresses.join(","))));
+    }
+    let ports: Vec<String> = config.get_ports().iter().map(|p| p.to_string()).collect();
+    if !ports.is_empty() {
+        params.push(format!("port={}", quote(&ports.join(","))));
+    }
+    for (key, value) in [
+        ("user", config.get_user()),
+        ("dbname", config.get_dbname()),
+        ("options", config.get_options()),
+    ] {
+        if let Some(value) = value {
+            params.push(format!("{key}={}", quote(value)));
+        }
+    }
+    let sslmode = match config.get_ssl_mode() {
+        tokio_postgres::config::SslMode::Disable => "disable",
+        tokio_postgres::config::SslMode::Require => "require",
+        _ => "prefer",
+    };
+    params.push(format!("sslmode={sslmode}"));
+    let password = match config.get_password() {
+        None => None,
+        Some(bytes) => {
+            let text = std::str::from_utf8(bytes)
+                .map_err(|_| SourceError::BadDsn("its password is not UTF-8".into()))?;
+            if text.contains(['\n', '\r']) {
+                return Err(SourceError::BadDsn(
+                    "its password holds a line break".into(),
+                ));
+            }
+            Some(SecretString::from(text.to_owned()))
+        }
+    };
+    Ok((params.join(" "), password))
+}
+
+fn parse_dsn(dsn: &SecretString) -> Result<Config, SourceError> {
+    // The parser's message can quote the string it failed on.
+    Config::from_str(dsn.expose_secret()).map_err(|_| {
+        SourceError::BadDsn(
+            "check its syntax (key=value pairs or a postgresql:// URL, as libpq takes)".into(),
+        )
+    })
+}
+
+async fn connect(dsn: &SecretString) -> Result<Client, SourceError> {
+    let mut config = parse_dsn(dsn)?;
+    config
+        .application_name("sandboxd-snapshot")
+        .connect_timeout(std::time::Duration::from_secs(10))
+        .options("-c default_transaction_read_only=on -c statement_timeout=60s");
+    let (client, connection) = config
+        .connect(NoTls)
+        .await
+        .map_err(|e| SourceError::Connect(driver_text(&e, dsn)))?;
+    tokio::spawn(async move {
+        let _ = connection.await;
+    });
+    Ok(client)
+}
+
+/// The driver's (or server's) message, with the DSN and its password blanked should either
+/// appear in it.
+fn driver_text(err: &tokio_postgres::Error, dsn: &SecretString) -> String {
+    let text = match err.as_db_error() {
+        Some(db) => format!("{} ({})", db.message(), db.code().code()),
+        None => err.to_string(),
+    };
+    redact(&text, dsn)
+}
+
+pub(crate) fn redact(text: &str, dsn: &SecretString) -> String {
+    let mut text = text.replace(dsn.expose_secret(), "[dsn]");
+    if let Ok(config) = Config::from_str(dsn.expose_secret())
+        && let Some(password) = config.get_password()
+        && let Ok(password) = std::str::from_utf8(password)
+        && !password.is_empty()
+    {
+        text = text.replace(password, "[password]");
+    }
+    text
+}
+
+/// Relations of the source's own (not an extension's) whose files the planner measures.
+const RELATIONS: &str = "SELECT n.nspname::text, c.relname::text, c.relkind::text, c.relpages::bigint, \
+            c.reltuples::text, c.relallvisible::bigint \
+     FROM pg_catalog.pg_class c JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace \
+     WHERE c.relkind IN ('r', 'p', 'i', 'm') \
+       AND n.nspname NOT IN ('pg_catalog', 'information_schema') \
+       AND n.nspname NOT LIKE 'pg\\_toast%' AND n.nspname NOT LIKE 'pg\\_temp%' \
+       AND NOT EXISTS (SELECT 1 FROM pg_catalog.pg_depend d \
+                       WHERE d.classid = 'pg_catalog.pg_class'::regclass AND d.objid = c.oid \
+                         AND d.deptype = 'e') \
+     ORDER BY 1, 2";
+
+/// `pg_stats` of tables and materialized views (an expression index's rows are left out).
+const COLUMNS: &str = "SELECT s.schemaname::text, s.tablename::text, s.attname::text, s.inherited, \
+            s.null_frac::text, s.avg_width::text, s.n_distinct::text, \
+            s.most_common_vals::text, s.most_common_freqs::text, s.histogram_bounds::text, \
+            s.correlation::text, s.most_common_elems::text, s.most_common_elem_freqs::text, \
+            s.elem_count_histogram::text, s.range_length_histogram::text, \
+            s.range_empty_frac::text, s.range_bounds_histogram::text \
+     FROM pg_catalog.pg_stats s \
+     JOIN pg_catalog.pg_namespace n ON n.nspname = s.schemaname \
+     JOIN pg_catalog.pg_class c ON c.relnamespace = n.oid AND c.relname = s.tablename \
+     WHERE c.relkind IN ('r', 'p', 'm') \
+       AND s.schemaname NOT IN ('pg_catalog', 'information_schema') \
+     ORDER BY 1, 2, 3, 4";
+
+/// What steers the planner and a session may set: every "Query Tuning" setting (methods, costs,
+/// genetic optimizer, other planner options such as `default_statistics_target`, `jit*`) and
+/// the memory settings plans depend on, as this session on the source database sees them
+/// (`ALTER DATABASE … SET` and the configuration file included).
+const SETTINGS: &str = "SELECT name::text, current_setting(name) FROM pg_catalog.pg_settings \
+     WHERE context IN ('user', 'superuser') \
+       AND (category LIKE 'Query Tuning%' \
+            OR name IN ('work_mem', 'hash_mem_multiplier', 'max_parallel_workers_per_gather')) \
+     ORDER BY 1";
+
+const EXTENSIONS: &str = "SELECT e.extname::text, e.extversion::text, n.nspname::text \
+     FROM pg_catalog.pg_extension e JOIN pg_catalog.pg_namespace n ON n.oid = e.extnamespace \
+     WHERE e.extname <> 'plpgsql' ORDER BY 1";
+
+const EXTENDED_STATISTICS: &str = "SELECT n.nspname || '.' || s.stxname \
+     FROM pg_catalog.pg_statistic_ext s JOIN pg_catalog.pg_namespace n ON n.oid = s.stxnamespace \
+     ORDER BY 1";
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_password_is_split_from_the_parameters() {
+        let url =
+            SecretString::from("postgresql://ro:s3cr%27t@db.example:6432/shop?sslmode=disable");
+        let (params, password) = split_password(&url).expect("valid");
+        assert_eq!(
+            params,
+            "host='db.example' port='6432' user='ro' dbname='shop' sslmode=disable"
+        );
+        assert_eq!(password.expect("a password").expose_secret(), "s3cr't");
+        let pairs = SecretString::from("host=/run/pg user=o\\'brien password=x dbname=d");
+        let (params, _) = split_password(&pairs).expect("valid");
+        assert!(params.contains("host='/run/pg'"), "{params}");
+        assert!(params.contains("user='o\\'brien'"), "{params}");
+        assert!(!params.contains("password"), "{params}");
+        let none = SecretString::from("host=db dbname=d");
+        assert!(split_password(&none).expect("valid").1.is_none());
+    }
+
+    #[test]
+    fn redaction_blanks_the_dsn_and_its_password() {
+        let dsn = SecretString::from("host=db user=ro password=hunter2-xyz dbname=shop");
+        let text = redact(
+            "failed for host=db user=ro password=hunter2-xyz dbname=shop and hunter2-xyz",
+            &dsn,
+        );
+        assert!(!text.contains("hunter2-xyz"), "{text}");
+        let url = SecretString::from("postgresql://ro:s3cr3t-abc@db:5432/shop");
+        assert!(!redact("oops s3cr3t-abc", &url).contains("s3cr3t-abc"));
+    }
+}

@@ -1,0 +1,24 @@
+//! Production-faithful clones (§7): a snapshot of a source Postgres holds what its planner needs
+//! and none of its rows — the schema, the planner statistics, the settings that steer the planner,
+//! the extensions in use — and the pure plans that apply it to a fresh instance of the same major
+//! version. Parts:
+//! - [`snapshot`]: what a snapshot holds, and privacy mode (statistics without sample values).
+//! - [`restore`]: the statements that apply a snapshot's statistics and settings.
+//! - [`padding`]: how far each relation file must reach so the planner believes its size.
+//! - [`origin`]: what a clone was made from, kept with its instance for the agent's evidence.
+//! - [`plan_shape`]: a plan's shape (node types, join order, index names) from `EXPLAIN`'s JSON,
+//!   what clone and source are compared by.
+
+pub mod origin;
+pub mod padding;
+pub mod plan_shape;
+pub mod restore;
+pub mod snapshot;
+
+pub use origin::CloneOrigin;
+pub use padding::{BLOCK_SIZE, SEGMENT_BLOCKS, Segment, padding};
+pub use plan_shape::plan_shape;
+pub use restore::{clone_notes, restore_statements, schema_statements, setting_statements};
+pub use snapshot::{
+    ColumnStats, ExtensionUse, PlannerSetting, Privacy, RelationKind, RelationSize, Snapshot,
+};

@@ -1,0 +1,156 @@
+//! `sandboxd sources add|ls|rm|snapshot`: production Postgres servers that clones are made from,
+//! through the running daemon's admin API. The DSN goes to the daemon once (from `--dsn`, or
+//! from stdin with `--dsn -` so it stays out of the process list and shell history) and never
+//! comes back.
+
+use std::io::BufRead;
+use std::process::ExitCode;
+
+use reqwest::Method;
+use sandboxd_admin::wire::{PutSource, SourceOut};
+use sandboxd_domain::clock::format_age_since;
+use serde_json::json;
+
+use crate::cli::EXIT_INPUT;
+use crate::client::{AdminClient, Remote};
+use crate::commands::projects::encode;
+use crate::config::Settings;
+use crate::output;
+
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    #[command(flatten)]
+    pub remote: Remote,
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, clap::Subcommand)]
+pub enum Command {
+    /// Register a source, or replace its DSN and settings (its snapshot is dropped).
+    Add {
+        name: String,
+        /// libpq connection string or postgresql:// URL of a role that may read the catalog
+        /// and statistics (e.g. a member of pg_read_all_data); `-` reads it from stdin.
+        #[arg(long)]
+        dsn: String,
+        /// keep-values (statistics with sample values: plans match best) or no-values (no
+        /// data value leaves the source).
+        #[arg(long, default_value = "keep-values")]
+        privacy: String,
+        /// Seconds between snapshots; 0: only on `sandboxd sources snapshot`.
+        #[arg(long, default_value_t = 0)]
+        refresh_secs: u64,
+    },
+    /// List sources, their last snapshot and last error.
+    Ls,
+    /// Remove a source and its snapshot (refused while a project clones it).
+    Rm { name: String },
+    /// Take a snapshot of a source now.
+    Snapshot { name: String },
+}
+
+fn row(source: &SourceOut) -> Vec<String> {
+    let snapshot = match &source.snapshot {
+        Some(s) => format!(
+            "{}, {} old, took {} ms",
+            s.server_version,
+            format_age_since(s.taken_at_ms),
+            s.took_ms
+        ),
+        None => "none yet".into(),
+    };
+    vec![
+        source.name.clone(),
+        source.privacy.clone(),
+        if source.refresh_secs == 0 {
+            "on demand".into()
+        } else {
+            format!("every {} s", source.refresh_secs)
+        },
+        snapshot,
+        source.last_error.clone().unwrap_or_default(),
+    ]
+}
+
+const HEADER: [&str; 5] = ["source", "privacy", "refresh", "snapshot", "last error"];
+
+fn read_dsn(dsn: String) -> Result<String, String> {
+    if dsn != "-" {
+        return Ok(dsn);
+    }
+    let mut line = String::new();
+    std::io::stdin()
+        .lock()
+        .read_line(&mut line)
+        .map_err(|e| format!("reading the DSN from stdin: {e}"))?;
+    let line = line.trim().to_owned();
+    if line.is_empty() {
+        return Err("--dsn - read an empty line from stdin".into());
+    }
+    Ok(line)
+}
+
+pub async fn run(args: Args, settings: &Settings) -> ExitCode {
+    let client = match AdminClient::new(&args.remote, settings) {
+        Ok(client) => client,
+        Err(err) => return err.fail(),
+    };
+    let show = |source: &SourceOut| println!("{}", output::table(&HEADER, vec![row(source)]));
+    match args.command {
+        Command::Add {
+            name,
+            dsn,
+            privacy,
+            refresh_secs,
+        } => {
+            let dsn = match read_dsn(dsn) {
+                Ok(dsn) => dsn,
+                Err(message) => {
+                    eprintln!("error: {message}");
+                    return ExitCode::from(EXIT_INPUT);
+                }
+            };
+            let body = PutSource {
+                dsn,
+                privacy: Some(privacy),
+                refresh_secs: Some(refresh_secs),
+            };
+            let path = format!("/v1/sources/{}", encode(&name));
+            match client
+                .send::<SourceOut>(Method::PUT, &path, Some(&body))
+                .await
+            {
+                Ok(reply) => reply.print(args.remote.json, show),
+                Err(err) => return err.fail(),
+            }
+        }
+        Command::Ls => match client.get::<Vec<SourceOut>>("/v1/sources", &()).await {
+            Ok(sources) => {
+                output::print_list(&sources, args.remote.json, "no sources", &HEADER, row)
+            }
+            Err(err) => return err.fail(),
+        },
+        Command::Rm { name } => {
+            let path = format!("/v1/sources/{}", encode(&name));
+            match client.send::<()>(Method::DELETE, &path, None::<&()>).await {
+                Ok(_) if args.remote.json => {
+                    println!("{}", output::json(&json!({"removed": name})))
+                }
+                Ok(_) => println!("removed {name}"),
+                Err(err) => return err.fail(),
+            }
+        }
+        Command::Snapshot { name } => {
+            let path = format!("/v1/sources/{}/snapshot", encode(&name));
+            match client
+                .send::<SourceOut>(Method::POST, &path, None::<&()>)
+                .await
+            {
+                Ok(reply) => reply.print(args.remote.json, show),
+                Err(err) => return err.fail(),
+            }
+        }
+    }
+    ExitCode::SUCCESS
+}
