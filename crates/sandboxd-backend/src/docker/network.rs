@@ -46,7 +46,7 @@ use super::client;
 use super::labels::Labels;
 use crate::error::BackendError;
 
-/// How many subnets a create tries before giving up (each overlap answer moves to the next).
+/// How many subnets a create tries before giving up (each overlap answer tries another at random).
 const CREATE_ATTEMPTS: usize = 32;
 
 /// The network the containers `maker` makes join.
@@ -292,8 +292,10 @@ async fn create_in_pool(
     labels: HashMap<String, String>,
     options: HashMap<String, String>,
 ) -> Result<String, BackendError> {
-    let start = rand::rng().random_range(0..pool.len());
     for _ in 0..CREATE_ATTEMPTS {
+        // A fresh random start each try, not the next subnet: a refusal means a network of the
+        // engine's covers this one, and a daemon network's /22 covers 64 /28s in a row.
+        let start = rand::rng().random_range(0..pool.len());
         let Some(subnet) = free_subnet(pool, &taken, start) else {
             break;
         };
@@ -328,8 +330,8 @@ async fn create_in_pool(
         operation: "creating",
         name: format!("network {name}"),
         detail: format!(
-            "no free /{} subnet left in [docker] subnet_pool {}; widen the pool or remove unused \
-             networks",
+            "no free /{} subnet found in [docker] subnet_pool {} in {CREATE_ATTEMPTS} tries; widen \
+             the pool or remove unused networks",
             pool.prefix,
             cidr((pool.base, pool.pool_prefix))
         ),
@@ -352,7 +354,7 @@ pub(super) async fn create_instance_network(
     );
     // No listing of the engine's networks first: Podman's takes seconds once there are dozens
     // (it inspects every container for every network), and it refuses a subnet in use itself,
-    // so a random start with a step past each refusal finds a free one. Creations in this
+    // so a random subnet tried again after each refusal finds a free one. Creations in this
     // process take turns, so its own instances do not race for one subnet.
     let _turn = lock.lock().await;
     create_in_pool(
