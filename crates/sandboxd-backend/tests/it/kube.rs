@@ -454,10 +454,16 @@ async fn doctor_names_the_cluster_permissions_images_and_policy_reach() {
                 .clone()
         };
         let api = line("kubernetes backend");
-        assert!(api.ok && api.detail.starts_with("Kubernetes v1."), "{api:?}");
+        assert!(
+            api.ok && api.detail.starts_with("Kubernetes v1."),
+            "{api:?}"
+        );
         assert!(api.detail.contains(&backend.config().namespace), "{api:?}");
         let permissions = line("kubernetes permissions");
-        assert!(permissions.ok, "the test cluster's admin may do it all: {permissions:?}");
+        assert!(
+            permissions.ok,
+            "the test cluster's admin may do it all: {permissions:?}"
+        );
         for engine in ["postgres", "redis", "mariadb"] {
             let image = line(&format!("{engine} (kubernetes)"));
             assert!(
@@ -490,7 +496,10 @@ async fn an_image_no_node_holds_is_refused_before_anything_is_made() {
     let text = err.to_string();
     assert!(text.contains("sandboxd-local/no-such-redis:0"), "{text}");
     assert!(text.contains("image_pull_policy is Never"), "{text}");
-    assert!(backend.list().await.expect("list").is_empty(), "nothing was made");
+    assert!(
+        backend.list().await.expect("list").is_empty(),
+        "nothing was made"
+    );
     let checks = backend.doctor().await;
     let redis = checks
         .iter()

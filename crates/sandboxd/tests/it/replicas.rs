@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use futures::FutureExt;
 use futures::future::join_all;
-use sandboxd_backend::{Backend, InstanceHandle, InstanceRequest};
+use sandboxd_backend::{Backend, InstanceHandle, InstanceRequest, Sweep};
 use sandboxd_domain::{AgentSlug, DaemonId, EngineRef};
 use secrecy::ExposeSecret;
 use serde_json::{Value, json};
@@ -51,14 +51,16 @@ async fn two_replicas_on_one_store_serve_one_fleet() {
     let Some(docker) = sandboxd_testkit::docker_or_skip().await else {
         return;
     };
-    // The shared store: PostgreSQL, a sandbox of the CLI's own (no replica touches it).
+    // The shared store: PostgreSQL, an instance of a maker of its own (no replica touches it,
+    // and its network goes with it below).
     let store_owner = AgentSlug::parse(&unique("store")).expect("slug");
+    let store_maker = DaemonId::generate();
     let store = docker
         .provision(&InstanceRequest {
             major: None,
             engine: EngineRef::parse("postgres").expect("registered"),
             owner: store_owner,
-            maker: DaemonId::cli(),
+            maker: store_maker.clone(),
             features: Default::default(),
         })
         .await
@@ -88,6 +90,10 @@ async fn two_replicas_on_one_store_serve_one_fleet() {
         .teardown(&InstanceHandle::of(&store))
         .await
         .expect("remove the store");
+    docker
+        .sweep(&store_maker, Sweep::Now)
+        .await
+        .expect("remove the store's network");
     if let Err(panic) = outcome {
         std::panic::resume_unwind(panic);
     }
