@@ -13,10 +13,10 @@
 //! - `error.rs`: caller mistakes (4xx, a clear message naming what is allowed) apart from
 //!   internal failures (500, a generic message; the cause is logged).
 //! - `panel/`: the web panel, server-rendered with maud, no JavaScript: an admin login with
-//!   in-memory sessions (HttpOnly, SameSite=Strict cookie), rate-limited per client (429 past
-//!   the limit, no audit row per refused attempt), a CSRF token in every form (checked
-//!   by the extractor every POST handler reads its form through), and the Settings, Projects,
-//!   Sandboxes and Audit pages.
+//!   in-memory sessions (HttpOnly, SameSite=Strict cookie), a budget of wrong tokens per client
+//!   (429 past it, no audit row per refused attempt; the right token always logs in), a CSRF
+//!   token in every form (checked by the extractor every POST handler reads its form through),
+//!   and the Settings, Projects, Sandboxes and Audit pages.
 //! - `metrics.rs`: `/metrics`, the broker's Prometheus text.
 //!
 //! What this crate will not do: touch the store or a backend (it asks the
@@ -53,9 +53,9 @@ pub struct AdminConfig {
     pub secure_cookies: bool,
     /// Panel sessions held at once; the oldest is dropped past this.
     pub max_sessions: usize,
-    /// Panel logins one client (IP address, IPv6 by /64) may try per `login_window`; past that
-    /// its logins answer 429 until the oldest attempt leaves the window. A right token gives the
-    /// budget back.
+    /// Wrong tokens one client (IP address, IPv6 by /64) may send to the panel login per
+    /// `login_window`; past that its wrong tokens answer 429 until the oldest leaves the window.
+    /// The right token is compared first and always logs in, and gives the budget back.
     pub login_attempts: u32,
     pub login_window: Duration,
 }

@@ -11,7 +11,7 @@ use std::collections::BTreeMap;
 
 use sandboxd_broker::{
     Actor, Agent, AuditEntry, AuditPage, InstanceView, JanitorReport, PoolView, Project,
-    SandboxView, SettingsView, Source, Spawned, Task,
+    SandboxView, SettingsView, Source, SourceTls, Spawned, Task,
 };
 use secrecy::ExposeSecret;
 use serde::{Deserialize, Serialize};
@@ -195,6 +195,41 @@ pub struct SourceOut {
     pub last_error: Option<String>,
     /// The latest snapshot; `null` before the first.
     pub snapshot: Option<SnapshotOut>,
+    /// How sandboxd reaches it over TLS (read from its DSN, of which nothing else is shown);
+    /// `null` when its DSN cannot be read.
+    pub tls: Option<SourceTlsOut>,
+}
+
+/// A source's TLS: what the snapshot's connection and `pg_dump` both do.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct SourceTlsOut {
+    /// libpq's `sslmode`: `disable`, `prefer`, `require`, `verify-ca` or `verify-full`.
+    pub mode: String,
+    /// The DSN named no `sslmode`: `verify-full` off loopback, `prefer` on it.
+    pub default: bool,
+    /// What a verifying mode trusts: the CA file (`sslrootcert`) or `system`; `null` when the
+    /// mode checks no certificate.
+    pub roots: Option<String>,
+    /// Every address the DSN names is loopback or a Unix socket.
+    pub loopback: bool,
+    /// One line: the mode and what it checks.
+    pub summary: String,
+    /// Set when the host is not loopback and the mode checks no certificate: what that exposes
+    /// and how to fix it.
+    pub warning: Option<String>,
+}
+
+impl From<SourceTls> for SourceTlsOut {
+    fn from(tls: SourceTls) -> Self {
+        Self {
+            mode: tls.mode.as_str().to_owned(),
+            default: !tls.explicit,
+            roots: tls.roots.as_ref().map(ToString::to_string),
+            loopback: tls.loopback,
+            summary: tls.summary(),
+            warning: tls.warning(),
+        }
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
@@ -205,8 +240,9 @@ pub struct SnapshotOut {
     pub took_ms: i64,
 }
 
-impl From<Source> for SourceOut {
-    fn from(s: Source) -> Self {
+impl SourceOut {
+    /// `s` with its TLS, which the store's row does not carry (it is read from the DSN).
+    pub fn new(s: Source, tls: Option<SourceTls>) -> Self {
         Self {
             name: s.name.to_string(),
             privacy: s.privacy.as_str().to_owned(),
@@ -220,6 +256,7 @@ impl From<Source> for SourceOut {
                 server_version: p.server_version,
                 took_ms: p.took_ms,
             }),
+            tls: tls.map(SourceTlsOut::from),
         }
     }
 }
@@ -592,6 +629,11 @@ mod tests {
                 server_version: "PostgreSQL 18.6".into(),
                 took_ms: 400,
             }),
+            tls: Some(
+                SourceTls::new(Some("require"), None, false)
+                    .expect("valid")
+                    .into(),
+            ),
         });
         round_trip(SandboxOut {
             owner: "dev-1".into(),

@@ -415,29 +415,60 @@ pub trait Backend: Send + Sync + fmt::Debug {
 
     /// Empties a live instance in place, as the service superuser (`reset_sandbox`): what the
     /// agent made is dropped and the instance is as `provision` left it, with the same
-    /// endpoint and credentials and its features active again.
-    async fn reset(&self, instance: &Instance) -> Result<(), BackendError> {
+    /// endpoint and credentials and its features active again; a clone (`snapshot`) is made a
+    /// clone of it again. Where the agent has sessions of its own to lock
+    /// out (Postgres), it is locked out from the first statement to the last, so nothing it does
+    /// races the superuser's work; it is let in again whatever happened, its database present.
+    async fn reset(
+        &self,
+        instance: &Instance,
+        snapshot: Option<&sandboxd_domain::clone::Snapshot>,
+    ) -> Result<(), BackendError> {
         let (host, port) = self.admin_address(instance).await?;
         let reach = Reach { host: &host, port };
         let engine = instance.engine.get();
-        let plan = engine.reset(&instance.agent.user);
-        wire::reset(engine, &instance.admin, reach, &plan)
+        let facts = wire::server_facts(engine, &instance.admin, reach)
             .await
-            .map_err(wire_error(instance, "resetting"))?;
-        wire::activate(
-            engine,
-            &instance.admin,
-            reach,
-            &instance.database,
-            &instance.features,
-        )
-        .await
-        .map_err(|(feature, err)| {
-            wire_error(instance, "activating a feature again after a reset")(format!(
-                "{}: {err}",
-                feature.name()
-            ))
-        })
+            .map_err(wire_error(instance, "asking the server facts of"))?;
+        let plan = engine.reset(&instance.agent, facts);
+        let rebuilt = async {
+            wire::reset(engine, &instance.admin, reach, &plan)
+                .await
+                .map_err(wire_error(instance, "resetting"))?;
+            wire::activate(
+                engine,
+                &instance.admin,
+                reach,
+                &instance.database,
+                &instance.features,
+            )
+            .await
+            .map_err(|(feature, err)| {
+                wire_error(instance, "activating a feature again after a reset")(format!(
+                    "{}: {err}",
+                    feature.name()
+                ))
+            })?;
+            if let Some(snapshot) = snapshot {
+                crate::clone::apply(
+                    self,
+                    instance,
+                    snapshot,
+                    crate::clone::Fidelity::FULL,
+                    crate::clone::SchemaOwner::Agent,
+                )
+                .await?;
+            }
+            Ok(())
+        }
+        .await;
+        let finished = wire::finish_reset(engine, &instance.admin, reach, &plan)
+            .await
+            .map_err(wire_error(
+                instance,
+                "letting the agent in again after a reset",
+            ));
+        rebuilt.and(finished)
     }
 }
 

@@ -282,7 +282,10 @@ async fn idle_pair_memory(binary: &Path, cleanup: &Cleanup, report: &mut Report)
         let mut members = 0;
         for dir in std::fs::read_dir(&root)?.filter_map(Result::ok) {
             let meta: Value = serde_json::from_str(
-                &std::fs::read_to_string(dir.path().join("sandboxd.json")).unwrap_or_default(),
+                &std::fs::read_to_string(
+                    sandboxd_backend::process::metadata_path(&dir.path()).unwrap_or_default(),
+                )
+                .unwrap_or_default(),
             )
             .unwrap_or_default();
             if !meta["owner"]

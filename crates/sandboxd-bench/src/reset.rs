@@ -92,12 +92,12 @@ async fn measure(
 async fn series(backend: &dyn Backend, instance: &Instance, runs: usize) -> Result<Vec<Duration>> {
     // One untimed round: the first reset pays for cold caches.
     fill(backend, instance).await?;
-    backend.reset(instance).await?;
+    backend.reset(instance, None).await?;
     let mut samples = Vec::with_capacity(runs);
     for _ in 0..runs {
         fill(backend, instance).await?;
         let started = Instant::now();
-        backend.reset(instance).await?;
+        backend.reset(instance, None).await?;
         samples.push(started.elapsed());
     }
     Ok(samples)

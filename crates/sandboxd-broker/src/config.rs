@@ -36,12 +36,17 @@ pub struct BrokerConfig {
     /// Replicas share the store (PostgreSQL): leases instead of in-memory locks alone; None
     /// for a single daemon.
     pub replication: Option<crate::ReplicationConfig>,
+    /// `sandbox_sql`, `run_experiment` and `reset_sandbox` calls one agent may have under way
+    /// at once; past it a call is refused (`limit_exceeded`, retryable), not queued.
+    pub max_heavy_calls_per_agent: usize,
 }
 
 impl BrokerConfig {
     /// A day: an agent's working session, with room for pauses; a client whose session expired
     /// simply initializes a new one.
     pub const DEFAULT_MCP_SESSION_TTL: Duration = Duration::from_secs(24 * 3600);
+    /// Room for a test suite's few concurrent statements beside an experiment, not for a flood.
+    pub const DEFAULT_MAX_HEAVY_CALLS_PER_AGENT: usize = 4;
 }
 
 impl Default for BrokerConfig {
@@ -60,6 +65,7 @@ impl Default for BrokerConfig {
             feature_probe_recheck: Duration::from_secs(60),
             experiments: None,
             replication: None,
+            max_heavy_calls_per_agent: Self::DEFAULT_MAX_HEAVY_CALLS_PER_AGENT,
         }
     }
 }

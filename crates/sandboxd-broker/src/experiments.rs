@@ -1,26 +1,40 @@
 //! `run_experiment`: an agent's Python script in the WebAssembly runtime
 //! (`sandboxd_experiments`), whose `sql()` is a connection to the agent's own Postgres sandbox
-//! as its own account, opened on the first call and closed with the run.
+//! as its own account, opened on the first call and closed with the run. A run counts toward
+//! the agent's caps (`caps.rs`) and is admitted within the runtime's capacity; a cap met is
+//! `limit_exceeded` naming its setting.
 
 use std::time::{Duration, Instant};
 
-use sandboxd_backend::wire::{AgentConnection, QueryLimits, StatementError};
+use sandboxd_backend::wire::{AgentConnection, Cut, QueryLimits, StatementError};
 use sandboxd_domain::envelope::{ErrorCode, ErrorEnvelope, OkEnvelope};
 use sandboxd_domain::error::allowed_list;
+use sandboxd_domain::roles::Verb;
 use sandboxd_domain::verbs::RunExperimentArgs;
 use sandboxd_domain::{Instance, Protocol};
-use sandboxd_experiments::{Ending, GuestFiles, Policy, SqlPort, SqlRefusal, SqlRows, Unavailable};
+use sandboxd_experiments::{
+    Capacity, Ending, Full, GuestFiles, Policy, SqlPort, SqlRefusal, SqlRows, Unavailable,
+};
 use sandboxd_store::Agent;
 use serde_json::json;
 
 use crate::Broker;
 use crate::envelopes::internal;
 
-/// Where the runtime finds its guest, and the limits agents may pick from.
+/// Where the runtime finds its guest, the limits agents may pick from, and how much it runs
+/// at once.
 #[derive(Debug, Clone)]
 pub struct ExperimentsConfig {
     pub files: GuestFiles,
     pub policy: Policy,
+    /// Runs at once, their memory budget, the wait for room, the guests' threads.
+    pub capacity: Capacity,
+    /// Experiments one agent may have under way at once.
+    pub max_per_agent: usize,
+}
+
+impl ExperimentsConfig {
+    pub const DEFAULT_MAX_PER_AGENT: usize = 2;
 }
 
 /// A script longer than this is refused before anything runs.
@@ -45,6 +59,14 @@ impl SqlPort for AgentSql {
         max_rows: usize,
         timeout: Duration,
     ) -> Result<SqlRows, SqlRefusal> {
+        // A connection cut at the byte limit is gone: the next statement opens another.
+        if self
+            .connection
+            .as_ref()
+            .is_some_and(AgentConnection::is_closed)
+        {
+            self.connection = None;
+        }
         if self.connection.is_none() {
             let opened = self
                 .backend
@@ -60,6 +82,19 @@ impl SqlPort for AgentSql {
             timeout,
         };
         match connection.run(statement, limits).await {
+            Ok(answer) if answer.rows.is_empty() && answer.cut == Some(Cut::MaxBytes) => {
+                // Cut on the wire, the connection ended with it.
+                let closed = if connection.is_closed() {
+                    " and the connection was closed (the next sql() opens a new session)"
+                } else {
+                    ""
+                };
+                Err(SqlRefusal::Server(format!(
+                    "the answer's first row (or the server's message) is larger than the \
+                     {SQL_MAX_BYTES} bytes one sql() call may bring back; nothing of it was \
+                     kept{closed}; select less, e.g. substring(column, 1, n) or length(column)"
+                )))
+            }
             Ok(answer) => Ok(SqlRows {
                 columns: answer.columns,
                 rows: answer.rows,
@@ -71,6 +106,33 @@ impl SqlPort for AgentSql {
             Err(StatementError::Closed(detail)) => Err(SqlRefusal::Unavailable(detail)),
         }
     }
+}
+
+/// The runtime had no room: `limit_exceeded` naming the cap's setting (retryable).
+fn full(err: &Full, capacity: Capacity) -> ErrorEnvelope {
+    let cap = match err {
+        Full::Runs { .. } => format!("experiments.max_concurrent = {}", capacity.max_runs),
+        Full::Memory { .. } | Full::MemoryNeverFits { .. } => format!(
+            "experiments.memory_budget_mb = {}",
+            capacity.memory_budget_bytes / (1024 * 1024)
+        ),
+    };
+    let (remediate, retryable) = match err {
+        Full::MemoryNeverFits { .. } => (
+            "call run_experiment again with a smaller limits.memory_bytes",
+            false,
+        ),
+        _ => (
+            "call run_experiment again in a few seconds, or with a smaller limits.memory_bytes",
+            true,
+        ),
+    };
+    ErrorEnvelope::new(
+        ErrorCode::LimitExceeded,
+        format!("{err} ({cap})"),
+        remediate,
+    )
+    .retryable(retryable)
 }
 
 fn unavailable(err: &Unavailable) -> ErrorEnvelope {
@@ -123,6 +185,8 @@ impl Broker {
                 "send a short Python script that prints what you want back",
             ));
         }
+        let _heavy = self.heavy_call(&agent.slug, Verb::RunExperiment)?;
+        let _experiment = self.inner.caps.experiments.take(&agent.slug)?;
         let Some(runtime) = self.inner.experiments.as_ref() else {
             return Err(ErrorEnvelope::new(
                 ErrorCode::RuntimeUnavailable,
@@ -167,6 +231,10 @@ impl Broker {
         let took = started.elapsed();
         let run = match outcome {
             Ok(run) => run,
+            Err(Unavailable::Full(err)) => {
+                self.inner.metrics.experiment("refused", took, &[]);
+                return Err(full(&err, runtime.capacity()));
+            }
             Err(err) => {
                 tracing::warn!(agent = %agent.slug, error = %err, "an experiment could not run");
                 self.inner.metrics.experiment("unavailable", took, &[]);
@@ -183,7 +251,8 @@ impl Broker {
             Ending::LimitHit { .. } => "limit",
         };
         self.inner.metrics.experiment(outcome, took, &met);
-        if !run.report.sql_calls.is_empty()
+        let calls = run.report.sql_calls.len() as u64 + run.report.sql_calls_dropped;
+        if calls > 0
             && let Err(err) = self.store().touch_instances_of(&agent.slug).await
         {
             tracing::warn!(agent = %agent.slug, error = %err, "recording the sandbox's use failed");
@@ -216,7 +285,6 @@ impl Broker {
                 ))
             }
             Ending::Completed => {
-                let calls = report.sql_calls.len();
                 let held = self.held_task_id(&agent.slug).await;
                 let cut = if report.limits_met.is_empty() {
                     String::new()
@@ -234,6 +302,7 @@ impl Broker {
                     "output": report.output,
                     "output_dropped": report.output_dropped,
                     "sql_calls": report.sql_calls,
+                    "sql_calls_dropped": report.sql_calls_dropped,
                     "elapsed_ms": report.elapsed_ms,
                     "fuel_used": report.fuel_used,
                     "memory_peak_bytes": report.memory_peak_bytes,

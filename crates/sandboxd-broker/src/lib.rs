@@ -9,6 +9,8 @@
 //!   `sandbox_verbs.rs`: what an agent does with the sandbox it holds (`reset_sandbox`,
 //!   `sandbox_info`, `sandbox_sql`); `experiments.rs`: `run_experiment`, a script in the
 //!   WebAssembly runtime whose `sql()` is the agent's own connection.
+//! - `caps.rs`: per-agent caps on concurrent heavy calls (`sandbox_sql`, `run_experiment`,
+//!   `reset_sandbox`) and experiments, refused past them with `limit_exceeded`, never queued.
 //! - `feature_probes.rs`: which allowlisted features each backend really provides, probed on a
 //!   throwaway instance and cached: what agents are offered and operators may make standing.
 //! - `janitor.rs`: reaps instances whose owner is gone, from what the backends list.
@@ -29,6 +31,7 @@ use sandboxd_domain::{AgentSlug, DaemonId};
 
 mod audit;
 mod backends;
+mod caps;
 mod config;
 mod envelopes;
 mod error;
@@ -59,6 +62,7 @@ pub use operator::{
 pub use pools::{PoolConfig, PoolKey, PoolTuning, PoolView};
 pub use replicas::ReplicationConfig;
 pub use sandboxd_backend::FeatureProbe;
+pub use sandboxd_backend::clone::{SourceTls, SslMode};
 pub use sandboxd_domain::lifecycle::TaskState;
 pub use sandboxd_store::{
     Actor, Agent, AuditEntry, AuditFilter, AuditPage, OutcomeFilter, Project, SecretCipher,
@@ -92,6 +96,8 @@ struct Inner {
     feature_probes: feature_probes::FeatureProbes,
     /// `run_experiment`'s runtime; None when experiments are turned off.
     experiments: Option<Arc<sandboxd_experiments::Runtime>>,
+    /// Per-agent caps on concurrent heavy calls and experiments.
+    caps: caps::Caps,
     /// False until startup reconciliation finished: until then `request_sandbox` answers
     /// "provisioner unavailable" (retryable).
     ready: AtomicBool,
@@ -120,13 +126,19 @@ impl Broker {
         let config_recheck = config.feature_probe_recheck;
         let experiments = match &config.experiments {
             Some(experiments) => Some(
-                sandboxd_experiments::Runtime::start(experiments.files.clone(), experiments.policy)
-                    .map_err(|err| BrokerError::Experiments(err.to_string()))?,
+                sandboxd_experiments::Runtime::start_with(
+                    experiments.files.clone(),
+                    experiments.policy,
+                    experiments.capacity,
+                )
+                .map_err(|err| BrokerError::Experiments(err.to_string()))?,
             ),
             None => None,
         };
+        let caps = caps::Caps::new(&config);
         let broker = Self {
             inner: Arc::new(Inner {
+                caps,
                 daemon: store.daemon_id().clone(),
                 store,
                 backends,

@@ -7,10 +7,11 @@ use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
 
 use futures::future::join_all;
-use sandboxd_backend::wire::{AgentStatement, QueryLimits};
+use sandboxd_backend::wire::{AgentStatement, Cut, QueryLimits};
 use sandboxd_domain::clock::now_ms;
 use sandboxd_domain::envelope::{ErrorCode, ErrorEnvelope, OkEnvelope};
 use sandboxd_domain::error::allowed_list;
+use sandboxd_domain::roles::Verb;
 use sandboxd_domain::verbs::{ResetSandboxArgs, SandboxSqlArgs};
 use sandboxd_domain::{EngineRef, Instance};
 use sandboxd_store::Agent;
@@ -35,6 +36,32 @@ fn a_member_died() -> ErrorEnvelope {
     )
     .retryable(true)
 }
+
+/// An answer whose first row (or the server's message) alone is over `max_bytes`: nothing of
+/// it was kept (on the wire, the connection ended as it arrived).
+fn over_max_bytes(instance: &Instance, limits: QueryLimits) -> ErrorEnvelope {
+    let how = match instance.engine.protocol {
+        sandboxd_domain::Protocol::Redis => {
+            "ask for less at once: GETRANGE, LRANGE or HSCAN with COUNT, SCAN instead of KEYS"
+        }
+        _ => {
+            "select less: substring(column, 1, n), length(column), fewer columns, or a \
+             narrower WHERE"
+        }
+    };
+    ErrorEnvelope::new(
+        ErrorCode::LimitExceeded,
+        format!(
+            "{}'s answer is larger than sandbox_sql's byte limit (limits.max_bytes = {} bytes) \
+             from its first row on; nothing of it was kept",
+            instance.engine.name, limits.max_bytes
+        ),
+        format!("{how}, and call sandbox_sql again"),
+    )
+}
+
+/// Characters of a server's error message an answer repeats.
+const SQL_ERROR_CHARS: usize = 4096;
 
 /// `sandbox_sql`'s caps: what an agent may ask for at most.
 const SQL_MAX_ROWS: u32 = 1000;
@@ -68,6 +95,8 @@ impl Broker {
         agent: &Agent,
         args: ResetSandboxArgs,
     ) -> Result<(OkEnvelope, String), ErrorEnvelope> {
+        // Counted before waiting for the turn: a flood of resets is refused, not queued.
+        let _heavy = self.heavy_call(&agent.slug, Verb::ResetSandbox)?;
         let _turn = self
             .turn(&agent.slug)
             .await
@@ -80,9 +109,12 @@ impl Broker {
         let resets = chosen.iter().map(|instance| async move {
             let started = Instant::now();
             let outcome = match self.inner.backends.for_kind(instance.backend) {
-                Some(backend) => match backend.reset(instance).await {
-                    Ok(()) => self.reclone(backend.as_ref(), instance).await,
-                    Err(e) => Err(e.to_string()),
+                Some(backend) => match self.snapshot_to_reclone(instance).await {
+                    Ok(snapshot) => backend
+                        .reset(instance, snapshot.as_ref())
+                        .await
+                        .map_err(|e| e.to_string()),
+                    Err(e) => Err(e),
                 },
                 None => Err(format!("no {} backend is configured", instance.backend)),
             };
@@ -138,34 +170,23 @@ impl Broker {
         ))
     }
 
-    /// After a reset, a clone is made a clone again (of its source's latest snapshot): the
-    /// reset removed the schema the agent owned.
-    async fn reclone(
+    /// What a reset makes a clone a clone of again: its source's latest snapshot (the reset
+    /// removes the schema the agent owned). None for an instance that is not a clone.
+    async fn snapshot_to_reclone(
         &self,
-        backend: &dyn sandboxd_backend::Backend,
         instance: &sandboxd_domain::Instance,
-    ) -> Result<(), String> {
+    ) -> Result<Option<sandboxd_domain::clone::Snapshot>, String> {
         let Some(origin) = &instance.clone else {
-            return Ok(());
+            return Ok(None);
         };
         let source =
             sandboxd_domain::SourceName::parse(&origin.source).map_err(|e| e.to_string())?;
-        let snapshot = self
-            .store()
+        self.store()
             .latest_snapshot(&source)
             .await
             .map_err(|e| e.to_string())?
-            .ok_or_else(|| format!("source {source} has no snapshot any more"))?;
-        sandboxd_backend::clone::apply(
-            backend,
-            instance,
-            &snapshot,
-            sandboxd_backend::clone::Fidelity::FULL,
-            sandboxd_backend::clone::SchemaOwner::Agent,
-        )
-        .await
-        .map(|_| ())
-        .map_err(|e| e.to_string())
+            .ok_or_else(|| format!("source {source} has no snapshot any more"))
+            .map(Some)
     }
 
     /// `sandbox_sql`: one statement (or Redis command) against one of the agent's own services,
@@ -196,6 +217,7 @@ impl Broker {
                 ));
             }
         };
+        let _heavy = self.heavy_call(&agent.slug, Verb::SandboxSql)?;
         let instances = self.held_sandbox(agent).await?;
         let service = [args.service.clone()];
         let instance = choose("sandbox_sql", &instances, Some(&service))?[0];
@@ -215,11 +237,13 @@ impl Broker {
             .query(instance, &statement, limits)
             .await
             .map_err(|err| {
-                // The server's own words (a syntax error, a permission denied), not our framing.
+                // The server's own words (a syntax error, a permission denied), not our framing,
+                // cut like any text an answer carries.
                 let said = match err {
                     sandboxd_backend::BackendError::Wire { detail, .. } => detail,
                     other => other.to_string(),
                 };
+                let said = sandboxd_experiments::cut_to(&said, SQL_ERROR_CHARS);
                 ErrorEnvelope::new(
                     ErrorCode::InvalidArgument,
                     format!("{} did not run it: {said}", instance.engine.name),
@@ -231,15 +255,18 @@ impl Broker {
         if let Err(err) = self.store().touch_instances_of(&agent.slug).await {
             tracing::warn!(agent = %agent.slug, error = %err, "recording the sandbox's use failed");
         }
+        if answer.rows.is_empty() && answer.cut == Some(Cut::MaxBytes) {
+            return Err(over_max_bytes(instance, limits));
+        }
         let rows = answer.rows.len();
         let held = self.held_task_id(&agent.slug).await;
         let briefing = format!(
             "{} answered {rows} row(s){} in {} ms.",
             instance.engine.name,
-            if answer.truncated {
-                ", cut at a limit (see limits)"
-            } else {
-                ""
+            match answer.cut {
+                Some(cut) if answer.truncated => format!(", cut at limits.{}", cut.name()),
+                _ if answer.truncated => ", cut at a limit (see limits)".to_owned(),
+                _ => String::new(),
             },
             millis(elapsed)
         );
@@ -249,6 +276,7 @@ impl Broker {
             "rows": answer.rows,
             "affected": answer.affected,
             "truncated": answer.truncated,
+            "cut_at": answer.cut.map(Cut::name),
             "limits": limits,
             "elapsed_ms": millis(elapsed),
         });

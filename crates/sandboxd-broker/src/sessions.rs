@@ -4,9 +4,14 @@
 //! A session unused for `BrokerConfig::mcp_session_ttl` is expired: it reads as unknown (the
 //! gateway answers 404 and the client starts a new session) and the sweeper deletes it, so
 //! sessions agents opened and forgot cannot pile up in the store.
+//!
+//! A session belongs to the agent that opened it: to any other agent it reads as unknown, as an
+//! expired one does. An agent keeps a bounded number of sessions; binding one more evicts its
+//! least recently used, so no agent can grow the daemon by opening sessions.
 
 use std::time::Duration;
 
+use sandboxd_domain::AgentSlug;
 use sandboxd_domain::clock::now_ms;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
@@ -43,9 +48,34 @@ impl Broker {
         Ok(self.store().delete_mcp_session(id).await?)
     }
 
-    /// Marks session `id` used now; false when it is unknown or expired (then the caller must
-    /// refuse it like an unknown session).
-    pub async fn touch_mcp_session(&self, id: &str) -> Result<bool, BrokerError> {
+    /// Records that `agent` opened session `id` (just stored by the transport), then evicts
+    /// that agent's sessions past the `keep` it used most recently. Returns the evicted ids (for
+    /// the transport to close), or `None` when `id` is not stored or already someone's: then it
+    /// must not be handed out.
+    pub async fn bind_mcp_session(
+        &self,
+        id: &str,
+        agent: &AgentSlug,
+        keep: usize,
+    ) -> Result<Option<Vec<String>>, BrokerError> {
+        let store = self.store();
+        if !store.bind_mcp_session(id, agent.as_str()).await? {
+            return Ok(None);
+        }
+        // At least the new one stays, whatever `keep` says.
+        let evicted = store
+            .evict_mcp_sessions(agent.as_str(), keep.max(1))
+            .await?;
+        Ok(Some(evicted))
+    }
+
+    /// Marks session `id` used now; false when it is unknown, expired or not `agent`'s (then
+    /// the caller must refuse it like an unknown session).
+    pub async fn touch_mcp_session(
+        &self,
+        id: &str,
+        agent: &AgentSlug,
+    ) -> Result<bool, BrokerError> {
         let now = now_ms();
         // Refresh at least a few times per TTL, so a short TTL still sees every use in time.
         let every = TOUCH_EVERY.min(self.inner.config.mcp_session_ttl / 4);
@@ -53,6 +83,7 @@ impl Broker {
             .store()
             .touch_mcp_session(
                 id,
+                agent.as_str(),
                 now,
                 self.sessions_used_since(),
                 now.saturating_sub(millis(every)),

@@ -5,7 +5,7 @@
 
 use std::time::Instant;
 
-use sandboxd_backend::clone::{check_dsn, take_snapshot};
+use sandboxd_backend::clone::{SourceTls, check_dsn, describe_tls, take_snapshot};
 use sandboxd_domain::ProjectSlug;
 use sandboxd_domain::clock::now_ms;
 use sandboxd_domain::clone::Privacy;
@@ -37,7 +37,9 @@ pub(crate) fn clonable_list() -> String {
 
 impl Broker {
     /// Registers `name` (or replaces its DSN and settings; its snapshot goes with the old DSN).
-    /// The DSN's syntax is checked; nothing connects to it until a snapshot is taken.
+    /// The DSN's syntax and TLS keys are checked and a CA file it names is read; nothing
+    /// connects to it until a snapshot is taken. A DSN whose TLS protects nothing on the
+    /// network is kept, with a warning ([`Broker::source_tls`] shows it).
     pub async fn put_source(
         &self,
         name: &SourceName,
@@ -46,10 +48,13 @@ impl Broker {
         refresh_secs: u64,
     ) -> Result<Source, BrokerError> {
         let started = Instant::now();
-        check_dsn(dsn).map_err(|why| InputError::Malformed {
+        let tls = check_dsn(dsn).map_err(|why| InputError::Malformed {
             what: "dsn",
             detail: why.to_string(),
         })?;
+        if let Some(warning) = tls.warning() {
+            tracing::warn!(source = %name, "{warning}");
+        }
         let source = self
             .store()
             .put_source(name, dsn, privacy, refresh_secs)
@@ -63,7 +68,16 @@ impl Broker {
             project: None,
             outcome: Outcome::Ok,
             started,
-            detail: format!("privacy {}; refresh {refresh_secs}s", privacy.as_str()),
+            detail: format!(
+                "privacy {}; refresh {refresh_secs}s; tls {}{}",
+                privacy.as_str(),
+                tls.mode,
+                if tls.warning().is_some() {
+                    " (unverified off loopback)"
+                } else {
+                    ""
+                }
+            ),
         })
         .await;
         Ok(source)
@@ -71,6 +85,18 @@ impl Broker {
 
     pub async fn sources(&self) -> Result<Vec<Source>, BrokerError> {
         Ok(self.store().list_sources().await?)
+    }
+
+    /// How source `name` is reached over TLS (its mode, what it trusts, a warning when that
+    /// protects nothing on the network), read from its sealed DSN, of which nothing else is
+    /// shown. None when there is no such source.
+    pub async fn source_tls(&self, name: &SourceName) -> Result<Option<SourceTls>, BrokerError> {
+        let Some(dsn) = self.store().source_dsn(name).await? else {
+            return Ok(None);
+        };
+        describe_tls(&dsn)
+            .map(Some)
+            .map_err(|err| BrokerError::Source(err.to_string()))
     }
 
     pub async fn source(&self, name: &SourceName) -> Result<Option<Source>, BrokerError> {

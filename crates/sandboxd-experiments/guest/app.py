@@ -35,6 +35,9 @@ import wit_world
 from componentize_py_types import Err
 
 SCRIPT_NAME = "<experiment>"
+# Characters past a cap a text keeps whole (the host's `CUT_ROOM`): more than the mark of a
+# cut takes, so the host does not cut a text this module cut.
+CUT_ROOM = 80
 
 
 class SqlError(Exception):
@@ -98,6 +101,16 @@ class CappedOutput(io.TextIOBase):
         return json.dumps({"output": "".join(self.parts), "dropped": self.dropped, **more})
 
 
+def capped(text, limit):
+    """`text` cut to `limit` characters: its start and its end, and how much was left out."""
+    if len(text) <= limit + CUT_ROOM:
+        return text
+    head = limit // 2
+    tail = limit - head
+    left_out = len(text) - head - tail
+    return f"{text[:head]}\n… ({left_out} characters left out) …\n{text[len(text) - tail:]}"
+
+
 def script_traceback(error):
     """The traceback from the script's own frames on (this module's frames left out)."""
     tb = error.__traceback__
@@ -107,7 +120,7 @@ def script_traceback(error):
 
 
 class WitWorld(wit_world.WitWorld):
-    def run(self, source: str, max_output: int) -> str:
+    def run(self, source: str, max_output: int) -> bool:
         os.environ.clear()
         output = CappedOutput(max_output)
         sys.stdout = sys.stderr = output
@@ -118,17 +131,25 @@ class WitWorld(wit_world.WitWorld):
             "sql": sql,
             "SqlError": SqlError,
         }
+        completed = False
         try:
             code = compile(source, SCRIPT_NAME, "exec")
             exec(code, namespace)
+            completed = True
+            answer = output.answer()
         except ExperimentLimit as limit:
-            raise Err(output.answer(limit=str(limit)))
+            answer = output.answer(limit=capped(str(limit), max_output))
         except SystemExit as leaving:
-            if leaving.code not in (None, 0):
-                raise Err(output.answer(traceback=f"the script exited with {leaving.code!r}"))
+            if leaving.code in (None, 0):
+                completed = True
+                answer = output.answer()
+            else:
+                exited = f"the script exited with {leaving.code!r}"
+                answer = output.answer(traceback=capped(exited, max_output))
         except BaseException as error:
-            raise Err(output.answer(traceback=script_traceback(error)))
+            answer = output.answer(traceback=capped(script_traceback(error), max_output))
         finally:
             sys.stdout = sys.__stdout__
             sys.stderr = sys.__stderr__
-        return output.answer()
+        wit_world.answer(answer)
+        return completed

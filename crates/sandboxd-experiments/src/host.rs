@@ -1,26 +1,29 @@
 //! What the guest's store holds: an empty WASI context (no files, sockets, environment or
-//! arguments; stdio goes nowhere), the memory limiter, and the `sql()` import, which counts,
-//! times and bounds every call.
+//! arguments; stdio goes nowhere), the memory limiter, and the guest's two imports: `sql()`,
+//! which counts, times and bounds every call, and `answer`, which takes the run's answer.
+//!
+//! Both imports are defined by hand rather than by `bindgen!`: they take their string as a view
+//! of the guest's memory (`WasmStr`) and copy it only when it is within its bound, so whatever
+//! the script makes of the interpreter, the host never holds more of its text than that. (An
+//! export's result is lifted whole before the host could look at its size, which is why the
+//! answer comes through an import.)
 
 use std::time::{Duration, Instant};
 
-use wasmtime::ResourceLimiter;
-use wasmtime::component::ResourceTable;
+use wasmtime::component::{Linker, ResourceTable, WasmStr};
+use wasmtime::{ResourceLimiter, StoreContextMut};
 use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
 
 use crate::limits::{Limit, Limits};
 use crate::outcome::SqlCall;
 use crate::sql_port::{SqlPort, SqlRefusal};
 
-wasmtime::component::bindgen!({
-    path: "guest/wit",
-    world: "experiment",
-    imports: { default: async },
-    exports: { default: async },
-});
-
 /// How much of a statement the evidence repeats.
 const STATEMENT_SHOWN: usize = 200;
+/// `sql()` calls the evidence lists one by one; the rest are counted.
+pub(crate) const CALLS_SHOWN: usize = 1000;
+/// The longest statement `sql()` takes, bytes.
+pub(crate) const STATEMENT_MAX: usize = 1024 * 1024;
 /// The store waits this much past a statement's own timeout before giving up on the server.
 const SQL_GRACE: Duration = Duration::from_millis(500);
 /// Instances, tables and memories a CPython component needs (it has a handful of each).
@@ -90,7 +93,12 @@ pub(crate) struct HostState {
     sql: Box<dyn SqlPort>,
     limits: Limits,
     deadline: Instant,
+    /// `sql()` calls made, refused ones included.
+    made: usize,
+    /// The first [`CALLS_SHOWN`] of them.
     pub calls: Vec<SqlCall>,
+    /// The run's answer, as the guest handed it over.
+    pub answer: Option<GuestAnswer>,
     /// The limit that ended the run from inside a host call, if one did.
     pub limit_hit: Option<(Limit, String)>,
     pub rows_cut: bool,
@@ -136,14 +144,25 @@ impl HostState {
             sql,
             limits,
             deadline,
+            made: 0,
             calls: Vec::new(),
+            answer: None,
             limit_hit: None,
             rows_cut: false,
             connection_failed: None,
         }
     }
 
+    /// `sql()` calls made, refused ones included.
+    pub fn calls_made(&self) -> usize {
+        self.made
+    }
+
     fn record(&mut self, statement: &str, started: Instant, rows: usize, outcome: &'static str) {
+        self.made += 1;
+        if self.calls.len() >= CALLS_SHOWN {
+            return;
+        }
         let shown: String = statement.chars().take(STATEMENT_SHOWN).collect();
         self.calls.push(SqlCall {
             statement: shown,
@@ -165,10 +184,86 @@ impl HostState {
     }
 }
 
-impl ExperimentImports for HostState {
+/// What the guest handed over as its answer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum GuestAnswer {
+    Read(String),
+    /// Longer than [`answer_max`]: left in the guest, only its length known.
+    TooLong(usize),
+}
+
+/// The most of an answer the host reads: its output and its traceback (or limit) at most
+/// `output_chars` characters each, as the guest caps them (with room for the mark of a cut),
+/// at most 12 bytes a character once JSON-escaped (a surrogate pair), and the rest of the JSON;
+/// and never less than [`ANSWER_FLOOR`], so that an answer whose guest-side cap the script
+/// lifted a little is still read (and cut by the host).
+pub(crate) fn answer_max(limits: &Limits) -> usize {
+    let chars = (limits.output_chars as usize).saturating_add(crate::outcome::CUT_ROOM);
+    chars
+        .saturating_mul(2 * 12)
+        .saturating_add(4096)
+        .max(ANSWER_FLOOR)
+}
+
+/// The least of an answer the host reads, bytes.
+const ANSWER_FLOOR: usize = 1024 * 1024;
+
+/// Adds the guest's imports, `sql` and `answer`, to `linker`.
+pub(crate) fn add_to_linker(linker: &mut Linker<HostState>) -> wasmtime::Result<()> {
+    let mut root = linker.root();
+    root.func_wrap_async(
+        "sql",
+        |mut store: StoreContextMut<'_, HostState>, (query,): (WasmStr,)| {
+            Box::new(async move {
+                let text = query.to_str(&store)?;
+                let query = if text.len() <= STATEMENT_MAX {
+                    Ok(text.into_owned())
+                } else {
+                    Err(text.len())
+                };
+                let state = store.data_mut();
+                let answer = match query {
+                    Ok(query) => state.sql(query).await,
+                    Err(length) => state.too_long(length),
+                };
+                Ok((answer,))
+            })
+        },
+    )?;
+    root.func_wrap(
+        "answer",
+        |mut store: StoreContextMut<'_, HostState>, (json,): (WasmStr,)| {
+            let max = answer_max(&store.data().limits);
+            let text = json.to_str(&store)?;
+            let answer = if text.len() <= max {
+                GuestAnswer::Read(text.into_owned())
+            } else {
+                GuestAnswer::TooLong(text.len())
+            };
+            store.data_mut().answer = Some(answer);
+            Ok(())
+        },
+    )?;
+    Ok(())
+}
+
+impl HostState {
+    /// A statement over [`STATEMENT_MAX`]: refused without reading it, as the server would
+    /// refuse a statement (the script may catch it).
+    fn too_long(&mut self, length: usize) -> Result<String, String> {
+        self.record("", Instant::now(), 0, "refused");
+        Err(Self::refusal(
+            &format!(
+                "the statement is {length} bytes; sql() takes statements of at most \
+                 {STATEMENT_MAX} bytes"
+            ),
+            false,
+        ))
+    }
+
     async fn sql(&mut self, query: String) -> Result<String, String> {
         let started = Instant::now();
-        if self.calls.len() >= self.limits.sql_calls as usize {
+        if self.made >= self.limits.sql_calls as usize {
             self.record(&query, started, 0, "limit");
             let detail = format!(
                 "sql() was called more than {} times (limits.sql_calls)",

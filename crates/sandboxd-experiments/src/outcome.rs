@@ -22,7 +22,10 @@ pub struct RunReport {
     pub output: String,
     /// Characters of output dropped at the limit.
     pub output_dropped: u64,
+    /// The first calls, one by one (at most a thousand)…
     pub sql_calls: Vec<SqlCall>,
+    /// …and how many more were made.
+    pub sql_calls_dropped: u64,
     pub elapsed_ms: f64,
     /// Fuel the script burned (unknown when it was interrupted).
     pub fuel_used: Option<u64>,
@@ -38,7 +41,8 @@ pub struct RunReport {
 pub enum Ending {
     /// The script ran to its end.
     Completed,
-    /// The script raised: the traceback from its own frames on.
+    /// The script raised: the traceback from its own frames on, cut like output
+    /// ([`cut_to`]).
     ScriptError { traceback: String },
     /// A limit stopped it.
     LimitHit { limit: Limit, detail: String },
@@ -70,4 +74,51 @@ pub enum Unavailable {
     Runtime { detail: String },
     #[error("the sandbox connection failed: {detail}")]
     Connection { detail: String },
+    /// No room for the run within the runtime's capacity (retryable, later).
+    #[error(transparent)]
+    Full(#[from] crate::capacity::Full),
+}
+
+/// Characters beyond a cap that a text may keep whole: more than the mark of a cut takes, so a
+/// text the guest already cut is not cut again.
+pub(crate) const CUT_ROOM: usize = 80;
+
+/// `text` cut to `max` characters when it is longer by more than [`CUT_ROOM`]: its start and
+/// its end (where a traceback names the error), and between them how much was left out.
+/// The guest (`app.py`'s `capped`) cuts the same way.
+pub fn cut_to(text: &str, max: usize) -> String {
+    let chars = text.chars().count();
+    if chars <= max.saturating_add(CUT_ROOM) {
+        return text.to_owned();
+    }
+    let head = max / 2;
+    let tail = max - head;
+    let start: String = text.chars().take(head).collect();
+    let end: String = text.chars().skip(chars - tail).collect();
+    format!(
+        "{start}\n… ({} characters left out) …\n{end}",
+        chars - head - tail
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_long_text_keeps_its_start_and_end() {
+        let text = format!("Traceback\n{}\nException: the end", "y".repeat(10_000));
+        let cut = cut_to(&text, 100);
+        assert!(cut.starts_with("Traceback\n"), "{cut}");
+        assert!(cut.ends_with("Exception: the end"), "{cut}");
+        assert!(cut.contains("characters left out"), "{cut}");
+        assert!(
+            cut.chars().count() <= 100 + CUT_ROOM,
+            "{}",
+            cut.chars().count()
+        );
+        // Cut once, never again.
+        assert_eq!(cut_to(&cut, 100), cut);
+        assert_eq!(cut_to("short", 1), "short");
+    }
 }

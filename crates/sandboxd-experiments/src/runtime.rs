@@ -1,8 +1,11 @@
-//! The runtime: one wasmtime engine, the compiled guest ready to instantiate (`ExperimentPre`),
-//! and an epoch ticker. A run is a fresh store (nothing carries over between runs), held to its
-//! limits: the epoch callback interrupts at the wall deadline and yields to tokio on every tick
-//! in between (so a busy guest never holds a worker thread), fuel bounds CPU, the limiter bounds
-//! memory, and a timer around the whole run ends it even inside a host call.
+//! The runtime: one wasmtime engine, the compiled guest ready to instantiate (`InstancePre`),
+//! the threads guests run on, the capacity runs are admitted within (`capacity.rs`), and an
+//! epoch ticker. A run is a fresh store (nothing carries over between runs), held to its
+//! limits: the epoch callback interrupts at the wall deadline and yields on every tick in
+//! between (so runs sharing a thread take turns), fuel bounds CPU, the limiter bounds memory,
+//! and a timer around the whole run ends it even inside a host call. Runs execute on the
+//! runtime's own threads, never on the caller's: however busy the guests, the caller's workers
+//! stay free for everything else the daemon does.
 
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -10,13 +13,14 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use tokio::sync::watch;
-use wasmtime::component::Linker;
+use wasmtime::component::{InstancePre, Linker};
 use wasmtime::{Config, Engine, Store, Trap, UpdateDeadline};
 
+use crate::capacity::{Admission, Capacity};
 use crate::guest::{GuestFiles, Load};
-use crate::host::{ExperimentPre, HostState};
+use crate::host::{GuestAnswer, HostState};
 use crate::limits::{Limit, Limits, Policy};
-use crate::outcome::{Ending, Run, RunReport, Unavailable};
+use crate::outcome::{Ending, Run, RunReport, Unavailable, cut_to};
 use crate::sql_port::SqlPort;
 
 /// One epoch tick: the granularity of the wall-time limit and of yielding to tokio.
@@ -33,7 +37,7 @@ enum Readiness {
     Preparing {
         since: Instant,
     },
-    Ready(ExperimentPre<HostState>),
+    Ready(InstancePre<HostState>),
     Failed(Unavailable),
 }
 
@@ -52,6 +56,12 @@ pub struct Runtime {
     linker: Arc<Linker<HostState>>,
     files: GuestFiles,
     policy: Policy,
+    admission: Admission,
+    /// The threads guests run on (a tokio runtime of their own: a guest's host calls are
+    /// async). Taken and shut down in the background on drop, which may happen inside the
+    /// caller's runtime, where a blocking shutdown is not allowed.
+    threads: Option<tokio::runtime::Runtime>,
+    guests: tokio::runtime::Handle,
     readiness: watch::Sender<Readiness>,
     ticker: Arc<Ticker>,
     /// The ticker's thread, woken by each run (it parks while none is under way).
@@ -76,29 +86,50 @@ struct Ticker {
 }
 
 /// Counts a run as active for as long as it lives.
-struct Active<'a>(&'a Runtime);
+struct Active(Arc<Ticker>);
 
-impl Drop for Active<'_> {
+impl Active {
+    fn new(ticker: &Arc<Ticker>, wake: &std::thread::Thread) -> Self {
+        ticker.active.fetch_add(1, Ordering::SeqCst);
+        wake.unpark();
+        Self(ticker.clone())
+    }
+}
+
+impl Drop for Active {
     fn drop(&mut self) {
-        self.0.ticker.active.fetch_sub(1, Ordering::SeqCst);
+        self.0.active.fetch_sub(1, Ordering::SeqCst);
     }
 }
 
 impl Runtime {
-    /// Builds the engine and starts preparing the guest in the background (loading its
-    /// compiled form, or compiling it once). Needs a tokio runtime.
+    /// [`Runtime::start_with`] the default capacity.
     pub fn start(files: GuestFiles, policy: Policy) -> Result<Arc<Self>, Unavailable> {
+        Self::start_with(files, policy, Capacity::default())
+    }
+
+    /// Builds the engine and the guests' threads, and starts preparing the guest in the
+    /// background (loading its compiled form, or compiling it once).
+    pub fn start_with(
+        files: GuestFiles,
+        policy: Policy,
+        capacity: Capacity,
+    ) -> Result<Arc<Self>, Unavailable> {
         let runtime_failed = |err: wasmtime::Error| Unavailable::Runtime {
             detail: format!("{err:#}"),
         };
         let engine = engine().map_err(runtime_failed)?;
         let mut linker = Linker::<HostState>::new(&engine);
         wasmtime_wasi::p2::add_to_linker_async(&mut linker).map_err(runtime_failed)?;
-        crate::host::Experiment::add_to_linker::<_, wasmtime::component::HasSelf<HostState>>(
-            &mut linker,
-            |state| state,
-        )
-        .map_err(runtime_failed)?;
+        crate::host::add_to_linker(&mut linker).map_err(runtime_failed)?;
+        let threads = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(capacity.threads.max(1))
+            .thread_name("experiment")
+            .enable_all()
+            .build()
+            .map_err(|err| Unavailable::Runtime {
+                detail: format!("starting the experiment threads: {err}"),
+            })?;
         let ticker = Arc::new(Ticker::default());
         let thread = {
             let (engine, ticker) = (engine.clone(), ticker.clone());
@@ -114,6 +145,9 @@ impl Runtime {
             linker: Arc::new(linker),
             files,
             policy,
+            admission: Admission::new(capacity),
+            guests: threads.handle().clone(),
+            threads: Some(threads),
             readiness: watch::Sender::new(Readiness::Idle),
             ticker,
             ticker_wake: thread.thread().clone(),
@@ -129,6 +163,10 @@ impl Runtime {
 
     pub fn files(&self) -> &GuestFiles {
         &self.files
+    }
+
+    pub fn capacity(&self) -> Capacity {
+        self.admission.capacity()
     }
 
     pub fn status(&self) -> GuestStatus {
@@ -166,7 +204,7 @@ impl Runtime {
         let readiness = self.readiness.clone();
         // A blocking task of its own: compiling takes seconds and must outlive any one run
         // that stops waiting for it.
-        tokio::task::spawn_blocking(move || {
+        self.guests.spawn_blocking(move || {
             let outcome = prepare(&engine, &linker, &files);
             if let Err(err) = &outcome {
                 tracing::warn!(error = %err, "the experiment guest is not ready");
@@ -180,7 +218,7 @@ impl Runtime {
 
     /// The compiled guest, waiting until `deadline` while it is prepared. A failure is
     /// answered once; the next call starts over (and so compiles a guest found corrupt).
-    async fn prepared(&self, deadline: Instant) -> Result<ExperimentPre<HostState>, Unavailable> {
+    async fn prepared(&self, deadline: Instant) -> Result<InstancePre<HostState>, Unavailable> {
         if matches!(*self.readiness.borrow(), Readiness::Idle) {
             self.begin_preparing();
         }
@@ -220,92 +258,135 @@ impl Runtime {
     }
 
     /// Runs `script` under `limits` with `sql` as its one capability. `Err` only when the
-    /// runtime could not run it (retryable); whatever the script did is in `Run`. Ends within
-    /// the wall time plus a small margin, whatever the script or the database do.
+    /// runtime could not run it (retryable), [`Unavailable::Full`] when it had no room for it
+    /// within its capacity; whatever the script did is in `Run`. Waits at most the capacity's
+    /// wait for room, then ends within the wall time plus a small margin, whatever the script
+    /// or the database do.
     pub async fn run(
         &self,
         script: &str,
         limits: Limits,
         sql: Box<dyn SqlPort>,
     ) -> Result<Run, Unavailable> {
+        let admitted = self.admission.admit(limits.memory_bytes).await?;
         let started = Instant::now();
         let deadline = started + limits.wall();
         let pre = self.prepared(deadline).await?;
-        self.ticker.active.fetch_add(1, Ordering::SeqCst);
-        let _active = Active(self);
-        self.ticker_wake.unpark();
-
-        let mut store = Store::new(&self.engine, HostState::new(sql, limits, deadline));
-        store.limiter(|state| &mut state.limiter);
-        store
-            .set_fuel(limits.fuel)
-            .map_err(|err| Unavailable::Runtime {
-                detail: format!("{err:#}"),
-            })?;
-        store.set_epoch_deadline(1);
-        store.epoch_deadline_callback(move |_| {
-            Ok(if Instant::now() >= deadline {
-                UpdateDeadline::Interrupt
-            } else {
-                UpdateDeadline::Yield(1)
-            })
+        let active = Active::new(&self.ticker, &self.ticker_wake);
+        let (engine, script) = (self.engine.clone(), script.to_owned());
+        // On the guests' threads; it keeps its room (and the ticker) until it ends, even if
+        // the caller stops waiting for it.
+        let run = self.guests.spawn(async move {
+            let ran = execute(&engine, &pre, &script, limits, sql, started, deadline).await;
+            drop((active, admitted));
+            ran
         });
-        let answered = {
-            let work = async {
-                let experiment = pre.instantiate_async(&mut store).await?;
-                experiment
-                    .call_run(&mut store, script, limits.output_chars)
-                    .await
-            };
-            let left = deadline.saturating_duration_since(Instant::now());
-            tokio::time::timeout(left + MARGIN, work).await
-        };
-        let fuel_left = store.get_fuel().ok();
-        let state = store.into_data();
-        let (ending, output, dropped) = match answered {
-            Err(_) => (wall_time_ran_out(&limits), String::new(), 0),
-            Ok(Err(err)) => (trapped(&err, &state, &limits)?, String::new(), 0),
-            Ok(Ok(Ok(answer))) => {
-                let (output, dropped) = printed(&answer, limits.output_chars);
-                (Ending::Completed, output, dropped)
-            }
-            Ok(Ok(Err(answer))) => {
-                let (output, dropped) = printed(&answer, limits.output_chars);
-                (raised(&answer, &state)?, output, dropped)
-            }
-        };
-        let mut limits_met = Vec::new();
-        if state.rows_cut {
-            limits_met.push(Limit::SqlRows);
-        }
-        if dropped > 0 {
-            limits_met.push(Limit::OutputChars);
-        }
-        let interrupted = matches!(
-            ending,
-            Ending::LimitHit {
-                limit: Limit::WallMs,
-                ..
-            }
-        );
-        let report = RunReport {
-            output,
-            output_dropped: dropped,
-            sql_calls: state.calls,
-            elapsed_ms: crate::millis(started.elapsed()),
-            fuel_used: fuel_left
-                .filter(|_| !interrupted)
-                .map(|left| limits.fuel.saturating_sub(left)),
-            memory_peak_bytes: state.limiter.peak_bytes as u64,
-            limits,
-            limits_met,
-        };
-        Ok(Run { ending, report })
+        run.await.unwrap_or_else(|err| {
+            Err(Unavailable::Runtime {
+                detail: format!("the run's thread failed: {err}"),
+            })
+        })
     }
+}
+
+/// One run in a fresh store, on the guests' threads.
+async fn execute(
+    engine: &Engine,
+    pre: &InstancePre<HostState>,
+    script: &str,
+    limits: Limits,
+    sql: Box<dyn SqlPort>,
+    started: Instant,
+    deadline: Instant,
+) -> Result<Run, Unavailable> {
+    let runtime_failed = |err: wasmtime::Error| Unavailable::Runtime {
+        detail: format!("{err:#}"),
+    };
+    let mut store = Store::new(engine, HostState::new(sql, limits, deadline));
+    store.limiter(|state| &mut state.limiter);
+    store.set_fuel(limits.fuel).map_err(runtime_failed)?;
+    store.set_epoch_deadline(1);
+    store.epoch_deadline_callback(move |_| {
+        Ok(if Instant::now() >= deadline {
+            UpdateDeadline::Interrupt
+        } else {
+            UpdateDeadline::Yield(1)
+        })
+    });
+    let answered = {
+        let work = async {
+            let instance = pre.instantiate_async(&mut store).await?;
+            let run = instance.get_typed_func::<(&str, u32), (bool,)>(&mut store, "run")?;
+            run.call_async(&mut store, (script, limits.output_chars))
+                .await
+                .map(|(completed,)| completed)
+        };
+        let left = deadline.saturating_duration_since(Instant::now());
+        tokio::time::timeout(left + MARGIN, work).await
+    };
+    let fuel_left = store.get_fuel().ok();
+    let mut state = store.into_data();
+    let max = limits.output_chars as usize;
+    let (ending, output, dropped) = match answered {
+        Err(_) => (wall_time_ran_out(&limits), String::new(), 0),
+        Ok(Err(err)) => (trapped(&err, &state, &limits)?, String::new(), 0),
+        Ok(Ok(completed)) => match state.answer.take() {
+            Some(GuestAnswer::Read(answer)) => {
+                let (output, dropped) = printed(&answer, limits.output_chars);
+                let ending = if completed {
+                    Ending::Completed
+                } else {
+                    raised(&answer, &state, max)?
+                };
+                (ending, output, dropped)
+            }
+            Some(GuestAnswer::TooLong(length)) => (too_long(length, &limits), String::new(), 0),
+            None => (
+                Ending::ScriptError {
+                    traceback: "the script ended without the interpreter's answer".into(),
+                },
+                String::new(),
+                0,
+            ),
+        },
+    };
+    let mut limits_met = Vec::new();
+    if state.rows_cut {
+        limits_met.push(Limit::SqlRows);
+    }
+    if dropped > 0 {
+        limits_met.push(Limit::OutputChars);
+    }
+    let interrupted = matches!(
+        ending,
+        Ending::LimitHit {
+            limit: Limit::WallMs,
+            ..
+        }
+    );
+    let made = state.calls_made() as u64;
+    let calls = std::mem::take(&mut state.calls);
+    let report = RunReport {
+        output,
+        output_dropped: dropped,
+        sql_calls_dropped: made.saturating_sub(calls.len() as u64),
+        sql_calls: calls,
+        elapsed_ms: crate::millis(started.elapsed()),
+        fuel_used: fuel_left
+            .filter(|_| !interrupted)
+            .map(|left| limits.fuel.saturating_sub(left)),
+        memory_peak_bytes: state.limiter.peak_bytes as u64,
+        limits,
+        limits_met,
+    };
+    Ok(Run { ending, report })
 }
 
 impl Drop for Runtime {
     fn drop(&mut self) {
+        if let Some(threads) = self.threads.take() {
+            threads.shutdown_background();
+        }
         self.ticker.stop.store(true, Ordering::SeqCst);
         if let Some(thread) = self.ticker_thread.lock().ok().and_then(|mut t| t.take()) {
             thread.thread().unpark();
@@ -347,7 +428,7 @@ fn prepare(
     engine: &Engine,
     linker: &Linker<HostState>,
     files: &GuestFiles,
-) -> Result<ExperimentPre<HostState>, Unavailable> {
+) -> Result<InstancePre<HostState>, Unavailable> {
     let component_bytes = files.read_component()?;
     let path = files.compiled_path(engine, &component_bytes);
     let component = match files.load(engine, &path) {
@@ -367,8 +448,7 @@ fn prepare(
     let runtime_failed = |err: wasmtime::Error| Unavailable::Runtime {
         detail: format!("{err:#}"),
     };
-    let pre = linker.instantiate_pre(&component).map_err(runtime_failed)?;
-    ExperimentPre::new(pre).map_err(runtime_failed)
+    linker.instantiate_pre(&component).map_err(runtime_failed)
 }
 
 fn wall_time_ran_out(limits: &Limits) -> Ending {
@@ -428,8 +508,22 @@ fn trapped(
     })
 }
 
-/// The ending of a run the guest returned an error from: a traceback, or a limit it hit.
-fn raised(answer: &str, state: &HostState) -> Result<Ending, Unavailable> {
+/// The ending of a run whose answer was longer than the host reads: only a script that
+/// reached into the interpreter's own capture (which caps what it answers) gets here.
+fn too_long(length: usize, limits: &Limits) -> Ending {
+    Ending::ScriptError {
+        traceback: format!(
+            "the script's answer was {length} bytes, more than the {} this runtime reads; \
+             nothing of it is shown (what a script prints is kept up to limits.output_chars)",
+            crate::host::answer_max(limits)
+        ),
+    }
+}
+
+/// The ending of a run the guest did not complete: a traceback, or a limit it hit. Texts
+/// from the guest are cut to `max` characters ([`cut_to`]) whatever the guest did to its own
+/// cut.
+fn raised(answer: &str, state: &HostState, max: usize) -> Result<Ending, Unavailable> {
     if let Some(detail) = &state.connection_failed {
         return Err(Unavailable::Connection {
             detail: detail.clone(),
@@ -442,9 +536,7 @@ fn raised(answer: &str, state: &HostState) -> Result<Ending, Unavailable> {
             detail: detail.clone(),
         });
     }
-    let traceback = parsed["traceback"]
-        .as_str()
-        .map_or_else(|| answer.to_owned(), str::to_owned);
+    let traceback = cut_to(parsed["traceback"].as_str().unwrap_or(answer), max);
     if state.limiter.memory_refused && traceback.trim_end().ends_with("MemoryError") {
         return Ok(Ending::LimitHit {
             limit: Limit::MemoryBytes,

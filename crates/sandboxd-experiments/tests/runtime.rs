@@ -6,8 +6,8 @@ use std::time::{Duration, Instant};
 
 use sandboxd_domain::verbs::ExperimentLimits;
 use sandboxd_experiments::{
-    Ending, GuestFiles, Limit, Limits, Policy, Run, Runtime, SqlPort, SqlRefusal, SqlRows,
-    Unavailable,
+    Capacity, Ending, Full, GuestFiles, Limit, Limits, Policy, Run, Runtime, SqlPort, SqlRefusal,
+    SqlRows, Unavailable,
 };
 
 /// `sql()` with nothing behind it: every statement is refused by "the server".
@@ -31,7 +31,11 @@ fn guest_files() -> GuestFiles {
 }
 
 async fn runtime() -> Arc<Runtime> {
-    let runtime = Runtime::start(guest_files(), Policy::default()).expect("runtime");
+    runtime_with(Capacity::default()).await
+}
+
+async fn runtime_with(capacity: Capacity) -> Arc<Runtime> {
+    let runtime = Runtime::start_with(guest_files(), Policy::default(), capacity).expect("runtime");
     let started = Instant::now();
     runtime
         .wait_ready(Duration::from_secs(600))
@@ -445,4 +449,204 @@ async fn a_corrupt_compiled_guest_is_a_retryable_failure_and_is_compiled_again()
     let err = try_run(&runtime, "print(1)").await.expect_err("no guest");
     assert!(matches!(err, Unavailable::GuestMissing { .. }), "{err:?}");
     assert!(err.to_string().contains("no-such-guest.wasm"), "{err}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_huge_traceback_comes_back_cut_like_output() {
+    let runtime = runtime().await;
+    let run = run_one(
+        &runtime,
+        "print('before')\nraise Exception('y' * 50_000_000 + ' the end')",
+    )
+    .await;
+    let Ending::ScriptError { traceback } = &run.ending else {
+        panic!("{:?}", run.ending);
+    };
+    let chars = traceback.chars().count();
+    let cap = limits(ExperimentLimits::default()).output_chars as usize;
+    assert!(chars <= cap + 80, "a traceback of {chars} characters");
+    assert!(traceback.starts_with("Traceback"), "{}", &traceback[..200]);
+    assert!(traceback.contains("characters left out"));
+    assert!(
+        traceback.trim_end().ends_with(" the end"),
+        "the error's own end is kept"
+    );
+    assert_eq!(run.report.output, "before\n");
+
+    // A script's own exit code and a limit's text are cut the same way.
+    let exited = run_one(&runtime, "import sys\nsys.exit('z' * 10_000_000)").await;
+    let Ending::ScriptError { traceback } = &exited.ending else {
+        panic!("{:?}", exited.ending);
+    };
+    assert!(traceback.chars().count() <= cap + 80, "{}", traceback.len());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn what_a_script_makes_the_interpreter_answer_is_bounded() {
+    let runtime = runtime().await;
+    // The script reaches into the interpreter's own capture: its answer is 100 MB.
+    let inflated = run_one(
+        &runtime,
+        "import json\njson.dumps = lambda *a, **k: 'x' * 100_000_000\nprint('hi')",
+    )
+    .await;
+    let Ending::ScriptError { traceback } = &inflated.ending else {
+        panic!("{:?}", inflated.ending);
+    };
+    assert!(traceback.contains("100000000 bytes"), "{traceback}");
+    assert!(traceback.len() < 1024, "{traceback}");
+    assert!(inflated.report.output.is_empty());
+
+    // A 10 MB statement is refused without being read; the script goes on.
+    let long = run_one(
+        &runtime,
+        "try:\n    sql('SELECT ' + 'x' * 10_000_000)\nexcept SqlError as e:\n    print(e)",
+    )
+    .await;
+    assert_eq!(long.ending, Ending::Completed, "{:?}", long.ending);
+    assert!(
+        long.report.output.contains("10000007 bytes"),
+        "{}",
+        long.report.output
+    );
+
+    // Calls past the first thousand are counted, not listed.
+    let many = run(
+        &runtime,
+        "for i in range(1500):\n    try:\n        sql('SELECT 1')\n    except SqlError:\n        pass",
+        ExperimentLimits {
+            sql_calls: Some(5000),
+            ..Default::default()
+        },
+    )
+    .await;
+    assert_eq!(many.ending, Ending::Completed, "{:?}", many.ending);
+    assert_eq!(many.report.sql_calls.len(), 1000);
+    assert_eq!(many.report.sql_calls_dropped, 500);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn runs_past_the_capacity_are_refused_naming_the_cap() {
+    const MIB: u64 = 1024 * 1024;
+    let runtime = runtime_with(Capacity {
+        max_runs: 2,
+        memory_budget_bytes: 600 * MIB,
+        wait: Duration::from_millis(300),
+        threads: 1,
+    })
+    .await;
+    let busy = |memory_mb: u64| {
+        let runtime = runtime.clone();
+        async move {
+            runtime
+                .run(
+                    "while True:\n    pass",
+                    limits(ExperimentLimits {
+                        wall_ms: Some(2_000),
+                        memory_bytes: Some(memory_mb * MIB),
+                        ..Default::default()
+                    }),
+                    Box::new(NoDatabase),
+                )
+                .await
+        }
+    };
+    // Too much memory for the whole budget: refused at once.
+    let never = busy(1024).await.expect_err("over the budget");
+    assert!(
+        matches!(never, Unavailable::Full(Full::MemoryNeverFits { .. })),
+        "{never:?}"
+    );
+    let first = tokio::spawn(busy(512));
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    // 512 + 128 MiB is over the 600 MiB budget: waits 300 ms, then is refused.
+    let started = Instant::now();
+    let memory = busy(128).await.expect_err("over the budget");
+    assert!(
+        matches!(memory, Unavailable::Full(Full::Memory { .. })),
+        "{memory:?}"
+    );
+    assert!(started.elapsed() >= Duration::from_millis(300));
+    assert!(started.elapsed() < Duration::from_millis(1_500));
+    let second = tokio::spawn(busy(64));
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let runs = busy(64).await.expect_err("two are running");
+    assert!(
+        matches!(runs, Unavailable::Full(Full::Runs { max: 2, .. })),
+        "{runs:?}"
+    );
+    for handle in [first, second] {
+        let ran = handle.await.expect("joined").expect("ran");
+        assert!(
+            matches!(
+                ran.ending,
+                Ending::LimitHit {
+                    limit: Limit::WallMs,
+                    ..
+                }
+            ),
+            "{:?}",
+            ran.ending
+        );
+    }
+    // Room again once they ended.
+    let again = runtime
+        .run(
+            "print(3)",
+            limits(ExperimentLimits::default()),
+            Box::new(NoDatabase),
+        )
+        .await
+        .expect("room again");
+    assert_eq!(again.report.output, "3\n");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn busy_guests_leave_the_callers_threads_free() {
+    let runtime = runtime().await;
+    let runs: Vec<_> = (0..8)
+        .map(|_| {
+            let runtime = runtime.clone();
+            tokio::spawn(async move {
+                runtime
+                    .run(
+                        "while True:\n    pass",
+                        limits(ExperimentLimits {
+                            wall_ms: Some(3_000),
+                            ..Default::default()
+                        }),
+                        Box::new(NoDatabase),
+                    )
+                    .await
+            })
+        })
+        .collect();
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    // A task of the caller's runtime with many await points, as a verb has: each one gives
+    // its worker back, and here each comes back at once.
+    let took = tokio::spawn(async {
+        let started = Instant::now();
+        for _ in 0..50 {
+            tokio::task::yield_now().await;
+        }
+        started.elapsed()
+    })
+    .await
+    .expect("joined");
+    eprintln!("50 turns of the caller's runtime beside 8 busy guests: {took:?}");
+    assert!(took < Duration::from_millis(200), "{took:?}");
+    for run in runs {
+        let ran = run.await.expect("joined").expect("ran");
+        assert!(
+            matches!(
+                ran.ending,
+                Ending::LimitHit {
+                    limit: Limit::WallMs,
+                    ..
+                }
+            ),
+            "{:?}",
+            ran.ending
+        );
+    }
 }

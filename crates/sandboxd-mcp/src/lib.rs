@@ -3,8 +3,10 @@
 //!
 //! Parts:
 //! - `auth.rs`: the bearer token of every HTTP request resolves to an agent before any MCP
-//!   message is read; a missing or wrong token is a 401 and nothing runs. A request in an
-//!   expired MCP session is a 404, as for an unknown session.
+//!   message (or any byte of the body) is read; a missing or wrong token is a 401 and nothing
+//!   runs. A request in an expired MCP session, or in another agent's, is a 404, as for an
+//!   unknown session. A session `initialize` opens is bound to its agent, and an agent past
+//!   [`McpConfig::sessions_per_agent`] loses its least recently used session.
 //! - `gateway.rs`: the MCP server handler. `tools/list` shows exactly the caller's role's verbs
 //!   (`tools.rs`); `tools/call` hands the call to the broker, which checks the role again and
 //!   answers an envelope, returned as the tool result's structured content (error envelopes are
@@ -38,7 +40,7 @@ pub use stdio::serve_stdio;
 pub use tools::{Offer, tools_for};
 
 /// Where the gateway answers, and who may reach it.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone)]
 pub struct McpConfig {
     /// `Host` values accepted besides the loopback names (DNS-rebinding protection).
     pub allowed_hosts: Vec<String>,
@@ -47,6 +49,14 @@ pub struct McpConfig {
     pub allowed_origins: Vec<String>,
     /// Cancelled at shutdown: open streams end.
     pub shutdown: CancellationToken,
+    /// MCP sessions one agent holds at once; opening one more closes its least recently used.
+    pub sessions_per_agent: usize,
+}
+
+impl McpConfig {
+    /// Far more than one agent's clients need at once (a client holds one session), few enough
+    /// that an agent opening sessions in a loop cannot grow the daemon.
+    pub const DEFAULT_SESSIONS_PER_AGENT: usize = 16;
 }
 
 /// The loopback names every gateway accepts in `Host`.
@@ -65,16 +75,23 @@ pub fn router(broker: Broker, config: McpConfig) -> Router {
     }
     transport.session_store = Some(Arc::new(sessions::BrokerSessions::new(broker.clone())));
     let factory_broker = broker.clone();
+    // Shared with the authentication layer, which closes the sessions an agent's cap evicts.
+    let sessions = Arc::new(LocalSessionManager::default());
     let service = StreamableHttpService::new(
         move || Ok(Gateway::new(factory_broker.clone())),
-        Arc::new(LocalSessionManager::default()),
+        sessions.clone(),
         transport,
     );
+    let auth = auth::Auth {
+        broker,
+        sessions,
+        sessions_per_agent: config.sessions_per_agent,
+    };
     Router::new()
         .route_service("/mcp", service)
         .layer(axum::middleware::from_fn(session_end_is_no_content))
         .layer(axum::middleware::from_fn_with_state(
-            broker,
+            Arc::new(auth),
             auth::require_agent,
         ))
 }

@@ -66,6 +66,11 @@ const MIGRATIONS: &[(i64, &str, &str)] = &[
         "replicas",
         include_str!("../migrations/0006_replicas.sql"),
     ),
+    (
+        7,
+        "mcp_session_agent",
+        include_str!("../migrations/0007_mcp_session_agent.sql"),
+    ),
 ];
 
 fn migrator() -> Migrator {

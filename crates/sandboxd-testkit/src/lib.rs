@@ -25,6 +25,25 @@ use sandboxd_backend::Backend;
 use sandboxd_backend::docker::{DockerBackend, DockerConfig};
 use sandboxd_backend::kube::{KubeBackend, KubeConfig};
 
+/// A memory field of `/proc/<pid>/status` (`VmRSS:`, `VmHWM:`, …) in bytes; `pid` may be
+/// `"self"`.
+pub fn proc_status_bytes(pid: impl std::fmt::Display, field: &str) -> u64 {
+    let path = format!("/proc/{pid}/status");
+    let status = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{path}: {e}"));
+    status
+        .lines()
+        .find_map(|line| line.strip_prefix(field))
+        .and_then(|rest| {
+            rest.trim()
+                .trim_end_matches("kB")
+                .trim()
+                .parse::<u64>()
+                .ok()
+        })
+        .unwrap_or_else(|| panic!("no {field} in {path}"))
+        * 1024
+}
+
 /// `<tag>-<pid>-<n>`: unique within this test process and across concurrent ones.
 pub fn unique(tag: &str) -> String {
     static COUNTER: AtomicU32 = AtomicU32::new(0);

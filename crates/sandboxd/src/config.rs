@@ -98,12 +98,26 @@ pub struct ServerSettings {
     pub admin_token_file: Option<PathBuf>,
     /// The largest request body any route accepts (413 past it).
     pub max_body_bytes: usize,
+    /// How long a connection may take to send a request's head, and stay idle between requests;
+    /// past it the connection is closed.
+    pub header_timeout_secs: u64,
+    /// How long a request's body may take to arrive after its head (408 past it).
+    pub body_timeout_secs: u64,
+    /// Connections served at once; more wait in the listen queue until one ends.
+    pub max_connections: u32,
 }
 
 impl ServerSettings {
     /// 1 MiB: far above any MCP call or form (a verb's text is capped at 16 KiB), far below what
     /// would hurt the daemon.
     pub const DEFAULT_MAX_BODY_BYTES: usize = 1024 * 1024;
+    /// Every real client sends its head in one write.
+    pub const DEFAULT_HEADER_TIMEOUT_SECS: u64 = 10;
+    /// A whole `max_body_bytes` over a slow link.
+    pub const DEFAULT_BODY_TIMEOUT_SECS: u64 = 30;
+    /// Far more than agents' clients and an operator hold (an MCP client holds one or two), well
+    /// under a default file-descriptor limit.
+    pub const DEFAULT_MAX_CONNECTIONS: u32 = 512;
 }
 
 impl Default for ServerSettings {
@@ -114,6 +128,9 @@ impl Default for ServerSettings {
             allowed_origins: vec![],
             admin_token_file: None,
             max_body_bytes: Self::DEFAULT_MAX_BODY_BYTES,
+            header_timeout_secs: Self::DEFAULT_HEADER_TIMEOUT_SECS,
+            body_timeout_secs: Self::DEFAULT_BODY_TIMEOUT_SECS,
+            max_connections: Self::DEFAULT_MAX_CONNECTIONS,
         }
     }
 }
@@ -142,6 +159,8 @@ pub struct BrokerSettings {
     pub janitor_interval_secs: u64,
     /// An MCP session unused for this long is refused (the client starts a new one) and swept.
     pub mcp_session_ttl_secs: u64,
+    /// MCP sessions one agent holds at once; opening one more closes its least recently used.
+    pub mcp_sessions_per_agent: usize,
     /// A TOML role file (`[roles.<name>] verbs = [...]`); default: the built-in roles.
     pub roles_file: Option<PathBuf>,
     /// A warm pool whose member failed to start waits this long before the next attempt,
@@ -157,6 +176,9 @@ pub struct BrokerSettings {
     /// Replicas on a PostgreSQL store: how long an agent's lease outlives a crashed holder
     /// (another replica takes over after it). Unused on SQLite.
     pub lease_ttl_secs: u64,
+    /// `sandbox_sql`, `run_experiment` and `reset_sandbox` calls one agent may have under way
+    /// at once; past it a call is refused (`limit_exceeded`, retryable).
+    pub max_heavy_calls_per_agent: usize,
 }
 
 impl Default for BrokerSettings {
@@ -168,6 +190,7 @@ impl Default for BrokerSettings {
             idle_ttl_secs: base.idle_ttl.map(|d| d.as_secs()),
             janitor_interval_secs: base.janitor_interval.as_secs(),
             mcp_session_ttl_secs: base.mcp_session_ttl.as_secs(),
+            mcp_sessions_per_agent: sandboxd_mcp::McpConfig::DEFAULT_SESSIONS_PER_AGENT,
             roles_file: None,
             pool_backoff_base_ms: millis(base.pool_tuning.backoff_base),
             pool_backoff_max_secs: base.pool_tuning.backoff_max.as_secs(),
@@ -176,6 +199,7 @@ impl Default for BrokerSettings {
             lease_ttl_secs: sandboxd_broker::ReplicationConfig::default()
                 .lease_ttl
                 .as_secs(),
+            max_heavy_calls_per_agent: base.max_heavy_calls_per_agent,
         }
     }
 }
@@ -199,11 +223,23 @@ pub struct ExperimentSettings {
     pub max_memory_mb: u64,
     /// The most `sql()` calls a run may ask for.
     pub max_sql_calls: u64,
+    /// Experiments running at once, all agents together…
+    pub max_concurrent: usize,
+    /// …and of one agent.
+    pub max_concurrent_per_agent: usize,
+    /// The most the memory limits of the experiments running may add up to: a run that does
+    /// not fit waits `admission_wait_ms`, then is refused.
+    pub memory_budget_mb: u64,
+    pub admission_wait_ms: u64,
+    /// Threads that run guests, apart from the daemon's own (0: one fewer than the host's
+    /// CPUs, at least one).
+    pub threads: usize,
 }
 
 impl Default for ExperimentSettings {
     fn default() -> Self {
         let policy = sandboxd_experiments::Policy::default();
+        let capacity = sandboxd_experiments::Capacity::default();
         Self {
             enabled: true,
             guest: PathBuf::from("/var/cache/sandboxd-guest/current/experiment.wasm"),
@@ -213,6 +249,11 @@ impl Default for ExperimentSettings {
             memory_mb: policy.memory_bytes.default / MIB,
             max_memory_mb: policy.memory_bytes.max / MIB,
             max_sql_calls: policy.sql_calls.max,
+            max_concurrent: capacity.max_runs,
+            max_concurrent_per_agent: sandboxd_broker::ExperimentsConfig::DEFAULT_MAX_PER_AGENT,
+            memory_budget_mb: capacity.memory_budget_bytes / MIB,
+            admission_wait_ms: millis(capacity.wait),
+            threads: 0,
         }
     }
 }
@@ -231,7 +272,8 @@ pub struct AdminSettings {
     pub secure_cookies: bool,
     /// Panel logins held at once; the one closest to expiring is dropped past this.
     pub max_sessions: usize,
-    /// Panel login attempts one client (IP, IPv6 by /64) may make per window; past that, 429.
+    /// Wrong panel login tokens one client (IP, IPv6 by /64) may send per window; past that,
+    /// 429 (the right token always logs in).
     pub login_attempts: u32,
     pub login_window_secs: u64,
 }
@@ -397,6 +439,10 @@ pub struct KubernetesSettings {
     /// The label an agent's own Pods carry (valued with its slug): the only Pods an instance's
     /// NetworkPolicy admits, besides sandboxd.
     pub agent_label: String,
+    /// The label of an agent's own namespace (valued with its slug): its Pods are admitted only
+    /// from there, since a Pod's labels are whoever made it to choose. Empty: by Pod label
+    /// alone, in sandboxd's namespace (forgeable; `doctor` says so).
+    pub agent_namespace_label: String,
     /// Labels of sandboxd's own Pods (when it runs in the cluster), admitted by the policies.
     pub daemon_pod_labels: BTreeMap<String, String>,
     /// Address ranges of sandboxd (when it runs outside the cluster), admitted by the policies.
@@ -425,6 +471,7 @@ impl Default for KubernetesSettings {
             cpu_request: base.cpu_request,
             service: base.service,
             agent_label: base.agent_label,
+            agent_namespace_label: base.agent_namespace_label,
             daemon_pod_labels: base.daemon_pod_labels,
             daemon_cidrs: base.daemon_cidrs,
             image_pull_policy: base.image_pull_policy,
@@ -525,10 +572,31 @@ impl Settings {
                 "server.max_body_bytes must be at least 1".into(),
             ));
         }
+        // Zero would cut every connection at once, or serve none.
+        if self.server.header_timeout_secs == 0
+            || self.server.body_timeout_secs == 0
+            || self.server.max_connections == 0
+        {
+            return Err(ConfigError::Invalid(
+                "server.header_timeout_secs, server.body_timeout_secs and \
+                 server.max_connections must be at least 1"
+                    .into(),
+            ));
+        }
+        if self.broker.mcp_sessions_per_agent == 0 {
+            return Err(ConfigError::Invalid(
+                "broker.mcp_sessions_per_agent must be at least 1".into(),
+            ));
+        }
         // Zero would refuse every panel login, or count attempts over no time at all.
         if self.admin.login_attempts == 0 || self.admin.login_window_secs == 0 {
             return Err(ConfigError::Invalid(
                 "admin.login_attempts and admin.login_window_secs must be at least 1".into(),
+            ));
+        }
+        if self.broker.max_heavy_calls_per_agent == 0 {
+            return Err(ConfigError::Invalid(
+                "broker.max_heavy_calls_per_agent must be at least 1".into(),
             ));
         }
         if self.broker.mcp_session_ttl_secs == 0 {
@@ -601,6 +669,33 @@ impl Settings {
         )? * MIB;
         policy.sql_calls.max = within("max_sql_calls", settings.max_sql_calls, 10_000_000, 0)?;
         policy.sql_calls.default = policy.sql_calls.default.min(policy.sql_calls.max);
+        // A run that may ask for `max_memory_mb` must fit the budget on its own.
+        let memory_budget_mb = within(
+            "memory_budget_mb",
+            settings.memory_budget_mb,
+            1024 * 1024,
+            policy.memory_bytes.max / MIB,
+        )?;
+        let capacity = sandboxd_experiments::Capacity {
+            max_runs: within("max_concurrent", settings.max_concurrent as u64, 10_000, 1)? as usize,
+            memory_budget_bytes: memory_budget_mb * MIB,
+            wait: Duration::from_millis(within(
+                "admission_wait_ms",
+                settings.admission_wait_ms,
+                600_000,
+                0,
+            )?),
+            threads: match settings.threads {
+                0 => sandboxd_experiments::Capacity::default_threads(),
+                n => within("threads", n as u64, 1024, 1)? as usize,
+            },
+        };
+        let max_per_agent = within(
+            "max_concurrent_per_agent",
+            settings.max_concurrent_per_agent as u64,
+            10_000,
+            1,
+        )? as usize;
         Ok(Some(sandboxd_broker::ExperimentsConfig {
             files: sandboxd_experiments::GuestFiles {
                 component: settings.guest.clone(),
@@ -610,6 +705,8 @@ impl Settings {
                     .unwrap_or_else(|| self.state_dir.join("experiments")),
             },
             policy,
+            capacity,
+            max_per_agent,
         }))
     }
 
@@ -697,6 +794,7 @@ impl Settings {
             cpu_request: k.cpu_request,
             service: k.service,
             agent_label: k.agent_label.clone(),
+            agent_namespace_label: k.agent_namespace_label.clone(),
             daemon_pod_labels: k.daemon_pod_labels.clone(),
             daemon_cidrs: k.daemon_cidrs.clone(),
             image_pull_policy: k.image_pull_policy.clone(),

@@ -63,6 +63,7 @@ pub async fn start(settings: &Settings) -> Result<Daemon> {
         pool_tuning: settings.pool_tuning(),
         feature_probe_recheck: Duration::from_secs(settings.broker.feature_probe_recheck_secs),
         experiments: settings.experiments_config()?,
+        max_heavy_calls_per_agent: settings.broker.max_heavy_calls_per_agent,
         // A PostgreSQL store may be shared by replicas: leases coordinate them. SQLite is one
         // daemon's file.
         replication: (store.kind() == StoreKind::Postgres).then(|| ReplicationConfig {

@@ -1,17 +1,24 @@
 //! The daemon's HTTP surface: the agent gateway at `/mcp` and the operator surface (`/v1`, the
 //! panel, `/metrics`) on one listener, behind a Host/Origin guard against DNS rebinding and
-//! cross-site requests, and behind one request-body limit for every route.
+//! cross-site requests.
+//!
+//! Nothing a client sends is held without bound: the listener caps connections and the time a
+//! request's head may take (`listener.rs`), and every body is bounded in size and time and read
+//! only when a handler asks for it, after the route's authentication (`body.rs`).
+
+mod body;
+mod listener;
+
+pub use listener::{ConnectionLimits, serve};
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use axum::Router;
-use axum::body::Body;
 use axum::extract::{DefaultBodyLimit, Request, State};
 use axum::http::{StatusCode, header};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
-use http_body_util::BodyExt;
 use sandboxd_mcp::{LOOPBACK_HOSTS, McpConfig};
 use tokio_util::sync::CancellationToken;
 
@@ -54,81 +61,6 @@ async fn guard(State(guard): State<Arc<Guard>>, request: Request, next: Next) ->
     next.run(request).await
 }
 
-/// How much of a refused body is still read (and thrown away), as a multiple of the limit, and
-/// for how long: enough that a client which sent a moderately oversized body in one go reads the
-/// 413 instead of a connection reset; a larger or slower one is simply cut off.
-const DRAIN_FACTOR: usize = 4;
-const DRAIN_TIME: Duration = Duration::from_secs(1);
-
-fn too_large(limit: usize) -> Response {
-    (
-        StatusCode::PAYLOAD_TOO_LARGE,
-        format!(
-            "Payload Too Large: request bodies are limited to {limit} bytes (server.max_body_bytes)"
-        ),
-    )
-        .into_response()
-}
-
-/// Reads and discards what is left of `body`, up to `cap` bytes or [`DRAIN_TIME`].
-async fn drain(mut body: Body, cap: usize) {
-    let mut drained = 0usize;
-    let _ = tokio::time::timeout(DRAIN_TIME, async {
-        while drained <= cap {
-            match body.frame().await {
-                Some(Ok(frame)) => {
-                    drained += frame.data_ref().map_or(0, |data| data.len());
-                }
-                _ => break,
-            }
-        }
-    })
-    .await;
-}
-
-/// Every request's body, whatever the route does with it (MCP, the API, panel forms, routes
-/// that ignore it): a declared `Content-Length` over `limit` is answered 413 before anything is
-/// kept; any other body (chunked, or sent without a length) is read up to `limit` and answered
-/// 413 the moment it goes past. A body within the limit is handed on whole, so no handler reads
-/// more than `limit` bytes either. What follows a refusal is drained a little (bounded in bytes
-/// and time, never kept) so the client can read the answer.
-async fn limit_body(State(limit): State<usize>, request: Request, next: Next) -> Response {
-    let cap = limit.saturating_mul(DRAIN_FACTOR);
-    let declared = request
-        .headers()
-        .get(header::CONTENT_LENGTH)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.parse::<u64>().ok())
-        .map(|len| usize::try_from(len).unwrap_or(usize::MAX));
-    let (parts, mut body) = request.into_parts();
-    if let Some(declared) = declared.filter(|&len| len > limit) {
-        if declared <= cap {
-            drain(body, cap).await;
-        }
-        return too_large(limit);
-    }
-    let mut kept: Vec<u8> = Vec::new();
-    while let Some(frame) = body.frame().await {
-        let Ok(frame) = frame else {
-            // The client went away or sent a malformed chunk: nothing to hand on.
-            return (
-                StatusCode::BAD_REQUEST,
-                "Bad Request: unreadable request body",
-            )
-                .into_response();
-        };
-        // Trailers are dropped: no route reads them.
-        if let Ok(data) = frame.into_data() {
-            if kept.len() + data.len() > limit {
-                drain(body, cap).await;
-                return too_large(limit);
-            }
-            kept.extend_from_slice(&data);
-        }
-    }
-    next.run(Request::from_parts(parts, Body::from(kept))).await
-}
-
 pub fn app(daemon: &Daemon, settings: &Settings, shutdown: CancellationToken) -> Router {
     let mcp = sandboxd_mcp::router(
         daemon.broker.clone(),
@@ -136,6 +68,7 @@ pub fn app(daemon: &Daemon, settings: &Settings, shutdown: CancellationToken) ->
             allowed_hosts: settings.server.allowed_hosts.clone(),
             allowed_origins: settings.server.allowed_origins.clone(),
             shutdown,
+            sessions_per_agent: settings.broker.mcp_sessions_per_agent,
         },
     );
     let admin = sandboxd_admin::router(
@@ -151,15 +84,27 @@ pub fn app(daemon: &Daemon, settings: &Settings, shutdown: CancellationToken) ->
         hosts,
         origins: settings.server.allowed_origins.clone(),
     });
-    let limit = settings.server.max_body_bytes;
+    let limits = body::BodyLimits {
+        max_bytes: settings.server.max_body_bytes,
+        timeout: Duration::from_secs(settings.server.body_timeout_secs),
+    };
     Router::new()
         .merge(mcp)
         .merge(admin)
         .layer(axum::middleware::from_fn_with_state(guard_state, guard))
         // Extractors that buffer (forms, JSON) get the same limit instead of axum's own 2 MB.
-        .layer(DefaultBodyLimit::max(limit))
-        // Outermost: an oversized body is refused before the guard or a token check reads it.
-        .layer(axum::middleware::from_fn_with_state(limit, limit_body))
+        .layer(DefaultBodyLimit::max(limits.max_bytes))
+        // Outermost, and reads nothing: each route's authentication runs before its body is
+        // read, and the body it then reads is bounded.
+        .layer(axum::middleware::from_fn_with_state(limits, body::bound))
+}
+
+/// The listener's bounds from the settings.
+pub fn connection_limits(settings: &Settings) -> ConnectionLimits {
+    ConnectionLimits {
+        header_timeout: Duration::from_secs(settings.server.header_timeout_secs),
+        max_connections: settings.server.max_connections,
+    }
 }
 
 #[cfg(test)]

@@ -15,6 +15,13 @@
 //!    (`sandboxd_domain::credentials::generate_secret`), an agent token is `sbx_<64 hex>` and a
 //!    generated admin token `sbxadm_<64 hex>`. Longer hex runs (a container id, a SHA-256) stay
 //!    readable.
+//!
+//! And one layer keeps the log's lines the daemon's own: the same writer escapes every control
+//! character ([`escape_controls`]: newlines, carriage returns, other C0 and C1 controls, DEL) but
+//! the newline that ends each line, so a value an agent or a client chose — a role name, a
+//! statement a dependency logs at `trace` — can neither forge a line nor send a terminal
+//! sequence. (ESC is let through only when the log goes to a terminal in colour: the formatter's
+//! colours use it, and the formatter already escapes ESC inside every value.)
 
 use std::borrow::Cow;
 use std::io::{self, IsTerminal, Write};
@@ -67,46 +74,109 @@ pub fn init(verbose: u8, daemon: bool) {
     } else {
         FmtSpan::NONE
     };
+    // Colours only for a person at a terminal; a log file or a collector gets plain text.
+    let colours = io::stderr().is_terminal();
     tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_span_events(span_events)
-        // Colours only for a person at a terminal; a log file or a collector gets plain text.
-        .with_ansi(io::stderr().is_terminal())
-        .with_writer(Redacting(io::stderr))
+        .with_ansi(colours)
+        .with_writer(Redacting::new(io::stderr, colours))
         .init();
 }
 
-/// A [`MakeWriter`] whose writers redact every line before the inner writer sees it.
+/// A [`MakeWriter`] whose writers redact and escape every line before the inner writer sees
+/// it.
 #[derive(Debug, Clone)]
-pub struct Redacting<M>(pub M);
+pub struct Redacting<M> {
+    inner: M,
+    /// The formatter writes colours: ESC is its own, not escaped.
+    colours: bool,
+}
+
+impl<M> Redacting<M> {
+    pub fn new(inner: M, colours: bool) -> Self {
+        Self { inner, colours }
+    }
+}
 
 impl<'a, M: MakeWriter<'a>> MakeWriter<'a> for Redacting<M> {
     type Writer = RedactingWriter<M::Writer>;
 
     fn make_writer(&'a self) -> Self::Writer {
-        RedactingWriter(self.0.make_writer())
+        RedactingWriter {
+            inner: self.inner.make_writer(),
+            colours: self.colours,
+        }
     }
 
     fn make_writer_for(&'a self, meta: &tracing::Metadata<'_>) -> Self::Writer {
-        RedactingWriter(self.0.make_writer_for(meta))
+        RedactingWriter {
+            inner: self.inner.make_writer_for(meta),
+            colours: self.colours,
+        }
     }
 }
 
-/// Redacts each buffer it is given. The fmt layer formats an event completely and hands it over
-/// in one `write_all`, and `write` consumes the whole buffer, so a secret is never split
-/// between two calls.
+/// Redacts, then escapes, each buffer it is given. The fmt layer formats an event completely
+/// and hands it over in one `write_all`, and `write` consumes the whole buffer, so a secret is
+/// never split between two calls and the buffer's last newline is the line's end.
 #[derive(Debug)]
-pub struct RedactingWriter<W>(W);
+pub struct RedactingWriter<W> {
+    inner: W,
+    colours: bool,
+}
 
 impl<W: Write> Write for RedactingWriter<W> {
     fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
-        self.0.write_all(&redact_bytes(buf))?;
+        // Redacted first: an escape's digits next to a secret could hide its length.
+        let redacted = redact_bytes(buf);
+        self.inner
+            .write_all(&escape_controls(&redacted, self.colours))?;
         Ok(buf.len())
     }
 
     fn flush(&mut self) -> io::Result<()> {
-        self.0.flush()
+        self.inner.flush()
     }
+}
+
+/// `line` with every control character written as an escape: `\n`, `\r`, `\t`, other C0
+/// controls and DEL as `\xNN`, C1 controls (U+0080–U+009F) as `\u{NN}`. A single newline that
+/// ends `line` stays: it is the line's end. ESC stays when `keep_esc` (the formatter's colours).
+pub fn escape_controls(line: &[u8], keep_esc: bool) -> Cow<'_, [u8]> {
+    let body = line.strip_suffix(b"\n").unwrap_or(line);
+    let needs = |i: usize, b: u8| {
+        (b < 0x20 && !(keep_esc && b == 0x1b))
+            || b == 0x7f
+            || (b == 0xc2 && body.get(i + 1).is_some_and(|n| (0x80..=0x9f).contains(n)))
+    };
+    if !body.iter().enumerate().any(|(i, &b)| needs(i, b)) {
+        return Cow::Borrowed(line);
+    }
+    let mut out = Vec::with_capacity(line.len() + 16);
+    let mut i = 0;
+    while i < body.len() {
+        let b = body[i];
+        if !needs(i, b) {
+            out.push(b);
+            i += 1;
+            continue;
+        }
+        match b {
+            b'\n' => out.extend_from_slice(b"\\n"),
+            b'\r' => out.extend_from_slice(b"\\r"),
+            b'\t' => out.extend_from_slice(b"\\t"),
+            0xc2 => {
+                // Two bytes in UTF-8: C2 80..9F is U+0080..U+009F.
+                out.extend_from_slice(format!("\\u{{{:x}}}", body[i + 1]).as_bytes());
+                i += 1;
+            }
+            _ => out.extend_from_slice(format!("\\x{b:02x}").as_bytes()),
+        }
+        i += 1;
+    }
+    out.extend_from_slice(&line[body.len()..]);
+    Cow::Owned(out)
 }
 
 /// `text` with every secret-shaped run blanked (see [`redact_bytes`]).
@@ -126,8 +196,8 @@ const SECRET_HEX_LEN: usize = 32;
 
 /// Blanks, in `bytes`:
 /// - every run of exactly 32 hex digits (either case) with no hex digit right before or after
-///   it: a generated password, wherever it sits (JSON, a URL's userinfo, `KEY=value`, a quoted
-///   SQL literal);
+///   it (the two digits of a `\xNN` escape before it do not count): a generated password,
+///   wherever it sits (JSON, a URL's userinfo, `KEY=value`, a quoted SQL literal);
 /// - the body of every `sbx_…` / `sbxadm_…` token (the alphanumeric run after the prefix),
 ///   keeping the prefix so the line still says which kind of token it was.
 ///
@@ -154,9 +224,19 @@ pub fn redact_bytes(bytes: &[u8]) -> Cow<'_, [u8]> {
         }
         if bytes[i].is_ascii_hexdigit() {
             let end = run_end(bytes, i, u8::is_ascii_hexdigit);
-            if end - i == SECRET_HEX_LEN {
+            // After `\x`, the run may start with the two digits of an escape (the formatter
+            // writes ESC as `\x1b`), which are not part of what follows them.
+            let after_escape = i >= 2 && &bytes[i - 2..i] == b"\\x";
+            let secret_start = if end - i == SECRET_HEX_LEN {
+                Some(i)
+            } else if after_escape && end - i == SECRET_HEX_LEN + 2 {
+                Some(i + 2)
+            } else {
+                None
+            };
+            if let Some(start) = secret_start {
                 let out = out.get_or_insert_with(|| Vec::with_capacity(bytes.len()));
-                out.extend_from_slice(&bytes[copied..i]);
+                out.extend_from_slice(&bytes[copied..start]);
                 out.extend_from_slice(REDACTED.as_bytes());
                 copied = end;
             }
@@ -245,9 +325,45 @@ mod tests {
     }
 
     #[test]
+    fn a_password_after_an_escape_is_still_blanked() {
+        // The formatter writes ESC in a value as `\x1b`: its `1b` must not lengthen the run.
+        let line = format!("role=\\x1b{PW} done");
+        assert_eq!(redact(&line), "role=\\x1b[redacted] done");
+        // An escape is only `\x` and two digits: a longer run after it is no secret; a bare
+        // `\x` before a secret (a bytea literal) hides nothing either.
+        let longer = format!("\\x1b{PW}0");
+        assert_eq!(redact(&longer), longer.as_str());
+        assert_eq!(redact(&format!("'\\x{PW}'")), "'\\x[redacted]'");
+    }
+
+    #[test]
+    fn control_characters_are_escaped_but_the_line_end_stays() {
+        let forged = "role dev\n2026-12-04T00:00:00Z  INFO forged\r\x1b[31m\x07\t\x7f\u{85}é\n";
+        let escaped = escape_controls(forged.as_bytes(), false);
+        assert_eq!(
+            String::from_utf8(escaped.into_owned()).expect("utf-8"),
+            "role dev\\n2026-12-04T00:00:00Z  INFO forged\\r\\x1b[31m\\x07\\t\\x7f\\u{85}é\n"
+        );
+        // Nothing to escape: nothing copied; only the last newline is the line's.
+        assert!(matches!(
+            escape_controls(b"plain line\n", false),
+            Cow::Borrowed(_)
+        ));
+        assert_eq!(&*escape_controls(b"a\n\n", false), b"a\\n\n");
+        // In colour, the formatter's ESC stays; everything else is escaped still.
+        assert_eq!(
+            &*escape_controls(b"\x1b[2mINFO\x1b[0m x\ny\n", true),
+            b"\x1b[2mINFO\x1b[0m x\\ny\n"
+        );
+    }
+
+    #[test]
     fn the_writer_redacts_what_it_writes() {
         let mut sink = Vec::new();
-        let mut writer = RedactingWriter(&mut sink);
+        let mut writer = RedactingWriter {
+            inner: &mut sink,
+            colours: false,
+        };
         let line = format!("user sandbox password {PW} é\n");
         writer.write_all(line.as_bytes()).expect("write");
         assert_eq!(

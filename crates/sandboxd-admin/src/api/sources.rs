@@ -1,10 +1,12 @@
 //! `/v1/sources`: production Postgres servers clones are made from (SPEC §7). A DSN goes in and
 //! never comes back out: answers carry the source's name, privacy mode, refresh interval, last
-//! snapshot and last error only.
+//! snapshot, last error and how it is reached over TLS (mode, roots, a warning when that
+//! protects nothing on the network) only.
 
 use axum::Json;
 use axum::extract::State;
 use axum::http::StatusCode;
+use sandboxd_broker::Source;
 use sandboxd_domain::SourceName;
 use sandboxd_domain::clone::Privacy;
 use sandboxd_domain::error::InputError;
@@ -14,6 +16,20 @@ use super::{ApiJson, ApiPath, TAG};
 use crate::AppState;
 use crate::error::ApiError;
 use crate::wire::{ErrorBody, PutSource, SourceOut};
+
+/// `source` with its TLS. A DSN that can no longer be read (registered before a rule that now
+/// refuses it) shows no TLS rather than failing the answer; the log says why.
+async fn out(state: &AppState, source: Source) -> Result<SourceOut, ApiError> {
+    let tls = match state.broker.source_tls(&source.name).await {
+        Ok(tls) => tls,
+        Err(sandboxd_broker::BrokerError::Source(why)) => {
+            tracing::warn!(source = %source.name, "reading the TLS of a source: {why}");
+            None
+        }
+        Err(err) => return Err(err.into()),
+    };
+    Ok(SourceOut::new(source, tls))
+}
 
 fn not_found(name: &SourceName) -> sandboxd_broker::BrokerError {
     sandboxd_broker::BrokerError::NotFound {
@@ -29,8 +45,11 @@ fn not_found(name: &SourceName) -> sandboxd_broker::BrokerError {
         (status = 401, body = ErrorBody),
     ))]
 pub async fn list_sources(State(state): State<AppState>) -> Result<Json<Vec<SourceOut>>, ApiError> {
-    let sources = state.broker.sources().await?;
-    Ok(Json(sources.into_iter().map(SourceOut::from).collect()))
+    let mut answer = Vec::new();
+    for source in state.broker.sources().await? {
+        answer.push(out(&state, source).await?);
+    }
+    Ok(Json(answer))
 }
 
 /// One source.
@@ -52,18 +71,21 @@ pub async fn get_source(
         .source(&name)
         .await?
         .ok_or_else(|| not_found(&name))?;
-    Ok(Json(source.into()))
+    Ok(Json(out(&state, source).await?))
 }
 
 /// Registers a source, or replaces its DSN and settings (its snapshot goes with the old DSN).
-/// The DSN's syntax is checked; nothing connects until a snapshot is taken.
+/// The DSN's syntax and TLS keys are checked (`sslmode` as libpq's, `verify-full` by default
+/// for a host that is not loopback; `sslrootcert=/path` a PEM file sandboxd reads); nothing
+/// connects until a snapshot is taken. The answer's `tls.warning` says when the mode protects
+/// nothing on the network.
 #[utoipa::path(put, path = "/v1/sources/{name}", tag = TAG,
     params(("name" = String, Path, description = "The source's name")),
     request_body = PutSource,
     responses(
         (status = 200, body = SourceOut),
-        (status = 400, description = "Invalid name, malformed DSN or unknown privacy mode; \
-            nothing changed", body = ErrorBody),
+        (status = 400, description = "Invalid name, malformed DSN (an unknown sslmode, a CA \
+            file that cannot be read) or unknown privacy mode; nothing changed", body = ErrorBody),
         (status = 401, body = ErrorBody),
     ))]
 pub async fn put_source(
@@ -84,7 +106,7 @@ pub async fn put_source(
         .broker
         .put_source(&name, &dsn, privacy, body.refresh_secs.unwrap_or(0))
         .await?;
-    Ok(Json(source.into()))
+    Ok(Json(out(&state, source).await?))
 }
 
 /// Removes a source and its snapshot; refused while a project clones it.
@@ -130,5 +152,5 @@ pub async fn snapshot_source(
         .broker
         .snapshot_source(&name, sandboxd_broker::Actor::Operator)
         .await?;
-    Ok(Json(source.into()))
+    Ok(Json(out(&state, source).await?))
 }

@@ -1,8 +1,11 @@
 //! The admin login: a form taking the admin token. Before there is a session, the login form is
 //! protected from cross-site submission by a double-submit token (a SameSite=Strict cookie that
 //! the form must echo, checked by `LoginForm`); after it, by the session's own CSRF token
-//! (checked by `VerifiedForm`). Each client has a budget of login attempts per window
-//! (`throttle.rs`); past it the login answers 429 before comparing anything.
+//! (checked by `VerifiedForm`). The token is compared first, in constant time: the right one
+//! always logs in, whatever came before from the same address; each client has a budget of wrong
+//! tokens per window (`throttle.rs`), past which a wrong one answers 429 (one audit row per run).
+//! The form itself is small, and its body is capped at [`MAX_FORM_BYTES`]: it is read before
+//! anyone is authenticated.
 
 use axum::extract::{Request, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
@@ -19,6 +22,9 @@ use crate::AppState;
 
 /// The login form's double-submit cookie.
 pub(super) const LOGIN_COOKIE: &str = "sandboxd_login";
+/// The largest login form body: a CSRF token and an admin token, with room to spare. An
+/// unauthenticated client can make the daemon hold no more than this per connection.
+pub(super) const MAX_FORM_BYTES: usize = 4096;
 const LOGIN_COOKIE_SECS: u64 = 3600;
 
 fn session_of(state: &AppState, headers: &HeaderMap) -> Option<PanelSession> {
@@ -93,20 +99,23 @@ pub async fn show(State(state): State<AppState>, headers: HeaderMap) -> Response
     page(&state, StatusCode::OK, None)
 }
 
-/// A login refused unread: the client spent its budget. One audit row and one log line per run
-/// of refusals, not per attempt.
+/// A wrong token past the client's budget. One audit row and one log line per run of refusals,
+/// not per attempt.
 async fn limited(state: &AppState, client: Client, limited: Limited) -> Response {
     let retry = limited.retry_after.as_secs();
     if limited.first {
         let detail = format!(
-            "{} wrong logins within {} s from {client}; its logins are refused for {retry} s",
+            "{} wrong logins within {} s from {client}; its wrong tokens are refused for {retry} s",
             state.config.login_attempts,
             state.config.login_window.as_secs()
         );
         tracing::warn!(%client, retry_after_secs = retry, "panel: login rate limit reached");
         state.broker.audit_login_limited("panel", detail).await;
     }
-    let message = format!("Too many failed logins from your address. Try again in {retry} s.");
+    let message = format!(
+        "Too many wrong tokens from your address: they are refused for {retry} s. The admin \
+         token still logs in."
+    );
     let mut response = page(state, StatusCode::TOO_MANY_REQUESTS, Some(&message));
     response
         .headers_mut()
@@ -119,14 +128,14 @@ pub async fn submit(
     client: Client,
     LoginForm { fields }: LoginForm,
 ) -> Response {
-    // Counted before the comparison, so no attempt past the budget is compared or audited.
-    if let Err(refused) = state.login_throttle.admit(client) {
-        return limited(&state, client, refused).await;
-    }
+    // Compared first (constant time): the right token is never refused for what others sent
+    // from the same address. Only a wrong one is charged to the client's budget.
     let token = fields.get("token").unwrap_or_default();
-    let accepted = state.token.verify(token);
-    state.broker.audit_login("panel", accepted).await;
-    if !accepted {
+    if !state.token.verify(token) {
+        if let Err(refused) = state.login_throttle.charge(client) {
+            return limited(&state, client, refused).await;
+        }
+        state.broker.audit_login("panel", false).await;
         tracing::warn!(%client, "panel: a login with a wrong admin token");
         return page(
             &state,
@@ -134,6 +143,7 @@ pub async fn submit(
             Some("That is not the admin token."),
         );
     }
+    state.broker.audit_login("panel", true).await;
     state.login_throttle.succeeded(client);
     let session = state.sessions.create();
     let secure = state.config.secure_cookies;

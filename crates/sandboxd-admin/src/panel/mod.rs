@@ -15,7 +15,7 @@
 //! GET), with a one-shot flash message saying what happened.
 
 use axum::Router;
-use axum::extract::Request;
+use axum::extract::{DefaultBodyLimit, Request};
 use axum::http::{HeaderMap, HeaderValue, header};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Redirect, Response};
@@ -71,7 +71,13 @@ pub fn router(state: AppState) -> Router<AppState> {
             login::require_session,
         ));
     Router::new()
-        .route("/login", get(login::show).post(login::submit))
+        .route(
+            "/login",
+            get(login::show)
+                .post(login::submit)
+                // Read before anyone is authenticated: a login form's size, not the daemon's limit.
+                .layer(DefaultBodyLimit::max(login::MAX_FORM_BYTES)),
+        )
         .route(
             STYLESHEET_PATH,
             get(|| async {

@@ -1,6 +1,7 @@
 //! Sources: the production Postgres servers clones are made from (SPEC §7) — each with its
 //! privacy mode, refresh interval, the server version and age of its latest snapshot, why the
-//! last attempt failed, and which projects clone it; buttons to take a snapshot now and to
+//! last attempt failed, how it is reached over TLS (a warning when that protects nothing on the
+//! network), and which projects clone it; buttons to take a snapshot now and to
 //! remove it; and a form that registers a source or replaces its DSN. The DSN goes in through
 //! a password field and is never shown back, not even to the operator who typed it.
 
@@ -8,7 +9,7 @@ use axum::Extension;
 use axum::extract::State;
 use axum::response::{IntoResponse, Response};
 use maud::{Markup, html};
-use sandboxd_broker::{Actor, Source};
+use sandboxd_broker::{Actor, Source, SourceTls};
 use sandboxd_domain::SourceName;
 use sandboxd_domain::clock::format_age_since;
 use sandboxd_domain::clone::Privacy;
@@ -53,11 +54,37 @@ fn snapshot_cell(source: &Source) -> Markup {
     }
 }
 
-fn source_row(session: &PanelSession, source: &Source, cloned_by: &[String]) -> Markup {
+fn tls_cell(tls: Option<&SourceTls>) -> Markup {
+    html! {
+        @match tls {
+            Some(tls) => {
+                strong class="tls-mode" { (tls.mode.as_str()) }
+                @if tls.warning().is_some() {
+                    " " (badge("warn", "unverified"))
+                } @else if tls.mode.verifies() {
+                    " " (badge("ok", "verified"))
+                }
+                div class="muted small" { (tls.summary()) }
+                @if let Some(warning) = tls.warning() {
+                    div class="small tls-warning" { (warning) }
+                }
+            }
+            None => span class="muted" { "its DSN cannot be read" },
+        }
+    }
+}
+
+fn source_row(
+    session: &PanelSession,
+    source: &Source,
+    tls: Option<&SourceTls>,
+    cloned_by: &[String],
+) -> Markup {
     html! {
         tr id=(format!("source-{}", source.name)) {
             td { strong { (source.name) } }
             td { (snapshot_cell(source)) }
+            td class="tls" { (tls_cell(tls)) }
             td {
                 (source.privacy.as_str())
                 div class="muted small" {
@@ -107,6 +134,12 @@ fn register_form(session: &PanelSession) -> Markup {
                 "opens read-only transactions with it, seals it at rest and never shows it "
                 "again; agents never reach it. Replacing a source's DSN drops its snapshot."
             }
+            p class="muted" {
+                "TLS as libpq's " code { "sslmode" } " says; without one, "
+                code { "verify-full" } " for a host that is not loopback. Name the CA that "
+                "signed production's certificate with " code { "sslrootcert=/path/ca.pem" }
+                " (a file on sandboxd's machine), else the machine's system roots are trusted."
+            }
             form method="post" action="/sources" {
                 (csrf_field(session))
                 div class="fields" {
@@ -140,6 +173,17 @@ pub async fn list(
             return failure(&session, Section::Sources, "Sources", err);
         }
     };
+    let mut tls = Vec::with_capacity(sources.len());
+    for source in &sources {
+        tls.push(match state.broker.source_tls(&source.name).await {
+            Ok(found) => found,
+            Err(sandboxd_broker::BrokerError::Source(why)) => {
+                tracing::warn!(source = %source.name, "reading the TLS of a source: {why}");
+                None
+            }
+            Err(err) => return failure(&session, Section::Sources, "Sources", err),
+        });
+    }
     let cloned_by = |source: &Source| -> Vec<String> {
         projects
             .iter()
@@ -161,12 +205,12 @@ pub async fn list(
             } @else {
                 table class="grid" id="sources" {
                     thead { tr {
-                        th { "Source" } th { "Latest snapshot" } th { "Privacy, refresh" }
-                        th { "Cloned by" } th { "" }
+                        th { "Source" } th { "Latest snapshot" } th { "TLS" }
+                        th { "Privacy, refresh" } th { "Cloned by" } th { "" }
                     } }
                     tbody {
-                        @for source in &sources {
-                            (source_row(&session, source, &cloned_by(source)))
+                        @for (source, tls) in sources.iter().zip(&tls) {
+                            (source_row(&session, source, tls.as_ref(), &cloned_by(source)))
                         }
                     }
                 }
@@ -227,13 +271,25 @@ pub async fn save(
         .put_source(&name, &dsn, privacy, refresh_secs)
         .await
     {
-        Ok(source) => done(
-            &state,
-            &session,
-            "/sources",
-            true,
-            format!("Saved source {}; take a snapshot to clone it.", source.name),
-        ),
+        Ok(source) => {
+            let warning = match state.broker.source_tls(&source.name).await {
+                Ok(Some(tls)) => tls.warning(),
+                _ => None,
+            };
+            done(
+                &state,
+                &session,
+                "/sources",
+                true,
+                match warning {
+                    None => format!("Saved source {}; take a snapshot to clone it.", source.name),
+                    Some(warning) => format!(
+                        "Saved source {}; take a snapshot to clone it. Warning: {warning}.",
+                        source.name
+                    ),
+                },
+            )
+        }
         Err(err) => done(
             &state,
             &session,

@@ -1,7 +1,11 @@
-//! The panel login's rate limit: each client may try a limited number of logins per window;
-//! past that its logins are refused (429 with `Retry-After`) before the token is even compared,
-//! and without an audit row each, so a burst of wrong tokens can neither guess on nor fill the
-//! audit log.
+//! The panel login's rate limit: each client may send a limited number of wrong tokens per
+//! window; past that its wrong tokens are refused (429 with `Retry-After`) without an audit row
+//! each, so a burst of wrong tokens cannot fill the audit log. Only wrong tokens are charged:
+//! the login compares the token (in constant time) first, and the right one always logs in and
+//! gives its client's budget back, so a process that shares the operator's address (every local
+//! process, on loopback) cannot lock the operator out by spending the budget. Guessing is bounded
+//! by the token, not by this budget: a generated one has 256 bits, and the admin API takes its
+//! bearer token on every request without a budget anyway.
 //!
 //! A client is its IP address, IPv6 addresses grouped by /64 (one host usually holds a whole
 //! /64). Forwarded-for headers are not trusted: behind a reverse proxy every client shares the
@@ -102,14 +106,14 @@ impl LoginThrottle {
         }
     }
 
-    /// Counts an attempt of `client` against its budget before the token is compared (so
-    /// concurrent attempts cannot overrun it), or refuses it when the budget is spent. A
-    /// successful login gives the budget back ([`LoginThrottle::succeeded`]).
-    pub fn admit(&self, client: Client) -> Result<(), Limited> {
-        self.admit_at(client, Instant::now())
+    /// Charges a wrong token of `client` to its budget (one lock, so concurrent attempts cannot
+    /// overrun it), or refuses it when the budget is spent. A right token is never charged: it
+    /// gives the budget back ([`LoginThrottle::succeeded`]).
+    pub fn charge(&self, client: Client) -> Result<(), Limited> {
+        self.charge_at(client, Instant::now())
     }
 
-    fn admit_at(&self, client: Client, now: Instant) -> Result<(), Limited> {
+    fn charge_at(&self, client: Client, now: Instant) -> Result<(), Limited> {
         // A panic while holding the lock cannot leave the map half-updated (each step is one
         // push, pop or insert), so a poisoned lock is still usable.
         let mut clients = self.clients.lock().unwrap_or_else(|p| p.into_inner());
@@ -189,9 +193,9 @@ mod tests {
         let t0 = Instant::now();
         let a = client("10.0.0.1");
         for i in 0..3 {
-            assert_eq!(throttle.admit_at(a, t0 + Duration::from_secs(i)), Ok(()));
+            assert_eq!(throttle.charge_at(a, t0 + Duration::from_secs(i)), Ok(()));
         }
-        let refused = throttle.admit_at(a, t0 + Duration::from_secs(10));
+        let refused = throttle.charge_at(a, t0 + Duration::from_secs(10));
         assert_eq!(
             refused,
             Err(Limited {
@@ -199,7 +203,7 @@ mod tests {
                 first: true
             })
         );
-        let again = throttle.admit_at(a, t0 + Duration::from_millis(10_500));
+        let again = throttle.charge_at(a, t0 + Duration::from_millis(10_500));
         assert_eq!(
             again,
             Err(Limited {
@@ -209,14 +213,14 @@ mod tests {
             "reported once; 49.5 s rounds up"
         );
         // Another client has its own budget.
-        assert_eq!(throttle.admit_at(client("10.0.0.2"), t0), Ok(()));
+        assert_eq!(throttle.charge_at(client("10.0.0.2"), t0), Ok(()));
         // A minute after the first attempt, one slot is free again, and a new run is reported.
-        assert_eq!(throttle.admit_at(a, t0 + Duration::from_secs(60)), Ok(()));
-        let next = throttle.admit_at(a, t0 + Duration::from_millis(60_500));
+        assert_eq!(throttle.charge_at(a, t0 + Duration::from_secs(60)), Ok(()));
+        let next = throttle.charge_at(a, t0 + Duration::from_millis(60_500));
         assert_eq!(next.map_err(|l| l.first), Err(true));
         // A success gives the budget back.
         throttle.succeeded(a);
-        assert_eq!(throttle.admit_at(a, t0 + Duration::from_secs(62)), Ok(()));
+        assert_eq!(throttle.charge_at(a, t0 + Duration::from_secs(62)), Ok(()));
     }
 
     #[test]
@@ -233,7 +237,7 @@ mod tests {
         let t0 = Instant::now();
         for n in 0..(MAX_CLIENTS as u32 + 10) {
             let ip = IpAddr::V4(std::net::Ipv4Addr::from(0x0a00_0000 + n));
-            let _ = throttle.admit_at(Client::of(ip), t0 + Duration::from_millis(n.into()));
+            let _ = throttle.charge_at(Client::of(ip), t0 + Duration::from_millis(n.into()));
         }
         assert_eq!(throttle.tracked(), MAX_CLIENTS);
         // The stalest went first: the newest client is still refused.
@@ -241,6 +245,6 @@ mod tests {
             0x0a00_0000 + MAX_CLIENTS as u32 + 9,
         ));
         let later = t0 + Duration::from_secs(1);
-        assert!(throttle.admit_at(Client::of(newest), later).is_err());
+        assert!(throttle.charge_at(Client::of(newest), later).is_err());
     }
 }

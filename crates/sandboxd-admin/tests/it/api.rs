@@ -256,6 +256,56 @@ async fn settings_store_the_switch_for_the_next_restart() {
         .await;
 }
 
+/// Every answer about a source says how it is reached over TLS (the one part of its DSN ever
+/// shown), with a warning when the mode checks nothing on a host that is not loopback.
+#[tokio::test]
+async fn a_source_answer_carries_its_tls_and_a_warning_when_it_checks_nothing() {
+    app()
+        .await
+        .run(|app| async move {
+            let password = "pw-4e7a1c";
+            let remote = format!("host=db.example.internal user=ro password={password} dbname=d");
+            let (status, weak) = send(
+                app.api(Method::PUT, "/v1/sources/weak")
+                    .json(&json!({"dsn": format!("{remote} sslmode=require")})),
+            )
+            .await;
+            assert_eq!(status, StatusCode::OK, "{weak}");
+            assert_eq!(weak["tls"]["mode"], "require");
+            assert_eq!(weak["tls"]["default"], false);
+            assert_eq!(weak["tls"]["roots"], Value::Null);
+            assert_eq!(weak["tls"]["loopback"], false);
+            let warning = weak["tls"]["warning"].as_str().expect("a warning");
+            assert!(warning.contains("verify-full"), "{warning}");
+            let (_, strict) = send(
+                app.api(Method::PUT, "/v1/sources/strict")
+                    .json(&json!({"dsn": remote.clone()})),
+            )
+            .await;
+            assert_eq!(strict["tls"]["mode"], "verify-full", "{strict}");
+            assert_eq!(strict["tls"]["default"], true);
+            assert_eq!(strict["tls"]["roots"], "system");
+            assert_eq!(strict["tls"]["warning"], Value::Null);
+            let (_, listed) = send(app.api(Method::GET, "/v1/sources")).await;
+            let modes: Vec<&str> = listed
+                .as_array()
+                .expect("a list")
+                .iter()
+                .map(|s| s["tls"]["mode"].as_str().expect("a mode"))
+                .collect();
+            assert_eq!(modes, ["verify-full", "require"], "by name: {listed}");
+            let refused_ca = send(app.api(Method::PUT, "/v1/sources/ca").json(&json!({
+                "dsn": format!("{remote} sslrootcert=/nonexistent/ca.pem")
+            })))
+            .await;
+            let message = refused(&refused_ca, StatusCode::BAD_REQUEST, "invalid_input");
+            assert!(message.contains("/nonexistent/ca.pem"), "{message}");
+            let answers = format!("{weak} {strict} {listed} {message}");
+            assert!(!answers.contains(password), "{answers}");
+        })
+        .await;
+}
+
 #[tokio::test]
 async fn sources_take_a_dsn_and_never_give_it_back() {
     app()

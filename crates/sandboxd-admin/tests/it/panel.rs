@@ -632,7 +632,7 @@ async fn login_csrf(app: &App, http: &reqwest::Client) -> String {
 }
 
 #[tokio::test]
-async fn a_burst_of_wrong_tokens_gets_429_and_writes_a_bounded_audit() {
+async fn wrong_tokens_get_429_and_a_bounded_audit_but_never_lock_out_the_right_one() {
     app()
         .await
         .run(|app| async move {
@@ -661,15 +661,9 @@ async fn a_burst_of_wrong_tokens_gets_429_and_writes_a_bounded_audit() {
             assert_eq!(
                 statuses,
                 BTreeMap::from([(401, allowed), (429, 20 - allowed)]),
-                "the first {allowed} are compared, the rest refused unread"
+                "the first {allowed} wrong tokens are answered 401, the rest 429"
             );
-            // Even the right token waits out the window from that client.
-            let right = post_login(&app, &app.http, &csrf, ADMIN_TOKEN).await;
-            assert_eq!(right.status(), StatusCode::TOO_MANY_REQUESTS);
-            let page = right.text().await.expect("page");
-            assert!(page.contains("Too many failed logins"), "{page}");
-
-            // One row per compared attempt, one for the whole run of refusals.
+            // One row per wrong token within the budget, one for the whole run of refusals.
             let audit = app
                 .broker()
                 .audit_log(&Default::default())
@@ -694,6 +688,25 @@ async fn a_burst_of_wrong_tokens_gets_429_and_writes_a_bounded_audit() {
             assert!(limited.detail.contains("127.0.0.1"), "{}", limited.detail);
             assert!(!format!("{:?}", audit.entries).contains("wrong-token"));
 
+            // Whatever another process on the same address sent, the right token logs in (an
+            // attacker on loopback cannot lock the operator out)…
+            let right = post_login(&app, &app.http, &csrf, ADMIN_TOKEN).await;
+            assert_eq!(
+                right.status(),
+                StatusCode::SEE_OTHER,
+                "the right token logs in"
+            );
+            let total = app.audit_total().await;
+            assert_eq!(
+                total - before,
+                allowed as u64 + 2,
+                "and its login is audited"
+            );
+            // …and gives the client's budget back: the next wrong token is compared again.
+            let csrf = login_csrf(&app, &app.http).await;
+            let wrong = post_login(&app, &app.http, &csrf, "wrong-again").await;
+            assert_eq!(wrong.status(), StatusCode::UNAUTHORIZED);
+
             // Another client has its own budget.
             let other = reqwest::Client::builder()
                 .local_address("127.0.0.2".parse::<std::net::IpAddr>().ok())
@@ -701,8 +714,50 @@ async fn a_burst_of_wrong_tokens_gets_429_and_writes_a_bounded_audit() {
                 .build()
                 .expect("a client from 127.0.0.2");
             let csrf = login_csrf(&app, &other).await;
-            let answer = post_login(&app, &other, &csrf, ADMIN_TOKEN).await;
-            assert_eq!(answer.status(), StatusCode::SEE_OTHER, "logged in");
+            let answer = post_login(&app, &other, &csrf, "wrong-elsewhere").await;
+            assert_eq!(answer.status(), StatusCode::UNAUTHORIZED, "its own budget");
+        })
+        .await;
+}
+
+#[tokio::test]
+async fn the_right_token_logs_in_while_a_flood_of_wrong_ones_goes_on() {
+    app()
+        .await
+        .run(|app| async move {
+            let csrf = login_csrf(&app, &app.http).await;
+            // A local process keeps the budget spent, as fast as it can…
+            let stop = std::sync::atomic::AtomicBool::new(false);
+            let flood = async {
+                let mut sent = 0u32;
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    let answer = post_login(&app, &app.http, &csrf, "guess").await;
+                    assert!(
+                        [StatusCode::UNAUTHORIZED, StatusCode::TOO_MANY_REQUESTS]
+                            .contains(&answer.status()),
+                        "{}",
+                        answer.status()
+                    );
+                    sent += 1;
+                }
+                sent
+            };
+            // …while the operator, from the same address, logs in five times.
+            let operator = async {
+                tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+                for _ in 0..5 {
+                    let csrf = login_csrf(&app, &app.http).await;
+                    let answer = post_login(&app, &app.http, &csrf, ADMIN_TOKEN).await;
+                    assert_eq!(answer.status(), StatusCode::SEE_OTHER, "logged in");
+                    tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+                }
+                stop.store(true, std::sync::atomic::Ordering::Relaxed);
+            };
+            let (sent, ()) = tokio::join!(flood, operator);
+            assert!(
+                sent > sandboxd_admin::AdminConfig::DEFAULT_LOGIN_ATTEMPTS,
+                "the flood spent the budget ({sent} attempts)"
+            );
         })
         .await;
 }
@@ -980,6 +1035,84 @@ async fn the_sources_page_registers_snapshots_and_removes_a_source_and_never_sho
                 )
                 .await,
         );
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn the_sources_page_shows_each_sources_tls_and_warns_of_one_that_checks_nothing() {
+    let Some(app) = crate::support::spawn_app(crate::support::AppSpec {
+        enabled_override: Some(true),
+        ..crate::support::AppSpec::default()
+    })
+    .await
+    else {
+        return;
+    };
+    app.run(|app| async move {
+        let browser = Browser::new(&app);
+        let csrf = browser.login().await;
+        let password = "pw-panel-tls-93d1";
+        let remote = format!("host=db.example.internal user=ro password={password} dbname=d");
+        let mut pages = Vec::new();
+        for (name, dsn, flash) in [
+            (
+                "weak",
+                format!("{remote} sslmode=require"),
+                "Warning: sslmode=require on a host that is not loopback",
+            ),
+            (
+                "strict",
+                remote.clone(),
+                "Saved source strict; take a snapshot",
+            ),
+        ] {
+            let saved = browser
+                .post(
+                    "/sources",
+                    &[
+                        ("csrf", &csrf),
+                        ("name", name),
+                        ("dsn", &dsn),
+                        ("privacy", "keep-values"),
+                        ("refresh_secs", "0"),
+                    ],
+                )
+                .await;
+            assert_eq!(saved.location.as_deref(), Some("/sources"));
+            let page = browser.get("/sources").await.html;
+            assert!(page.contains(flash), "{page}");
+            pages.push(page);
+        }
+        let page = &pages[1];
+        let row = |name: &str| {
+            page.split(&format!("id=\"source-{name}\""))
+                .nth(1)
+                .expect("the row")
+                .split("</tr>")
+                .next()
+                .expect("row end")
+                .to_owned()
+        };
+        let weak = row("weak");
+        assert!(
+            weak.contains("require") && weak.contains("unverified"),
+            "{weak}"
+        );
+        assert!(weak.contains("class=\"small tls-warning\""), "{weak}");
+        let strict = row("strict");
+        assert!(
+            strict.contains("verify-full") && strict.contains("verified"),
+            "{strict}"
+        );
+        assert!(
+            strict.contains("the default for a host that is not loopback"),
+            "{strict}"
+        );
+        assert!(!strict.contains("tls-warning"), "{strict}");
+        for page in &pages {
+            assert!(!page.contains(password), "the DSN's password on a page");
+        }
     })
     .await;
 }

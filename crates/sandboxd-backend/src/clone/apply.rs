@@ -145,8 +145,8 @@ async fn remove_failed(backend: &dyn Backend, instance: &Instance) {
 }
 
 /// Makes the running Postgres `instance` a clone of `snapshot`, its schema owned by `owner`.
-pub async fn apply(
-    backend: &dyn Backend,
+pub async fn apply<B: Backend + ?Sized>(
+    backend: &B,
     instance: &Instance,
     snapshot: &Snapshot,
     fidelity: Fidelity,
@@ -228,14 +228,15 @@ pub async fn apply(
     let hypothetical_indexes = client
         .batch_execute(
             "DO $$ BEGIN IF EXISTS (SELECT 1 FROM pg_catalog.pg_available_extensions \
-             WHERE name = 'hypopg') THEN CREATE EXTENSION IF NOT EXISTS hypopg SCHEMA extensions; \
-             END IF; END $$",
+             WHERE name OPERATOR(pg_catalog.=) 'hypopg') THEN \
+             CREATE EXTENSION IF NOT EXISTS hypopg SCHEMA extensions; END IF; END $$",
         )
         .await
         .is_ok()
         && client
             .query_opt(
-                "SELECT 1 FROM pg_catalog.pg_extension WHERE extname = 'hypopg'",
+                "SELECT 1 FROM pg_catalog.pg_extension \
+                 WHERE extname OPERATOR(pg_catalog.=) 'hypopg'",
                 &[],
             )
             .await
@@ -294,7 +295,10 @@ pub async fn apply(
 
 async fn server_major(client: &Client) -> Result<u32, String> {
     let row = client
-        .query_one("SELECT current_setting('server_version_num')::int", &[])
+        .query_one(
+            "SELECT pg_catalog.current_setting('server_version_num')::pg_catalog.int4",
+            &[],
+        )
         .await
         .map_err(|e| postgres::refused(e).0)?;
     Ok(u32::try_from(row.get::<_, i32>(0)).unwrap_or(0) / 10_000)
@@ -312,7 +316,7 @@ async fn padding_plan(
         .map(|r| (r.schema.as_str(), r.name.as_str()))
         .unzip();
     let data_directory: String = client
-        .query_one("SELECT current_setting('data_directory')", &[])
+        .query_one("SELECT pg_catalog.current_setting('data_directory')", &[])
         .await
         .map_err(|e| postgres::refused(e).0)?
         .get(0);
@@ -320,9 +324,11 @@ async fn padding_plan(
         .query(
             "SELECT r.schema, r.name, pg_catalog.pg_relation_filepath(x.c), \
                     pg_catalog.pg_relation_size(x.c) \
-             FROM unnest($1::text[], $2::text[]) AS r(schema, name) \
+             FROM ROWS FROM (pg_catalog.unnest($1::pg_catalog.text[]), \
+                             pg_catalog.unnest($2::pg_catalog.text[])) AS r(schema, name) \
              CROSS JOIN LATERAL (SELECT pg_catalog.to_regclass( \
-                 pg_catalog.quote_ident(r.schema) || '.' || pg_catalog.quote_ident(r.name)) AS c) x \
+                 pg_catalog.quote_ident(r.schema) OPERATOR(pg_catalog.||) '.' \
+                 OPERATOR(pg_catalog.||) pg_catalog.quote_ident(r.name)) AS c) x \
              WHERE x.c IS NOT NULL",
             &[&schemas, &names],
         )
@@ -371,56 +377,64 @@ DECLARE
 BEGIN
     FOR r IN
         SELECT n.oid, n.nspname FROM pg_catalog.pg_namespace n
-        WHERE n.nspname NOT IN ('pg_catalog', 'information_schema', 'extensions')
-          AND n.nspname NOT LIKE 'pg\_%'
+        WHERE n.nspname OPERATOR(pg_catalog.<>) ALL (ARRAY['pg_catalog', 'information_schema', 'extensions']::pg_catalog.name[])
+          AND NOT n.nspname OPERATOR(pg_catalog.~~) 'pg\_%'
           AND NOT EXISTS (SELECT 1 FROM pg_catalog.pg_depend d
-                          WHERE d.classid = 'pg_catalog.pg_namespace'::regclass
-                            AND d.objid = n.oid AND d.deptype = 'e')
+                          WHERE d.classid OPERATOR(pg_catalog.=) 'pg_catalog.pg_namespace'::pg_catalog.regclass
+                            AND d.objid OPERATOR(pg_catalog.=) n.oid AND d.deptype OPERATOR(pg_catalog.=) 'e')
     LOOP
-        EXECUTE format('ALTER SCHEMA %I OWNER TO %s', r.nspname, agent);
+        EXECUTE pg_catalog.format('ALTER SCHEMA %I OWNER TO %s', r.nspname, agent);
     END LOOP;
     FOR r IN
-        SELECT c.oid::regclass AS rel, c.relkind FROM pg_catalog.pg_class c
-        JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
-        WHERE n.nspname NOT IN ('pg_catalog', 'information_schema', 'extensions')
-          AND n.nspname NOT LIKE 'pg\_%'
-          AND c.relkind IN ('r', 'p', 'v', 'm', 'S', 'f')
+        SELECT c.oid::pg_catalog.regclass AS rel, c.relkind FROM pg_catalog.pg_class c
+        JOIN pg_catalog.pg_namespace n ON n.oid OPERATOR(pg_catalog.=) c.relnamespace
+        WHERE n.nspname OPERATOR(pg_catalog.<>) ALL (ARRAY['pg_catalog', 'information_schema', 'extensions']::pg_catalog.name[])
+          AND NOT n.nspname OPERATOR(pg_catalog.~~) 'pg\_%'
+          AND c.relkind OPERATOR(pg_catalog.=) ANY (ARRAY['r', 'p', 'v', 'm', 'S', 'f']::pg_catalog."char"[])
           AND NOT EXISTS (SELECT 1 FROM pg_catalog.pg_depend d
-                          WHERE d.classid = 'pg_catalog.pg_class'::regclass AND d.objid = c.oid
-                            AND (d.deptype = 'e'
-                                 OR (c.relkind = 'S' AND d.deptype IN ('a', 'i')
-                                     AND d.refclassid = 'pg_catalog.pg_class'::regclass)))
+                          WHERE d.classid OPERATOR(pg_catalog.=) 'pg_catalog.pg_class'::pg_catalog.regclass
+                            AND d.objid OPERATOR(pg_catalog.=) c.oid
+                            AND (d.deptype OPERATOR(pg_catalog.=) 'e'
+                                 OR (c.relkind OPERATOR(pg_catalog.=) 'S'
+                                     AND d.deptype OPERATOR(pg_catalog.=) ANY (ARRAY['a', 'i']::pg_catalog."char"[])
+                                     AND d.refclassid OPERATOR(pg_catalog.=) 'pg_catalog.pg_class'::pg_catalog.regclass)))
     LOOP
-        EXECUTE format('ALTER %s %s OWNER TO %s',
-            CASE r.relkind WHEN 'v' THEN 'VIEW' WHEN 'm' THEN 'MATERIALIZED VIEW'
-                           WHEN 'S' THEN 'SEQUENCE' WHEN 'f' THEN 'FOREIGN TABLE'
-                           ELSE 'TABLE' END,
+        EXECUTE pg_catalog.format('ALTER %s %s OWNER TO %s',
+            CASE WHEN r.relkind OPERATOR(pg_catalog.=) 'v' THEN 'VIEW'
+                 WHEN r.relkind OPERATOR(pg_catalog.=) 'm' THEN 'MATERIALIZED VIEW'
+                 WHEN r.relkind OPERATOR(pg_catalog.=) 'S' THEN 'SEQUENCE'
+                 WHEN r.relkind OPERATOR(pg_catalog.=) 'f' THEN 'FOREIGN TABLE'
+                 ELSE 'TABLE' END,
             r.rel, agent);
     END LOOP;
     FOR r IN
-        SELECT p.oid::regprocedure AS fn FROM pg_catalog.pg_proc p
-        JOIN pg_catalog.pg_namespace n ON n.oid = p.pronamespace
-        WHERE n.nspname NOT IN ('pg_catalog', 'information_schema', 'extensions')
-          AND n.nspname NOT LIKE 'pg\_%'
+        SELECT p.oid::pg_catalog.regprocedure AS fn FROM pg_catalog.pg_proc p
+        JOIN pg_catalog.pg_namespace n ON n.oid OPERATOR(pg_catalog.=) p.pronamespace
+        WHERE n.nspname OPERATOR(pg_catalog.<>) ALL (ARRAY['pg_catalog', 'information_schema', 'extensions']::pg_catalog.name[])
+          AND NOT n.nspname OPERATOR(pg_catalog.~~) 'pg\_%'
           AND NOT EXISTS (SELECT 1 FROM pg_catalog.pg_depend d
-                          WHERE d.classid = 'pg_catalog.pg_proc'::regclass AND d.objid = p.oid
-                            AND d.deptype = 'e')
+                          WHERE d.classid OPERATOR(pg_catalog.=) 'pg_catalog.pg_proc'::pg_catalog.regclass
+                            AND d.objid OPERATOR(pg_catalog.=) p.oid
+                            AND d.deptype OPERATOR(pg_catalog.=) 'e')
     LOOP
-        EXECUTE format('ALTER ROUTINE %s OWNER TO %s', r.fn, agent);
+        EXECUTE pg_catalog.format('ALTER ROUTINE %s OWNER TO %s', r.fn, agent);
     END LOOP;
     FOR r IN
-        SELECT t.oid::regtype AS ty FROM pg_catalog.pg_type t
-        JOIN pg_catalog.pg_namespace n ON n.oid = t.typnamespace
-        WHERE n.nspname NOT IN ('pg_catalog', 'information_schema', 'extensions')
-          AND n.nspname NOT LIKE 'pg\_%'
-          AND (t.typtype IN ('d', 'e', 'r')
-               OR (t.typtype = 'c' AND EXISTS (SELECT 1 FROM pg_catalog.pg_class c
-                                               WHERE c.oid = t.typrelid AND c.relkind = 'c')))
+        SELECT t.oid::pg_catalog.regtype AS ty FROM pg_catalog.pg_type t
+        JOIN pg_catalog.pg_namespace n ON n.oid OPERATOR(pg_catalog.=) t.typnamespace
+        WHERE n.nspname OPERATOR(pg_catalog.<>) ALL (ARRAY['pg_catalog', 'information_schema', 'extensions']::pg_catalog.name[])
+          AND NOT n.nspname OPERATOR(pg_catalog.~~) 'pg\_%'
+          AND (t.typtype OPERATOR(pg_catalog.=) ANY (ARRAY['d', 'e', 'r']::pg_catalog."char"[])
+               OR (t.typtype OPERATOR(pg_catalog.=) 'c'
+                   AND EXISTS (SELECT 1 FROM pg_catalog.pg_class c
+                               WHERE c.oid OPERATOR(pg_catalog.=) t.typrelid
+                                 AND c.relkind OPERATOR(pg_catalog.=) 'c')))
           AND NOT EXISTS (SELECT 1 FROM pg_catalog.pg_depend d
-                          WHERE d.classid = 'pg_catalog.pg_type'::regclass AND d.objid = t.oid
-                            AND d.deptype = 'e')
+                          WHERE d.classid OPERATOR(pg_catalog.=) 'pg_catalog.pg_type'::pg_catalog.regclass
+                            AND d.objid OPERATOR(pg_catalog.=) t.oid
+                            AND d.deptype OPERATOR(pg_catalog.=) 'e')
     LOOP
-        EXECUTE format('ALTER TYPE %s OWNER TO %s', r.ty, agent);
+        EXECUTE pg_catalog.format('ALTER TYPE %s OWNER TO %s', r.ty, agent);
     END LOOP;
 END
 $hand_over$"#

@@ -1,16 +1,18 @@
 //! Reading a source: one read-only, repeatable-read transaction on the source database for its
 //! version, sizes, statistics, planner settings and extensions, and `pg_dump` for the schema.
-//! The DSN is the operator's secret: it is never logged, and an error never quotes it.
-
-use std::str::FromStr;
+//! The DSN is the operator's secret: it is never logged, and an error never quotes it. The
+//! connection is TLS as the DSN's `sslmode` says (`tls.rs`; `verify-full` by default off
+//! loopback), through rustls.
 
 use sandboxd_domain::clone::{
     ColumnStats, ExtensionUse, PlannerSetting, Privacy, RelationKind, RelationSize, Snapshot,
 };
 use sandboxd_domain::{EngineRef, clock};
-use secrecy::{ExposeSecret, SecretString};
-use tokio_postgres::{Client, Config, IsolationLevel, NoTls};
+use secrecy::SecretString;
+use tokio_postgres::{Client, IsolationLevel};
 
+use super::dsn::{SourceDsn, redact};
+use super::tls::SourceTls;
 use crate::Backend;
 use crate::error::BackendError;
 
@@ -22,8 +24,17 @@ const STATS_IMPORT_MAJOR: u32 = 18;
 pub enum SourceError {
     #[error("the source DSN is not a PostgreSQL connection string: {0}")]
     BadDsn(String),
+    #[error("the TLS roots of the source: {0}")]
+    Roots(String),
     #[error("connecting to the source: {0}")]
     Connect(String),
+    #[error(
+        "the source's certificate failed TLS verification ({tls}): {detail}; sslrootcert names \
+         the PEM file of the CA that signed it"
+    )]
+    TlsVerification { tls: String, detail: String },
+    #[error("TLS with the source failed ({tls}): {detail}")]
+    Tls { tls: String, detail: String },
     #[error("reading the source's {what}: {detail}")]
     Read { what: &'static str, detail: String },
     #[error(transparent)]
@@ -167,123 +178,66 @@ pub async fn take_snapshot(
     Ok(snapshot)
 }
 
-/// Whether `dsn` is a connection string a snapshot can use (its syntax only; nothing connects).
-pub fn check_dsn(dsn: &SecretString) -> Result<(), SourceError> {
-    let config = parse_dsn(dsn)?;
-    if config.get_hosts().is_empty() {
-        return Err(SourceError::BadDsn("it names no host".into()));
-    }
-    Ok(())
-}
-
-/// `dsn` as libpq connection parameters without its password (`key='value' …`, nothing
-/// secret: what may sit on a command line), and the password apart. Only what the DSN's parser
-/// knows is kept, which is all a DSN that passes [`check_dsn`] can hold.
-pub(crate) fn split_password(
-    dsn: &SecretString,
-) -> Result<(String, Option<SecretString>), SourceError> {
-    let config = parse_dsn(dsn)?;
-    let quote = |value: &str| format!("'{}'", value.replace('\\', "\\\\").replace('\'', "\\'"));
-    let mut params = Vec::new();
-    let hosts: Vec<String> = config
-        .get_hosts()
-        .iter()
-        .map(|host| match host {
-            tokio_postgres::config::Host::Tcp(name) => name.clone(),
-            tokio_postgres::config::Host::Unix(path) => path.display().to_string(),
-        })
-        .collect();
-    if !hosts.is_empty() {
-        params.push(format!("host={}", quote(&hosts.join(","))));
-    }
-    let addresses: Vec<String> = config
-        .get_hostaddrs()
-        .iter()
-        .map(|a| a.to_string())
-        .collect();
-    if !addresses.is_empty() {
-        params.push(format!("hostaddr={}", quote(&addresses.join(","))));
-    }
-    let ports: Vec<String> = config.get_ports().iter().map(|p| p.to_string()).collect();
-    if !ports.is_empty() {
-        params.push(format!("port={}", quote(&ports.join(","))));
-    }
-    for (key, value) in [
-        ("user", config.get_user()),
-        ("dbname", config.get_dbname()),
-        ("options", config.get_options()),
-    ] {
-        if let Some(value) = value {
-            params.push(format!("{key}={}", quote(value)));
-        }
-    }
-    let sslmode = match config.get_ssl_mode() {
-        tokio_postgres::config::SslMode::Disable => "disable",
-        tokio_postgres::config::SslMode::Require => "require",
-        _ => "prefer",
-    };
-    params.push(format!("sslmode={sslmode}"));
-    let password = match config.get_password() {
-        None => None,
-        Some(bytes) => {
-            let text = std::str::from_utf8(bytes)
-                .map_err(|_| SourceError::BadDsn("its password is not UTF-8".into()))?;
-            if text.contains(['\n', '\r']) {
-                return Err(SourceError::BadDsn(
-                    "its password holds a line break".into(),
-                ));
-            }
-            Some(SecretString::from(text.to_owned()))
-        }
-    };
-    Ok((params.join(" "), password))
-}
-
-fn parse_dsn(dsn: &SecretString) -> Result<Config, SourceError> {
-    // The parser's message can quote the string it failed on.
-    Config::from_str(dsn.expose_secret()).map_err(|_| {
-        SourceError::BadDsn(
-            "check its syntax (key=value pairs or a postgresql:// URL, as libpq takes)".into(),
-        )
-    })
-}
-
 async fn connect(dsn: &SecretString) -> Result<Client, SourceError> {
-    let mut config = parse_dsn(dsn)?;
+    let SourceDsn { mut config, tls } = SourceDsn::parse(dsn)?;
     config
         .application_name("sandboxd-snapshot")
         .connect_timeout(std::time::Duration::from_secs(10))
         .options("-c default_transaction_read_only=on -c statement_timeout=60s");
+    let connector = tls.connector().map_err(SourceError::Roots)?;
     let (client, connection) = config
-        .connect(NoTls)
+        .connect(connector)
         .await
-        .map_err(|e| SourceError::Connect(driver_text(&e, dsn)))?;
+        .map_err(|e| connect_error(&e, &tls, dsn))?;
     tokio::spawn(async move {
         let _ = connection.await;
     });
     Ok(client)
 }
 
-/// The driver's (or server's) message, with the DSN and its password blanked should either
-/// appear in it.
+/// A failed connection, told apart: a certificate TLS verification refused, another TLS
+/// failure (the server offers none, say), or anything else.
+fn connect_error(err: &tokio_postgres::Error, tls: &SourceTls, dsn: &SecretString) -> SourceError {
+    let detail = driver_text(err, dsn);
+    let mut cause = std::error::Error::source(err);
+    while let Some(current) = cause {
+        if let Some(rustls::Error::InvalidCertificate(_)) = current
+            .downcast_ref::<std::io::Error>()
+            .and_then(|io| io.get_ref())
+            .and_then(|inner| inner.downcast_ref::<rustls::Error>())
+        {
+            return SourceError::TlsVerification {
+                tls: tls.short(),
+                detail,
+            };
+        }
+        cause = current.source();
+    }
+    if detail.starts_with("error performing TLS handshake") {
+        return SourceError::Tls {
+            tls: tls.short(),
+            detail,
+        };
+    }
+    SourceError::Connect(detail)
+}
+
+/// The driver's (or server's) message and its causes, with the DSN and its password blanked
+/// should either appear in them.
 fn driver_text(err: &tokio_postgres::Error, dsn: &SecretString) -> String {
-    let text = match err.as_db_error() {
+    let mut text = match err.as_db_error() {
         Some(db) => format!("{} ({})", db.message(), db.code().code()),
         None => err.to_string(),
     };
-    redact(&text, dsn)
-}
-
-pub(crate) fn redact(text: &str, dsn: &SecretString) -> String {
-    let mut text = text.replace(dsn.expose_secret(), "[dsn]");
-    if let Ok(config) = Config::from_str(dsn.expose_secret())
-        && let Some(password) = config.get_password()
-        && let Ok(password) = std::str::from_utf8(password)
-        && !password.is_empty()
-    {
-        text = text.replace(password, "[password]");
+    if err.as_db_error().is_none() {
+        let mut cause = std::error::Error::source(err);
+        while let Some(current) = cause {
+            text.push_str(": ");
+            text.push_str(&current.to_string());
+            cause = current.source();
+        }
     }
-    text
+    redact(&text, dsn)
 }
 
 /// Relations of the source's own (not an extension's) whose files the planner measures.
@@ -329,39 +283,3 @@ const EXTENSIONS: &str = "SELECT e.extname::text, e.extversion::text, n.nspname:
 const EXTENDED_STATISTICS: &str = "SELECT n.nspname || '.' || s.stxname \
      FROM pg_catalog.pg_statistic_ext s JOIN pg_catalog.pg_namespace n ON n.oid = s.stxnamespace \
      ORDER BY 1";
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn the_password_is_split_from_the_parameters() {
-        let url =
-            SecretString::from("postgresql://ro:s3cr%27t@db.example:6432/shop?sslmode=disable");
-        let (params, password) = split_password(&url).expect("valid");
-        assert_eq!(
-            params,
-            "host='db.example' port='6432' user='ro' dbname='shop' sslmode=disable"
-        );
-        assert_eq!(password.expect("a password").expose_secret(), "s3cr't");
-        let pairs = SecretString::from("host=/run/pg user=o\\'brien password=x dbname=d");
-        let (params, _) = split_password(&pairs).expect("valid");
-        assert!(params.contains("host='/run/pg'"), "{params}");
-        assert!(params.contains("user='o\\'brien'"), "{params}");
-        assert!(!params.contains("password"), "{params}");
-        let none = SecretString::from("host=db dbname=d");
-        assert!(split_password(&none).expect("valid").1.is_none());
-    }
-
-    #[test]
-    fn redaction_blanks_the_dsn_and_its_password() {
-        let dsn = SecretString::from("host=db user=ro password=hunter2-xyz dbname=shop");
-        let text = redact(
-            "failed for host=db user=ro password=hunter2-xyz dbname=shop and hunter2-xyz",
-            &dsn,
-        );
-        assert!(!text.contains("hunter2-xyz"), "{text}");
-        let url = SecretString::from("postgresql://ro:s3cr3t-abc@db:5432/shop");
-        assert!(!redact("oops s3cr3t-abc", &url).contains("s3cr3t-abc"));
-    }
-}

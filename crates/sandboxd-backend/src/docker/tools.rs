@@ -1,7 +1,8 @@
 //! Tools sandboxd runs for itself, not for an agent: `pg_dump` of a clone source in a throwaway
 //! container of the source's major version, and the padding of a clone's relation files inside
 //! its own container. The source's DSN reaches `pg_dump` on its stdin, never in a container's
-//! config, and no error quotes it.
+//! config, and no error quotes it; so do the roots its `sslmode` trusts, so `pg_dump` checks
+//! production's certificate exactly as the snapshot's own connection does.
 
 use std::collections::HashMap;
 use std::time::Duration;
@@ -18,6 +19,7 @@ use secrecy::{ExposeSecret, SecretString};
 use tokio::io::AsyncWriteExt;
 
 use super::{DockerBackend, client, images};
+use crate::clone::{LibpqInput, libpq_input};
 use crate::error::BackendError;
 
 /// How long a schema dump may take.
@@ -25,11 +27,18 @@ const DUMP_DEADLINE: Duration = Duration::from_secs(300);
 /// The most schema text kept (a schema larger than this is refused, not cut).
 const DUMP_MAX_BYTES: usize = 64 << 20;
 
-/// The dump's command: the connection parameters (no password) and then the password are read
-/// from stdin, so neither is in a config the engine records, and the password is in pg_dump's
-/// environment (readable by its own user only), never on its command line (readable by all).
+/// Where the dump's script writes the roots a verifying `sslmode` trusts (its `/tmp` is a
+/// tmpfs of its own).
+const ROOT_FILE: &str = "/tmp/sandboxd-root.crt";
+
+/// The dump's command: the connection parameters (no password; `sslmode` and, when it
+/// verifies, `sslrootcert` included), then the password, then the roots as PEM (the rest, empty
+/// when the mode checks no certificate) are read from stdin, so none is in a config the engine
+/// records, and the password is in pg_dump's environment (readable by its own user only), never
+/// on its command line (readable by all).
 const DUMP_SCRIPT: &str = "IFS= read -r params; IFS= read -r PGPASSWORD || true; \
      [ -n \"$PGPASSWORD\" ] && export PGPASSWORD || unset PGPASSWORD; \
+     cat > /tmp/sandboxd-root.crt; \
      exec pg_dump --schema-only --no-owner --no-privileges --no-publications \
      --no-subscriptions --no-security-labels --no-tablespaces --dbname=\"$params\"";
 
@@ -40,13 +49,19 @@ impl DockerBackend {
         major: u32,
         dsn: &SecretString,
     ) -> Result<String, BackendError> {
-        let docker = self.client.get().await?;
-        let (image, _) =
-            images::resolve(docker, engine, &self.config.images_for_major(engine, major)).await?;
         let name = format!(
             "sandboxd-pgdump-{}",
             &generate_secret().expose_secret()[..12]
         );
+        // Before anything is made: a DSN or a CA file that cannot be used fails here.
+        let source = libpq_input(dsn, ROOT_FILE).map_err(|err| BackendError::Docker {
+            operation: "handing the source to",
+            name: name.clone(),
+            detail: err.to_string(),
+        })?;
+        let docker = self.client.get().await?;
+        let (image, _) =
+            images::resolve(docker, engine, &self.config.images_for_major(engine, major)).await?;
         // The source is where the daemon can reach it: the operator's network when one is
         // configured, else the host's.
         let network_mode = self
@@ -94,7 +109,7 @@ impl DockerBackend {
             )
             .await
             .map_err(|err| client::error("creating", &name, err))?;
-        let outcome = tokio::time::timeout(DUMP_DEADLINE, dump(docker, &name, dsn)).await;
+        let outcome = tokio::time::timeout(DUMP_DEADLINE, dump(docker, &name, &source, dsn)).await;
         let removed = docker
             .remove_container(
                 &name,
@@ -181,7 +196,12 @@ impl DockerBackend {
     }
 }
 
-async fn dump(docker: &Docker, name: &str, dsn: &SecretString) -> Result<String, BackendError> {
+async fn dump(
+    docker: &Docker,
+    name: &str,
+    source: &LibpqInput,
+    dsn: &SecretString,
+) -> Result<String, BackendError> {
     let attached = docker
         .attach_container(
             name,
@@ -203,19 +223,16 @@ async fn dump(docker: &Docker, name: &str, dsn: &SecretString) -> Result<String,
         mut output,
         mut input,
     } = attached;
-    let (params, password) =
-        crate::clone::split_password(dsn).map_err(|err| BackendError::Docker {
-            operation: "handing the source to",
-            name: name.to_owned(),
-            detail: err.to_string(),
-        })?;
     let written = async {
-        input.write_all(params.as_bytes()).await?;
+        input.write_all(source.params.as_bytes()).await?;
         input.write_all(b"\n").await?;
-        if let Some(password) = &password {
+        if let Some(password) = &source.password {
             input.write_all(password.expose_secret().as_bytes()).await?;
         }
         input.write_all(b"\n").await?;
+        if let Some(roots) = &source.roots_pem {
+            input.write_all(roots.as_bytes()).await?;
+        }
         input.flush().await?;
         input.shutdown().await
     }
@@ -264,7 +281,11 @@ async fn dump(docker: &Docker, name: &str, dsn: &SecretString) -> Result<String,
         return Err(BackendError::Docker {
             operation: "dumping the schema in",
             name: name.to_owned(),
-            detail: format!("pg_dump exited with {code}: {}", text.trim()),
+            detail: format!(
+                "pg_dump exited with {code} ({}): {}",
+                source.tls,
+                text.trim()
+            ),
         });
     }
     String::from_utf8(schema).map_err(|_| BackendError::Docker {
@@ -272,4 +293,16 @@ async fn dump(docker: &Docker, name: &str, dsn: &SecretString) -> Result<String,
         name: name.to_owned(),
         detail: "pg_dump wrote something that is not UTF-8".to_owned(),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_script_writes_the_roots_where_libpq_is_told_they_are() {
+        assert!(DUMP_SCRIPT.contains(&format!("cat > {ROOT_FILE};")));
+        // The password stays off the command line: only the parameters are an argument.
+        assert!(DUMP_SCRIPT.contains("--dbname=\"$params\""));
+    }
 }

@@ -36,8 +36,19 @@ pub struct KubeConfig {
     /// address.
     pub service: bool,
     /// The label an agent's own Pods carry, valued with its slug: the NetworkPolicy admits
-    /// only Pods with `<agent_label>=<owner>` (and sandboxd itself).
+    /// only Pods with `<agent_label>=<owner>` (and sandboxd itself), and only in the owner's
+    /// namespace (`agent_namespace_label`).
     pub agent_label: String,
+    /// The label of the namespace an agent's Pods run in, valued with its slug: the
+    /// NetworkPolicy admits the owner's Pods only from namespaces labeled
+    /// `<agent_namespace_label>=<owner>`. Pod labels are set by whoever creates the Pod, so
+    /// another tenant could put `<agent_label>=<owner>` on a Pod of its own; a namespace's
+    /// labels only by whoever may change namespaces (the cluster's operators). With
+    /// `kubernetes.io/metadata.name` (Kubernetes ≥ 1.21 sets it to the name, and no one can
+    /// change it) an agent's namespace is the one named like its slug. Empty: Pods of
+    /// sandboxd's own namespace are admitted by their label alone (forgeable by anyone who may
+    /// create Pods there; `doctor` says so).
+    pub agent_namespace_label: String,
     /// Labels of sandboxd's own Pods, when it runs in the cluster: the NetworkPolicy admits
     /// them (sandboxd proves readiness and activates features over the wire).
     pub daemon_pod_labels: BTreeMap<String, String>,
@@ -72,6 +83,7 @@ impl Default for KubeConfig {
             cpu_request: 0.1,
             service: false,
             agent_label: "sandboxd.dev/agent".to_owned(),
+            agent_namespace_label: "sandboxd.dev/agent".to_owned(),
             daemon_pod_labels: BTreeMap::new(),
             daemon_cidrs: Vec::new(),
             image_pull_policy: "IfNotPresent".to_owned(),
@@ -161,6 +173,13 @@ impl KubeConfig {
                 self.agent_label
             )));
         }
+        if !self.agent_namespace_label.is_empty() && !label_key(&self.agent_namespace_label) {
+            return Err(invalid(format!(
+                "agent_namespace_label {:?} is not a label key (or empty: admit the owner's \
+                 Pods by their label in sandboxd's namespace)",
+                self.agent_namespace_label
+            )));
+        }
         if let Some(key) = self.daemon_pod_labels.keys().find(|k| !label_key(k)) {
             return Err(invalid(format!(
                 "daemon_pod_labels: {key:?} is not a label key"
@@ -243,10 +262,14 @@ mod tests {
     #[test]
     fn odd_settings_are_refused_naming_the_rule() {
         type Tweak = fn(&mut KubeConfig);
-        let cases: [(Tweak, &str); 8] = [
+        let cases: [(Tweak, &str); 9] = [
             (|c| c.namespace = "Sandboxd".into(), "DNS label"),
             (|c| c.label_prefix = "sandboxd_dev".into(), "DNS subdomain"),
             (|c| c.agent_label = "-agent".into(), "label key"),
+            (
+                |c| c.agent_namespace_label = "agent namespace".into(),
+                "agent_namespace_label",
+            ),
             (
                 |c| c.daemon_cidrs = vec!["10.0.0.0".into()],
                 "address range",
@@ -265,8 +288,16 @@ mod tests {
         let fine = KubeConfig {
             daemon_cidrs: vec!["172.17.0.1/32".into(), "fd00::/8".into()],
             agent_label: "example.com/agent-slug".into(),
+            agent_namespace_label: "kubernetes.io/metadata.name".into(),
             ..KubeConfig::default()
         };
         fine.validate().expect("valid");
+        let shared = KubeConfig {
+            agent_namespace_label: String::new(),
+            ..KubeConfig::default()
+        };
+        shared
+            .validate()
+            .expect("valid: pod labels alone, which doctor flags");
     }
 }

@@ -1,6 +1,7 @@
 //! `sandboxd doctor` for the Kubernetes backend: the API answers, the namespace exists, sandboxd
 //! may do what provisioning needs there (asked of the API server itself), each engine's image
-//! is on some node, and what the NetworkPolicies will and will not do.
+//! is on some node, and what the NetworkPolicies will and will not do (whom they admit, and
+//! whether that rests on anything a tenant cannot forge).
 
 use k8s_openapi::api::authorization::v1::{
     ResourceAttributes, SelfSubjectAccessReview, SelfSubjectAccessReviewSpec,
@@ -84,28 +85,47 @@ impl KubeBackend {
                 ),
             });
         }
-        let admits_daemon =
-            !self.config.daemon_pod_labels.is_empty() || !self.config.daemon_cidrs.is_empty();
-        checks.push(if admits_daemon {
-            DoctorCheck::ok(
-                "kubernetes network policies",
-                format!(
-                    "each instance admits only its owner's Pods ({}=<agent>) and sandboxd, on \
-                     its port, and dials nothing; enforced only where the cluster's network \
-                     plugin enforces NetworkPolicies",
-                    self.config.agent_label
-                ),
-            )
-        } else {
-            DoctorCheck::missing(
-                "kubernetes network policies",
+        checks.push(self.policy_reach());
+        checks
+    }
+
+    /// Whom the NetworkPolicies admit: missing when sandboxd itself is not admitted, or when
+    /// the owner's Pods are recognized by a label alone, which any tenant may put on a Pod.
+    fn policy_reach(&self) -> DoctorCheck {
+        let subject = "kubernetes network policies";
+        let config = &self.config;
+        if config.daemon_pod_labels.is_empty() && config.daemon_cidrs.is_empty() {
+            return DoctorCheck::missing(
+                subject,
                 "neither daemon_pod_labels nor daemon_cidrs is set: where the network plugin \
                  enforces NetworkPolicies, sandboxd itself cannot reach its instances",
                 "set [kubernetes] daemon_pod_labels (sandboxd in the cluster) or daemon_cidrs \
                  (outside it)",
-            )
-        });
-        checks
+            );
+        }
+        if config.agent_namespace_label.is_empty() {
+            return DoctorCheck::missing(
+                subject,
+                format!(
+                    "each instance admits Pods labeled {}=<agent> in {}: a Pod's labels are \
+                     its creator's to choose, so anyone who may create Pods there can reach \
+                     any agent's instance",
+                    config.agent_label, config.namespace
+                ),
+                "set [kubernetes] agent_namespace_label and run each agent's Pods in a \
+                 namespace of its own labeled <label>=<agent>",
+            );
+        }
+        DoctorCheck::ok(
+            subject,
+            format!(
+                "each instance admits, on its port, only Pods labeled {}=<agent> in a namespace \
+                 labeled {}=<agent> (namespace labels are the cluster operators' to set), and \
+                 sandboxd; it dials nothing; enforced only where the cluster's network plugin \
+                 enforces NetworkPolicies",
+                config.agent_label, config.agent_namespace_label
+            ),
+        )
     }
 
     /// Asks the API server, for each verb provisioning uses, whether sandboxd may.

@@ -42,6 +42,7 @@ impl KubeBackend {
     pub(super) fn admitted<'a>(&'a self, owner: &'a AgentSlug) -> Admitted<'a> {
         Admitted {
             agent_label: &self.config.agent_label,
+            agent_namespace_label: &self.config.agent_namespace_label,
             owner,
             daemon_pod_labels: &self.config.daemon_pod_labels,
             daemon_cidrs: &self.config.daemon_cidrs,

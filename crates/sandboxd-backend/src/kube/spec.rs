@@ -11,8 +11,10 @@
 //!   root with memory-backed `emptyDir`s (sized) where the recipe wants tmpfs, requests =
 //!   limits, no service-account token, no restarts (a dead server is replaced, not revived);
 //! - a NetworkPolicy admitting, on the engine's port only, the owner's Pods
-//!   (`<agent_label>=<owner>`) and sandboxd (its Pods' labels, or its address ranges), and no
-//!   egress at all (enforced only where the cluster's network plugin enforces policies);
+//!   (`<agent_label>=<owner>` in a namespace labeled `<agent_namespace_label>=<owner>`: a Pod's
+//!   labels are its creator's to choose, a namespace's only the cluster operators') and
+//!   sandboxd (its Pods' labels, or its address ranges), and no egress at all (enforced only
+//!   where the cluster's network plugin enforces policies);
 //! - a ClusterIP Service, when agents are to reach instances by name.
 
 use std::collections::BTreeMap;
@@ -353,25 +355,36 @@ pub(super) fn pod(input: &PodInput<'_>) -> Pod {
 
 /// Who the NetworkPolicy admits.
 pub(super) struct Admitted<'a> {
-    /// The agents' label and the owner it must name (a pool member's slot names no agent).
+    /// The agents' Pod label and the owner it must name (a pool member's slot names no agent).
     pub agent_label: &'a str,
+    /// The label the owner's namespace carries, valued with the owner; empty: the Pod label
+    /// alone, in the policy's own namespace.
+    pub agent_namespace_label: &'a str,
     pub owner: &'a AgentSlug,
     pub daemon_pod_labels: &'a BTreeMap<String, String>,
     pub daemon_cidrs: &'a [String],
 }
 
 /// The ingress rule's peers: the owner's Pods, sandboxd's Pods, sandboxd's address ranges.
+///
+/// The owner's peer pairs a namespace selector with a Pod selector in one peer, which
+/// Kubernetes reads as *and*: a Pod labeled for the owner, in a namespace labeled for the
+/// owner. A tenant that labels a Pod of its own namespace with another agent's slug is not
+/// admitted, since it cannot label its namespace so (namespaces are cluster objects).
 pub(super) fn admitted_peers(admitted: &Admitted<'_>) -> Vec<NetworkPolicyPeer> {
     let mut peers = Vec::new();
     if !admitted.owner.is_pool_slot() {
+        let owned_by = |label: &str| LabelSelector {
+            match_labels: Some(BTreeMap::from([(
+                label.to_owned(),
+                admitted.owner.to_string(),
+            )])),
+            ..LabelSelector::default()
+        };
         peers.push(NetworkPolicyPeer {
-            pod_selector: Some(LabelSelector {
-                match_labels: Some(BTreeMap::from([(
-                    admitted.agent_label.to_owned(),
-                    admitted.owner.to_string(),
-                )])),
-                ..LabelSelector::default()
-            }),
+            namespace_selector: (!admitted.agent_namespace_label.is_empty())
+                .then(|| owned_by(admitted.agent_namespace_label)),
+            pod_selector: Some(owned_by(admitted.agent_label)),
             ..NetworkPolicyPeer::default()
         });
     }
@@ -594,6 +607,7 @@ mod tests {
             5432,
             &Admitted {
                 agent_label: "sandboxd.dev/agent",
+                agent_namespace_label: "sandboxd.dev/agent",
                 owner: &owner,
                 daemon_pod_labels: &daemon,
                 daemon_cidrs: &cidrs,
@@ -612,6 +626,19 @@ mod tests {
                 .and_then(|l| l.get("sandboxd.dev/agent")),
             Some(&"dev-1".to_owned())
         );
+        let namespace = from[0]
+            .namespace_selector
+            .as_ref()
+            .expect("agent namespace");
+        assert_eq!(
+            namespace.match_labels,
+            Some(BTreeMap::from([(
+                "sandboxd.dev/agent".to_owned(),
+                "dev-1".to_owned()
+            )]))
+        );
+        // sandboxd's own Pods are in its namespace: no namespace selector there.
+        assert!(from[1].namespace_selector.is_none(), "{from:?}");
         assert_eq!(
             from[2].ip_block.as_ref().map(|b| b.cidr.as_str()),
             Some("172.17.0.1/32")
@@ -624,6 +651,7 @@ mod tests {
         let slot = AgentSlug::pool_slot();
         let peers = admitted_peers(&Admitted {
             agent_label: "sandboxd.dev/agent",
+            agent_namespace_label: "sandboxd.dev/agent",
             owner: &slot,
             daemon_pod_labels: &BTreeMap::new(),
             daemon_cidrs: &cidrs,
@@ -639,11 +667,51 @@ mod tests {
             5432,
             &Admitted {
                 agent_label: "sandboxd.dev/agent",
+                agent_namespace_label: "sandboxd.dev/agent",
                 owner: &slot,
                 daemon_pod_labels: &BTreeMap::new(),
                 daemon_cidrs: &[],
             },
         );
         assert_eq!(closed.spec.and_then(|s| s.ingress), Some(vec![]));
+    }
+
+    /// The policy's owner peer, as the API server receives it.
+    fn owner_peer(admitted: &Admitted<'_>) -> serde_json::Value {
+        serde_json::to_value(&admitted_peers(admitted)[0]).expect("json")
+    }
+
+    #[test]
+    fn a_pod_label_alone_never_admits_a_pod_of_another_namespace() {
+        let owner = AgentSlug::parse("dev-1").expect("slug");
+        let none = BTreeMap::new();
+        let admitted = |namespace_label| Admitted {
+            agent_label: "sandboxd.dev/agent",
+            agent_namespace_label: namespace_label,
+            owner: &owner,
+            daemon_pod_labels: &none,
+            daemon_cidrs: &[],
+        };
+        // One peer holding both selectors: Kubernetes ANDs them. Two peers would OR them, and
+        // a forged Pod label anywhere would do.
+        assert_eq!(
+            owner_peer(&admitted("sandboxd.dev/agent")),
+            serde_json::json!({
+                "namespaceSelector": {"matchLabels": {"sandboxd.dev/agent": "dev-1"}},
+                "podSelector": {"matchLabels": {"sandboxd.dev/agent": "dev-1"}},
+            })
+        );
+        // Namespaces named like their agent (the API server sets this label; none can forge
+        // it).
+        assert_eq!(
+            owner_peer(&admitted("kubernetes.io/metadata.name"))["namespaceSelector"],
+            serde_json::json!({"matchLabels": {"kubernetes.io/metadata.name": "dev-1"}})
+        );
+        // Configured off: the Pod label in sandboxd's own namespace only (no namespace
+        // selector is that namespace, never "every namespace").
+        assert_eq!(
+            owner_peer(&admitted("")),
+            serde_json::json!({"podSelector": {"matchLabels": {"sandboxd.dev/agent": "dev-1"}}})
+        );
     }
 }

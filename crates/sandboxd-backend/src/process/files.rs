@@ -86,9 +86,28 @@ pub fn hand_to_root(dir: &Path) -> io::Result<()> {
     give_to(dir, root)
 }
 
-/// The last `lines` lines of a log file, for "it stopped while starting" errors.
+/// The last `lines` lines of a log file, for "it stopped while starting" errors. The file sits
+/// in the instance's directory, which the instance's uid may change: a symlink is not followed
+/// and only the file's last 64 KiB are read.
 pub fn tail(path: &Path, lines: usize) -> String {
-    let text = fs::read_to_string(path).unwrap_or_default();
+    use std::io::{Read, Seek, SeekFrom};
+    use std::os::unix::fs::OpenOptionsExt;
+    const MAX: u64 = 64 * 1024;
+    let read = || -> io::Result<String> {
+        let mut file = fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(nix::libc::O_NOFOLLOW | nix::libc::O_NONBLOCK)
+            .open(path)?;
+        let meta = file.metadata()?;
+        if !meta.is_file() {
+            return Ok(String::new());
+        }
+        file.seek(SeekFrom::Start(meta.len().saturating_sub(MAX)))?;
+        let mut bytes = Vec::new();
+        file.take(MAX).read_to_end(&mut bytes)?;
+        Ok(String::from_utf8_lossy(&bytes).into_owned())
+    };
+    let text = read().unwrap_or_default();
     let all: Vec<&str> = text.lines().filter(|l| !l.trim().is_empty()).collect();
     all[all.len().saturating_sub(lines)..].join(" | ")
 }

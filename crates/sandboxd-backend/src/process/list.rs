@@ -1,13 +1,15 @@
 //! Listing: every `sandboxd-*` directory under the root, read from its metadata file (or, for a
-//! directory a crash left without one, from its name), never from memory.
+//! directory a crash left without one, from its name), and metadata left without a directory,
+//! never from memory.
 
 use std::path::Path;
 
 use sandboxd_domain::clock::unix_ms;
 use sandboxd_domain::instance::{BackendKind, parse_instance_name};
 
+use super::HOST;
+use super::metadata::DIR_NAME;
 use super::metadata::Metadata;
-use super::{HOST, liveness};
 use crate::backend::{InstanceHandle, ListedInstance};
 use crate::error::BackendError;
 
@@ -48,12 +50,37 @@ pub(super) fn instances(root: &Path) -> Result<Vec<ListedInstance>, BackendError
             }
         }
     }
+    listed.extend(metadata_without_directory(root));
     listed.sort_by(|a, b| a.handle.name.cmp(&b.handle.name));
     Ok(listed)
 }
 
+/// Metadata whose instance directory is gone (a teardown cut short between the two): listed
+/// as an exited instance, so its maker's janitor tears it down and the file goes with it.
+fn metadata_without_directory(root: &Path) -> Vec<ListedInstance> {
+    let Ok(entries) = std::fs::read_dir(root.join(DIR_NAME)) else {
+        return vec![];
+    };
+    entries
+        .flatten()
+        .filter_map(|entry| {
+            let file_name = entry.file_name().to_string_lossy().into_owned();
+            let name = file_name.strip_suffix(".json")?;
+            let dir = root.join(name);
+            if dir.exists() {
+                return None;
+            }
+            let meta = Metadata::read(&dir).filter(|meta| meta.name == name)?;
+            let mut listed = from_metadata(&dir, meta);
+            listed.live = false;
+            listed.status = "incomplete".to_owned();
+            Some(listed)
+        })
+        .collect()
+}
+
 fn from_metadata(dir: &Path, meta: Metadata) -> ListedInstance {
-    let live = liveness::is_alive(meta.pid, meta.pid_start_ticks);
+    let live = meta.server().is_alive();
     ListedInstance {
         handle: InstanceHandle {
             engine: meta.engine,

@@ -5,9 +5,11 @@
 //!
 //! Layout under `root` (a tmpfs-backed directory, `/dev/shm/sandboxd` by default):
 //! `sandboxd-<engine>-<owner>/` (0700, owned by the instance's own uid; when sandboxd is root a
-//! size-capped tmpfs of its own) holding `data/`, `sock/` (the private superuser socket),
-//! `server.log` and `sandboxd.json` (owner metadata, no credentials). Outside `root`: the
-//! host-wide uid leases (`lease_dir`) and the instance's cgroups (`sandboxd/<name>`).
+//! size-capped tmpfs of its own) holding `data/`, `sock/` (the private superuser socket) and
+//! `server.log`; `.sandboxd-metadata/<name>.json` (owner metadata, no credentials), in a
+//! directory only the daemon's user can write, since a root daemon decides on it. Outside
+//! `root`: the host-wide uid leases (`lease_dir`) and the instance's cgroups
+//! (`sandboxd/<name>`).
 //!
 //! Parts, split the way the Docker backend is:
 //! - [`config`]: `ProcessConfig`, every default documented.
@@ -50,6 +52,7 @@ mod template;
 pub use config::ProcessConfig;
 pub use identity::Identity;
 use metadata::Metadata;
+pub use metadata::{DIR_NAME as METADATA_DIR, path_of as metadata_path};
 pub use space::SOURCE as MOUNT_SOURCE;
 
 const HOST: &str = "127.0.0.1";
@@ -244,8 +247,7 @@ impl Backend for ProcessBackend {
     }
 
     async fn is_live(&self, handle: &InstanceHandle) -> Result<bool, BackendError> {
-        Ok(Metadata::read(&self.dir_of(handle))
-            .is_some_and(|m| liveness::is_alive(m.pid, m.pid_start_ticks)))
+        Ok(Metadata::read(&self.dir_of(handle)).is_some_and(|m| m.server().is_alive()))
     }
 
     async fn teardown(&self, handle: &InstanceHandle) -> Result<(), BackendError> {

@@ -209,7 +209,7 @@ impl ProcessBackend {
         }
         let meta = Metadata::read(&dir);
         let created = meta.as_ref().map_or(0, |m| m.created_at_ms);
-        let live = meta.is_some_and(|m| liveness::is_alive(m.pid, m.pid_start_ticks));
+        let live = meta.is_some_and(|m| m.server().is_alive());
         if live && age_of(created) < self.config.grace {
             return Err(BackendError::YoungConflict {
                 name: handle.name.clone(),
@@ -336,6 +336,12 @@ impl ProcessBackend {
             maker: request.maker.clone(),
             pid,
             pid_start_ticks: start_ticks,
+            uid: Some(
+                created
+                    .tenant
+                    .raw_owner()
+                    .map_or_else(|| nix::unistd::geteuid().as_raw(), |(uid, _)| uid),
+            ),
             host: HOST.to_owned(),
             port: created.port,
             database: engine.agent_database.to_owned(),

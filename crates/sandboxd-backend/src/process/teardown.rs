@@ -2,9 +2,10 @@
 //! stop timeout), release its cgroups, unmount its tmpfs mounts, remove the instance directory,
 //! free its uid lease. Idempotent: a directory that is already gone is success. Cgroups, mounts
 //! and the lease are found by the instance's name and directory, not from metadata, so an
-//! instance a crash left half-made is cleaned up as well.
+//! instance a crash left half-made is cleaned up as well. The only process signalled by pid is
+//! the one the daemon recorded, proven to be it (`liveness::Recorded`).
 
-use nix::sys::signal::Signal as NixSignal;
+use rustix::process::Signal as OsSignal;
 use sandboxd_domain::engine::Signal;
 
 use super::metadata::Metadata;
@@ -12,10 +13,10 @@ use super::{ProcessBackend, limits, liveness, space};
 use crate::backend::InstanceHandle;
 use crate::error::BackendError;
 
-fn nix_signal(signal: Signal) -> NixSignal {
+fn os_signal(signal: Signal) -> OsSignal {
     match signal {
-        Signal::Term => NixSignal::SIGTERM,
-        Signal::Int => NixSignal::SIGINT,
+        Signal::Term => OsSignal::TERM,
+        Signal::Int => OsSignal::INT,
     }
 }
 
@@ -28,6 +29,7 @@ impl ProcessBackend {
     pub(super) async fn remove(&self, handle: &InstanceHandle) -> Result<(), BackendError> {
         let dir = self.dir_of(handle);
         if !dir.exists() {
+            Metadata::remove(&dir);
             self.identity.release(&dir);
             return Ok(());
         }
@@ -37,13 +39,7 @@ impl ProcessBackend {
                 .process()
                 .map(|r| r.graceful_signal)
                 .unwrap_or(Signal::Term);
-            liveness::stop(
-                meta.pid,
-                meta.pid_start_ticks,
-                nix_signal(signal),
-                self.config.stop_timeout,
-            )
-            .await;
+            liveness::stop(meta.server(), os_signal(signal), self.config.stop_timeout).await;
         }
         let (path, name) = (dir.clone(), handle.name.clone());
         let removed = tokio::task::spawn_blocking(move || {
@@ -58,8 +54,10 @@ impl ProcessBackend {
         .map_err(|e| BackendError::io("removing", handle.name.clone(), std::io::Error::other(e)))?
         .map_err(|e| BackendError::io("removing", dir.display().to_string(), e));
         // The uid is free only once nothing of the instance is left: its processes are gone
-        // with its cgroups, its files with its directory.
+        // with its cgroups, its files with its directory. Its metadata goes last: a teardown
+        // cut short is found again by it.
         if removed.is_ok() {
+            Metadata::remove(&dir);
             self.identity.release(&dir);
         }
         removed

@@ -7,6 +7,7 @@ use std::collections::BTreeSet;
 use sandboxd_domain::engine::{AdminAccess, AdminStep, ResetPlan, ServerFacts};
 use sandboxd_domain::{Credentials, Engine, Feature, Protocol};
 
+mod capped;
 mod mongo;
 mod mysql;
 pub(crate) mod postgres;
@@ -15,7 +16,7 @@ mod redis;
 mod session;
 
 pub use postgres::{AgentConnection, StatementError};
-pub use query::{QueryAnswer, QueryLimits};
+pub use query::{Cut, QueryAnswer, QueryLimits};
 pub use session::AdminSession;
 
 /// Where a server answers over TCP.
@@ -138,24 +139,8 @@ pub async fn reset(
 ) -> Result<(), WireError> {
     match (engine.protocol, plan) {
         (_, ResetPlan::Unsupported(why)) => Err(WireError((*why).to_owned())),
-        (
-            Protocol::Postgres,
-            ResetPlan::SqlDatabases {
-                owned_by,
-                roles_created_by,
-                recreate,
-                ..
-            },
-        ) => {
-            postgres::reset(
-                admin,
-                reach,
-                engine.admin_database,
-                owned_by.as_deref(),
-                roles_created_by.as_deref(),
-                recreate,
-            )
-            .await
+        (Protocol::Postgres, ResetPlan::AgentCluster(plan)) => {
+            postgres::reset(admin, reach, engine.admin_database, plan).await
         }
         (
             Protocol::Mysql,
@@ -171,6 +156,23 @@ pub async fn reset(
         (protocol, plan) => Err(WireError(format!(
             "no reset of this kind for the {protocol:?} protocol: {plan:?}"
         ))),
+    }
+}
+
+/// The end of every reset, whether it succeeded or not: for a server the agent was locked out
+/// of ([`ResetPlan::AgentCluster`]), its database made present and its account restored and let
+/// in again. Nothing for the others.
+pub async fn finish_reset(
+    engine: &Engine,
+    admin: &AdminAccess,
+    reach: Reach<'_>,
+    plan: &ResetPlan,
+) -> Result<(), WireError> {
+    match (engine.protocol, plan) {
+        (Protocol::Postgres, ResetPlan::AgentCluster(plan)) => {
+            postgres::finish_reset(admin, reach, engine.admin_database, plan).await
+        }
+        _ => Ok(()),
     }
 }
 

@@ -9,7 +9,7 @@ use sandboxd_domain::engine::{
 };
 use secrecy::ExposeSecret;
 
-use super::query::{Collector, QueryAnswer, QueryLimits};
+use super::query::{Collector, Cut, QueryAnswer, QueryLimits};
 use super::{Reach, WireError, major_version};
 
 fn base(reach: Reach<'_>) -> OptsBuilder {
@@ -101,7 +101,8 @@ pub(super) async fn probe(
     }
 }
 
-/// Drops every database whose name matches one of `patterns` (`LIKE`), then runs `recreate`.
+/// Rolls back every XA transaction left prepared, then drops every database whose name matches
+/// one of `patterns` (`LIKE`), then runs `recreate`.
 pub(super) async fn reset(
     admin: &AdminAccess,
     reach: Reach<'_>,
@@ -110,6 +111,7 @@ pub(super) async fn reset(
 ) -> Result<(), WireError> {
     let mut conn = connect(admin_opts(admin, reach)).await?;
     let wire = WireError::from_display;
+    roll_back_prepared(&mut conn).await?;
     let mut names: Vec<String> = Vec::new();
     for pattern in patterns {
         let found: Vec<String> = conn
@@ -149,6 +151,35 @@ pub(super) async fn reset(
     Ok(())
 }
 
+/// Rolls back every XA transaction left prepared: since MariaDB 10.5 one outlives its session and
+/// keeps its locks, so `DROP DATABASE` would wait for it for ever. Each xid is rebuilt from the
+/// bytes `XA RECOVER` answers, as hex literals: nothing the agent named goes in as SQL text.
+async fn roll_back_prepared(conn: &mut Conn) -> Result<(), WireError> {
+    let wire = WireError::from_display;
+    let prepared: Vec<(i64, usize, usize, Vec<u8>)> =
+        conn.query("XA RECOVER").await.map_err(wire)?;
+    let hex = |bytes: &[u8]| -> String { bytes.iter().map(|b| format!("{b:02x}")).collect() };
+    for (format, gtrid_len, bqual_len, data) in prepared {
+        let (Some(gtrid), Some(bqual)) = (
+            data.get(..gtrid_len),
+            data.get(gtrid_len..gtrid_len.saturating_add(bqual_len)),
+        ) else {
+            return Err(WireError(format!(
+                "XA RECOVER answered an xid of {} bytes for {gtrid_len} + {bqual_len}",
+                data.len()
+            )));
+        };
+        conn.query_drop(format!(
+            "XA ROLLBACK X'{}', X'{}', {format}",
+            hex(gtrid),
+            hex(bqual)
+        ))
+        .await
+        .map_err(wire)?;
+    }
+    Ok(())
+}
+
 /// The server's version, asked as the handed-out account.
 pub(super) async fn version(
     reach: Reach<'_>,
@@ -165,7 +196,9 @@ pub(super) async fn version(
 }
 
 /// One statement as the handed-out account (`sandbox_sql`), its rows under `limits`. Sent as a
-/// prepared statement, which the server accepts only one at a time.
+/// prepared statement, which the server accepts only one at a time. The client refuses a
+/// packet over `limits.wire_max()` from its header, before buffering it, so a row larger than
+/// the limit ends the answer as it arrives.
 pub(super) async fn agent_query(
     reach: Reach<'_>,
     agent: &Credentials,
@@ -173,36 +206,57 @@ pub(super) async fn agent_query(
     statement: &str,
     limits: QueryLimits,
 ) -> Result<QueryAnswer, WireError> {
-    let mut conn = connect(agent_opts(reach, agent, database)).await?;
-    let wire = WireError::from_display;
+    let opts = agent_opts(reach, agent, database).max_allowed_packet(Some(limits.wire_max()));
+    let mut conn = connect(opts).await?;
     conn.query_drop(format!(
         "SET SESSION max_statement_time = {}",
         limits.timeout.as_secs_f64()
     ))
     .await
-    .map_err(wire)?;
+    .map_err(WireError::from_display)?;
     let mut collector = Collector::new(limits);
-    {
-        let mut result = conn.exec_iter(statement, ()).await.map_err(wire)?;
-        collector.answer.columns = result
-            .columns_ref()
-            .iter()
-            .map(|c| c.name_str().into_owned())
-            .collect();
-        while let Some(row) = result.next().await.map_err(wire)? {
-            if !collector.push(row.unwrap().into_iter().map(json_of).collect()) {
-                break;
-            }
-        }
-        if !collector.answer.truncated {
-            collector.answer.affected = Some(result.affected_rows());
-        }
+    match collect(&mut conn, statement, &mut collector).await {
+        Err(err) if packet_too_large(&err) => collector.cut(Cut::MaxBytes),
+        Err(err) => return Err(WireError::from_display(err)),
+        Ok(()) => {}
     }
     // A result cut short is not drained: the connection is dropped instead.
     if !collector.answer.truncated {
         let _ = conn.disconnect().await;
     }
     Ok(collector.answer)
+}
+
+async fn collect(
+    conn: &mut Conn,
+    statement: &str,
+    collector: &mut Collector,
+) -> Result<(), mysql_async::Error> {
+    let mut result = conn.exec_iter(statement, ()).await?;
+    collector.answer.columns = result
+        .columns_ref()
+        .iter()
+        .map(|c| c.name_str().into_owned())
+        .collect();
+    while let Some(row) = result.next().await? {
+        if !collector.push(row.unwrap().into_iter().map(json_of).collect()) {
+            break;
+        }
+    }
+    if !collector.answer.truncated {
+        collector.answer.affected = Some(result.affected_rows());
+    }
+    Ok(())
+}
+
+/// The client's refusal of a packet over its `max_allowed_packet` (mysql_common's
+/// `PacketTooLarge`, which mysql_async hands on inside an I/O error), not the server's.
+fn packet_too_large(err: &mysql_async::Error) -> bool {
+    matches!(
+        err,
+        mysql_async::Error::Io(mysql_async::IoError::Io(io))
+            if io.to_string().contains("larger than max_allowed_packet")
+    )
 }
 
 /// A MySQL value as JSON: numbers as numbers, text (and bytes, lossily) as strings, dates and

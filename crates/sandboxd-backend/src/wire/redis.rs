@@ -1,14 +1,19 @@
 //! Redis over the `redis` crate, always with an ACL user and password (the `default` user is off).
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use redis::aio::MultiplexedConnection;
-use redis::{ConnectionAddr, IntoConnectionInfo, RedisConnectionInfo, Value};
+use redis::{
+    AsyncConnectionConfig, ConnectionAddr, IntoConnectionInfo, RedisConnectionInfo, Value,
+};
 use sandboxd_domain::engine::{Activation, AdminAccess, AdminStep, ServerFacts};
 use sandboxd_domain::{Credentials, Feature};
 use secrecy::{ExposeSecret, SecretString};
+use tokio::net::TcpStream;
 
-use super::query::{Collector, QueryAnswer, QueryLimits};
+use super::capped::{CappedStream, Framing, ReadCap};
+use super::query::{Collector, Cut, QueryAnswer, QueryLimits};
 use super::{ActivationError, Reach, WireError, major_version, password_admin};
 
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
@@ -31,6 +36,37 @@ async fn connect(
         .await
         .map_err(|_| WireError("connect timed out".into()))?
         .map_err(WireError::from_display)
+}
+
+/// The handed-out account over a TCP stream read under `cap` (`capped.rs`), waiting up to
+/// `timeout` for each reply (a blocking command's own timeout may be that long).
+async fn connect_under(
+    reach: Reach<'_>,
+    creds: &Credentials,
+    cap: Arc<ReadCap>,
+    timeout: Duration,
+) -> Result<MultiplexedConnection, WireError> {
+    let settings = RedisConnectionInfo::default()
+        .set_username(&creds.user)
+        .set_password(creds.password.expose_secret())
+        .set_skip_set_lib_name();
+    let opened = async {
+        let tcp = TcpStream::connect((reach.host, reach.port))
+            .await
+            .map_err(WireError::from_display)?;
+        tcp.set_nodelay(true).map_err(WireError::from_display)?;
+        let stream = CappedStream::new(tcp, cap, Framing::Unframed);
+        let config = AsyncConnectionConfig::new().set_response_timeout(Some(timeout));
+        MultiplexedConnection::new_with_config(&settings, stream, config)
+            .await
+            .map_err(WireError::from_display)
+    };
+    let (conn, driver) = tokio::time::timeout(CONNECT_TIMEOUT, opened)
+        .await
+        .map_err(|_| WireError("connect timed out".into()))??;
+    // The driver moves replies to the connection; it ends when the connection is dropped.
+    tokio::spawn(driver);
+    Ok(conn)
 }
 
 fn admin_creds(admin: &AdminAccess) -> Result<&Credentials, WireError> {
@@ -230,14 +266,20 @@ pub(super) async fn agent_query(
     let Some((name, args)) = command.split_first() else {
         return Err(WireError("an empty command".into()));
     };
-    let mut conn = connect(reach, agent).await?;
-    let reply: Value = redis::cmd(name)
-        .arg(args)
-        .query_async(&mut conn)
-        .await
-        .map_err(WireError::from_display)?;
+    // The driver parses a reply whole before handing it on, so the whole reply is what is
+    // bounded: past `wire_max` bytes the connection ends and nothing of the reply is kept.
+    let cap = ReadCap::new(usize::MAX, Some(limits.wire_max()));
+    let mut conn = connect_under(reach, agent, cap.clone(), limits.timeout).await?;
     let mut collector = Collector::new(limits);
     collector.answer.columns = vec!["reply".to_owned()];
+    let reply: Value = match redis::cmd(name).arg(args).query_async(&mut conn).await {
+        Ok(reply) => reply,
+        Err(_) if cap.tripped() => {
+            collector.cut(Cut::MaxBytes);
+            return Ok(collector.answer);
+        }
+        Err(err) => return Err(WireError::from_display(err)),
+    };
     match reply {
         Value::Array(items) | Value::Set(items) => {
             collector.answer.affected = u64::try_from(items.len()).ok();

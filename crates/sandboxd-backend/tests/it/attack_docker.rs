@@ -23,7 +23,12 @@ use crate::support;
 const VICTIM_DATA: &str = "victim-data-42";
 
 /// Runs `cmd` inside a container (as `user`, or the image's user); exit code and output.
-async fn exec(docker: &Docker, id: &str, user: Option<&str>, cmd: &[&str]) -> (i64, String) {
+pub(super) async fn exec(
+    docker: &Docker,
+    id: &str,
+    user: Option<&str>,
+    cmd: &[&str],
+) -> (i64, String) {
     let created = docker
         .create_exec(
             id,

@@ -33,7 +33,8 @@ struct Tenant {
 fn tenant(instance: &Instance) -> Tenant {
     let dir = PathBuf::from(&instance.backend_id);
     let meta: serde_json::Value = serde_json::from_slice(
-        &std::fs::read(dir.join("sandboxd.json")).expect("instance metadata"),
+        &std::fs::read(sandboxd_backend::process::metadata_path(&dir).expect("a metadata path"))
+            .expect("instance metadata"),
     )
     .expect("metadata json");
     let user = meta["run_as"].as_str().expect("run_as").to_owned();
@@ -50,7 +51,7 @@ fn tenant(instance: &Instance) -> Tenant {
 }
 
 /// Only meaningful where instances get their own uids.
-fn isolated_host() -> bool {
+pub(super) fn isolated_host() -> bool {
     let pool = User::from_name("sandboxd-i000").ok().flatten().is_some();
     if !(geteuid().is_root() && pool) {
         eprintln!("skipped: needs root and the instance account pool (scripts/install-deps.sh)");
@@ -764,7 +765,7 @@ async fn concurrent_provisions_of_two_daemons_get_distinct_uids_and_give_them_ba
 }
 
 /// The last lines of an instance's server log, for failure messages.
-fn server_log(instance: &Instance) -> String {
+pub(super) fn server_log(instance: &Instance) -> String {
     let text = std::fs::read_to_string(Path::new(&instance.backend_id).join("server.log"))
         .unwrap_or_default();
     let lines: Vec<&str> = text.lines().collect();

@@ -25,26 +25,67 @@ use crate::docker::{Harness, POSTGRES, POSTGRES18, harness_owner, test_ulimits};
 use crate::support::{self, engine, request};
 
 const NS: &str = "sandboxd";
-const READER: &str = "snapshot_reader";
+pub(super) const READER: &str = "snapshot_reader";
 
 /// A "production" server: a plain container of the image (no tmpfs, no sandbox hardening), on
 /// the default bridge, labeled with a test owner so the harness removes it whatever happens.
-struct Production {
+pub(super) struct Production {
     id: String,
-    host: String,
+    pub(super) host: String,
     superuser_password: SecretString,
-    reader_password: SecretString,
+    pub(super) reader_password: SecretString,
 }
 
+/// A server certificate and its key (PEM) that production can turn TLS on with.
+pub(super) struct ServerTls {
+    pub cert_pem: String,
+    pub key_pem: String,
+}
+
+/// Where production's certificate and key are written, by the container's own entrypoint.
+pub(super) const TLS_DIR: &str = "/tmp/sandboxd-test-tls";
+
 impl Production {
-    async fn start(docker: &Docker, image: &str, owner: &AgentSlug) -> Self {
+    pub(super) async fn start(docker: &Docker, image: &str, owner: &AgentSlug) -> Self {
+        Self::start_with(docker, image, owner, None).await
+    }
+
+    /// With `tls`, its certificate and key are written under [`TLS_DIR`] as the server starts
+    /// (TLS stays off until [`Production::enable_tls`]).
+    pub(super) async fn start_with(
+        docker: &Docker,
+        image: &str,
+        owner: &AgentSlug,
+        tls: Option<&ServerTls>,
+    ) -> Self {
         let superuser_password = generate_secret();
+        let mut env = vec![
+            format!("POSTGRES_PASSWORD={}", superuser_password.expose_secret()),
+            "POSTGRES_DB=shop".to_owned(),
+        ];
+        let mut entrypoint = None;
+        if let Some(tls) = tls {
+            env.push(format!("TEST_TLS_CERT={}", tls.cert_pem));
+            env.push(format!("TEST_TLS_KEY={}", tls.key_pem));
+            // The server reads its key only when it is its own user's and private.
+            let script = format!(
+                "umask 077; mkdir -p {TLS_DIR}; \
+                 printf '%s\\n' \"$TEST_TLS_CERT\" > {TLS_DIR}/server.crt; \
+                 printf '%s\\n' \"$TEST_TLS_KEY\" > {TLS_DIR}/server.key; \
+                 if [ \"$(id -u)\" = 0 ]; then chown -R postgres {TLS_DIR}; fi; \
+                 exec docker-entrypoint.sh \"$@\""
+            );
+            entrypoint = Some(vec![
+                "sh".to_owned(),
+                "-c".to_owned(),
+                script,
+                "sh".to_owned(),
+            ]);
+        }
         let body = ContainerCreateBody {
             image: Some(image.to_owned()),
-            env: Some(vec![
-                format!("POSTGRES_PASSWORD={}", superuser_password.expose_secret()),
-                "POSTGRES_DB=shop".to_owned(),
-            ]),
+            env: Some(env),
+            entrypoint,
             // Production's own planner configuration, which a clone must carry over; the rest
             // only makes loading faster.
             cmd: Some(
@@ -117,7 +158,34 @@ impl Production {
         production
     }
 
-    async fn superuser(&self) -> Result<Client, tokio_postgres::Error> {
+    /// Turns TLS on with the certificate written at start (a reload: new sessions get it),
+    /// and waits until a new session sees it on.
+    pub(super) async fn enable_tls(&self) {
+        let client = self.superuser().await.expect("production superuser");
+        // One statement at a time: ALTER SYSTEM refuses to run in a transaction block.
+        for statement in [
+            format!("ALTER SYSTEM SET ssl_cert_file = '{TLS_DIR}/server.crt'"),
+            format!("ALTER SYSTEM SET ssl_key_file = '{TLS_DIR}/server.key'"),
+            "ALTER SYSTEM SET ssl = on".to_owned(),
+            "SELECT pg_reload_conf()".to_owned(),
+        ] {
+            client
+                .batch_execute(&statement)
+                .await
+                .unwrap_or_else(|e| panic!("{statement}: {e}"));
+        }
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let fresh = self.superuser().await.expect("production superuser");
+            if one_value(&fresh, "SHOW ssl").await == "on" {
+                break;
+            }
+            assert!(Instant::now() < deadline, "TLS on within 30 s");
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    pub(super) async fn superuser(&self) -> Result<Client, tokio_postgres::Error> {
         let mut config = tokio_postgres::Config::new();
         config
             .host(&self.host)
@@ -134,7 +202,7 @@ impl Production {
 
     /// Loads `load` and makes the role the snapshot reads through: it may read everything,
     /// write nothing.
-    async fn load(&self, load: &str, finish: &[&str]) {
+    pub(super) async fn load(&self, load: &str, finish: &[&str]) {
         let started = Instant::now();
         let client = self.superuser().await.expect("production superuser");
         client.batch_execute(load).await.expect("load production");
@@ -155,18 +223,20 @@ impl Production {
         eprintln!("production loaded in {} ms", started.elapsed().as_millis());
     }
 
-    fn reader_dsn(&self) -> SecretString {
+    pub(super) fn reader_dsn(&self) -> SecretString {
         self.dsn_with(self.reader_password.expose_secret())
     }
 
+    /// Production has no TLS here, and its bridge address is not loopback (where sandboxd
+    /// verifies by default): the DSN says so.
     fn dsn_with(&self, password: &str) -> SecretString {
         SecretString::from(format!(
-            "host={} port=5432 user={READER} password={password} dbname=shop",
+            "host={} port=5432 user={READER} password={password} dbname=shop sslmode=disable",
             self.host
         ))
     }
 
-    async fn remove(self, docker: &Docker) {
+    pub(super) async fn remove(self, docker: &Docker) {
         let options = RemoveContainerOptions {
             force: true,
             v: true,
@@ -211,7 +281,7 @@ async fn agent(instance: &Instance) -> Client {
         .expect("the agent's account logs into the clone")
 }
 
-async fn one_value(client: &Client, sql: &str) -> String {
+pub(super) async fn one_value(client: &Client, sql: &str) -> String {
     let answers = client
         .simple_query(sql)
         .await
@@ -258,7 +328,7 @@ async fn clone_of(
     made
 }
 
-fn assert_secret_absent(what: &str, text: &str, secrets: &[&SecretString]) {
+pub(super) fn assert_secret_absent(what: &str, text: &str, secrets: &[&SecretString]) {
     for secret in secrets {
         assert!(
             !text.contains(secret.expose_secret()),

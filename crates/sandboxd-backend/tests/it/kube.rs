@@ -5,16 +5,17 @@
 //! namespace of its own, deleted with everything in it when the test ends, and checks that
 //! nothing of its own is left before that.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::future::Future;
 use std::time::{Duration, Instant};
 
 use bollard::Docker;
 use bollard::query_parameters::{KillContainerOptions, ListContainersOptions};
-use k8s_openapi::api::core::v1::{ConfigMap, Pod, Secret};
+use k8s_openapi::api::core::v1::{ConfigMap, Container, Namespace, Pod, PodSpec, Secret};
 use k8s_openapi::api::networking::v1::NetworkPolicy;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
 use kube::Api;
-use kube::api::DeleteParams;
+use kube::api::{DeleteParams, ListParams, PostParams};
 use sandboxd_backend::kube::KubeBackend;
 use sandboxd_backend::{Backend, InstanceHandle, provision_set};
 use sandboxd_domain::Instance;
@@ -411,8 +412,14 @@ async fn a_pool_member_is_handed_out_with_its_owner_relabeled_and_admitted() {
                 .as_ref()
                 .and_then(|s| s.match_labels.as_ref())
                 .and_then(|l| l.get("sandboxd.dev/agent"))
-                == Some(&who.to_string())),
-            "the new owner's Pods are admitted: {from:?}"
+                == Some(&who.to_string())
+                && peer
+                    .namespace_selector
+                    .as_ref()
+                    .and_then(|s| s.match_labels.as_ref())
+                    .and_then(|l| l.get("sandboxd.dev/agent"))
+                    == Some(&who.to_string())),
+            "the new owner's Pods, in its own namespace, are admitted: {from:?}"
         );
         assert!(
             backend
@@ -438,6 +445,187 @@ async fn a_pool_member_is_handed_out_with_its_owner_relabeled_and_admitted() {
             .output()
             .expect("docker exec");
         assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "81920");
+    })
+    .await;
+}
+
+/// `selector` as a label-selector query (`k=v,…`); only `matchLabels` is expected.
+fn selector_text(selector: Option<&LabelSelector>) -> String {
+    let Some(selector) = selector else {
+        return String::new();
+    };
+    assert!(selector.match_expressions.is_none(), "{selector:?}");
+    selector
+        .match_labels
+        .iter()
+        .flatten()
+        .map(|(k, v)| format!("{k}={v}"))
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
+/// The Pods (`namespace/name`) the ingress peers of `policy` select, the API server matching
+/// their selectors against the cluster's real namespaces and Pods: what an enforcing network
+/// plugin admits (address ranges aside). The test cluster's plugin enforces nothing, so this
+/// is how the policy's reach is checked here.
+async fn admitted_pods(client: &kube::Client, policy: &NetworkPolicy) -> BTreeSet<String> {
+    let home = policy.metadata.namespace.clone().expect("namespaced");
+    let mut admitted = BTreeSet::new();
+    let rules = policy.spec.as_ref().and_then(|s| s.ingress.clone());
+    for peer in rules.iter().flatten().flat_map(|r| r.from.iter().flatten()) {
+        if peer.ip_block.is_some() {
+            continue;
+        }
+        let namespaces = match &peer.namespace_selector {
+            // No namespace selector: the policy's own namespace (never "all").
+            None => vec![home.clone()],
+            Some(selector) => {
+                let all: Api<Namespace> = Api::all(client.clone());
+                let query = ListParams::default().labels(&selector_text(Some(selector)));
+                all.list(&query)
+                    .await
+                    .expect("list namespaces")
+                    .items
+                    .into_iter()
+                    .filter_map(|n| n.metadata.name)
+                    .collect()
+            }
+        };
+        for namespace in namespaces {
+            let pods: Api<Pod> = Api::namespaced(client.clone(), &namespace);
+            let query = ListParams::default().labels(&selector_text(peer.pod_selector.as_ref()));
+            for pod in pods.list(&query).await.expect("list pods").items {
+                admitted.insert(format!(
+                    "{namespace}/{}",
+                    pod.metadata.name.unwrap_or_default()
+                ));
+            }
+        }
+    }
+    admitted
+}
+
+/// A Pod in `namespace` labeled `<label>=<value>`, kept Pending (no node matches its
+/// selector): only its labels matter, and it goes at once with its namespace.
+async fn labeled_pod(client: &kube::Client, namespace: &str, name: &str, label: &str, value: &str) {
+    let pods: Api<Pod> = Api::namespaced(client.clone(), namespace);
+    let pod = Pod {
+        metadata: ObjectMeta {
+            name: Some(name.to_owned()),
+            labels: Some(BTreeMap::from([(label.to_owned(), value.to_owned())])),
+            ..ObjectMeta::default()
+        },
+        spec: Some(PodSpec {
+            containers: vec![Container {
+                name: "agent".to_owned(),
+                image: Some("sandboxd-local/pause:3.2".to_owned()),
+                image_pull_policy: Some("Never".to_owned()),
+                ..Container::default()
+            }],
+            node_selector: Some(BTreeMap::from([(
+                "sandboxd.dev/no-such-node".to_owned(),
+                "1".to_owned(),
+            )])),
+            automount_service_account_token: Some(false),
+            ..PodSpec::default()
+        }),
+        ..Pod::default()
+    };
+    pods.create(&PostParams::default(), &pod)
+        .await
+        .unwrap_or_else(|e| panic!("create pod {namespace}/{name}: {e}"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_policy_admits_the_owners_pods_only_from_the_owners_namespace() {
+    with_kube("kube-netpol", |backend, client| async move {
+        let config = backend.config().clone();
+        let (label, namespace_label) = (&config.agent_label, &config.agent_namespace_label);
+        let who = owner("knetpol");
+        let other = owner("knetpol");
+        // The operator gives each agent a namespace of its own and labels it; a tenant cannot
+        // label a namespace (a cluster object), but it sets any label on its own Pods.
+        let own = sandboxd_testkit::KubeNamespace::create("knp-own");
+        let tenant = sandboxd_testkit::KubeNamespace::create("knp-tenant");
+        for (namespace, agent) in [(&own.name, &who), (&tenant.name, &other)] {
+            sandboxd_testkit::kubectl(&[
+                "label",
+                "namespace",
+                namespace,
+                &format!("{namespace_label}={agent}"),
+            ])
+            .expect("label the agent's namespace");
+        }
+        let who_text = who.to_string();
+        labeled_pod(&client, &own.name, "agent", label, &who_text).await;
+        // Pods claiming to be `who`'s: in another tenant's namespace, and in sandboxd's own.
+        labeled_pod(&client, &tenant.name, "forged", label, &who_text).await;
+        labeled_pod(&client, &config.namespace, "squatter", label, &who_text).await;
+        labeled_pod(&client, &tenant.name, "tenant", label, &other.to_string()).await;
+        let expected = BTreeSet::from([format!("{}/agent", own.name)]);
+
+        let instance = backend
+            .provision(&request("postgres", &who, &[]))
+            .await
+            .expect("provision");
+        let policies: Api<NetworkPolicy> = Api::default_namespaced(client.clone());
+        let policy = policies.get(&instance.name).await.expect("the policy");
+        assert_eq!(
+            admitted_pods(&client, &policy).await,
+            expected,
+            "only the owner's Pod in the owner's namespace: {policy:?}"
+        );
+        backend
+            .teardown(&InstanceHandle::of(&instance))
+            .await
+            .expect("teardown");
+
+        // A pool member handed to `who` is opened to the same Pods, and to none before.
+        let member = backend
+            .provision_idle(&request(
+                "postgres",
+                &sandboxd_domain::AgentSlug::pool_slot(),
+                &[],
+            ))
+            .await
+            .expect("a pool member");
+        let idle = policies.get(&member.instance.name).await.expect("policy");
+        assert!(admitted_pods(&client, &idle).await.is_empty());
+        let handed = backend.hand_out(member, &who).await.expect("hand out");
+        let policy = policies.get(&handed.name).await.expect("policy");
+        assert_eq!(admitted_pods(&client, &policy).await, expected);
+        backend
+            .teardown(&InstanceHandle::of(&handed))
+            .await
+            .expect("teardown");
+
+        // With the namespace label configured off, a Pod label alone decides, in sandboxd's
+        // namespace: the squatter gets in (what doctor warns of).
+        let shared = KubeBackend::new(sandboxd_backend::kube::KubeConfig {
+            agent_namespace_label: String::new(),
+            ..config.clone()
+        })
+        .expect("valid settings");
+        let weak = shared
+            .provision(&request("postgres", &who, &[]))
+            .await
+            .expect("provision");
+        let policy = policies.get(&weak.name).await.expect("policy");
+        assert_eq!(
+            admitted_pods(&client, &policy).await,
+            BTreeSet::from([format!("{}/squatter", config.namespace)])
+        );
+        shared
+            .teardown(&InstanceHandle::of(&weak))
+            .await
+            .expect("teardown");
+        let checks = shared.doctor().await;
+        let reach = checks
+            .iter()
+            .find(|c| c.subject == "kubernetes network policies")
+            .expect("a policy line");
+        assert!(!reach.ok && reach.detail.contains("creator"), "{reach:?}");
+        drop((own, tenant));
     })
     .await;
 }
@@ -474,6 +662,12 @@ async fn doctor_names_the_cluster_permissions_images_and_policy_reach() {
         let policies = line("kubernetes network policies");
         assert!(policies.ok, "{policies:?}");
         assert!(policies.detail.contains("network plugin"), "{policies:?}");
+        assert!(
+            policies
+                .detail
+                .contains("in a namespace labeled sandboxd.dev/agent=<agent>"),
+            "{policies:?}"
+        );
     })
     .await;
 }

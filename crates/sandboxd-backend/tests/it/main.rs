@@ -2,12 +2,15 @@
 
 mod attack_docker;
 mod attack_process;
+mod bounded_answers;
 mod clone;
 mod clone_fixture;
+mod clone_tls;
 mod docker;
 mod features;
 mod kube;
 mod pool;
 mod process;
+mod redteam;
 mod reset;
 mod support;

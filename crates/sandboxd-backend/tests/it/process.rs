@@ -345,7 +345,10 @@ async fn a_process_killed_out_of_band_is_seen_and_teardown_is_idempotent() {
             assert!(listed[0].live);
 
             let pid = std::fs::read_to_string(
-                std::path::Path::new(&instance.backend_id).join("sandboxd.json"),
+                sandboxd_backend::process::metadata_path(std::path::Path::new(
+                    &instance.backend_id,
+                ))
+                .expect("a metadata path"),
             )
             .ok()
             .and_then(|m| serde_json::from_str::<serde_json::Value>(&m).ok())

@@ -38,7 +38,7 @@ async fn postgres_round(backend: &dyn Backend, instance: &Instance) {
             .expect("CREATEROLE from 16 on");
     }
 
-    backend.reset(instance).await.expect("reset");
+    backend.reset(instance, None).await.expect("reset");
     // The open session was ended with its database; the same credentials connect again.
     assert!(client.simple_query("SELECT 1").await.is_err());
     let client = support::pg(instance).await;
@@ -94,7 +94,7 @@ async fn postgres_round(backend: &dyn Backend, instance: &Instance) {
         .await
         .expect("the agent works in it again");
     // A second reset of a nearly empty sandbox is fine too.
-    backend.reset(instance).await.expect("reset again");
+    backend.reset(instance, None).await.expect("reset again");
 }
 
 async fn redis_round(backend: &dyn Backend, instance: &Instance) {
@@ -116,7 +116,7 @@ async fn redis_round(backend: &dyn Backend, instance: &Instance) {
         .query_async(&mut conn)
         .await
         .expect("a script");
-    backend.reset(instance).await.expect("reset");
+    backend.reset(instance, None).await.expect("reset");
     let mut conn = support::redis(instance).await;
     for db in [0, 3] {
         let size: i64 = redis::pipe()
@@ -148,7 +148,7 @@ async fn mariadb_round(backend: &dyn Backend, instance: &Instance) {
     .await
     .expect("the suite's work");
     drop(conn);
-    backend.reset(instance).await.expect("reset");
+    backend.reset(instance, None).await.expect("reset");
     let mut conn = support::mysql(instance).await;
     let tables: Vec<String> = conn.query("SHOW TABLES").await.expect("tables");
     assert!(tables.is_empty(), "{tables:?}");

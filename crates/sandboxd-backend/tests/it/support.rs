@@ -106,9 +106,19 @@ pub async fn assert_no_instances(backend: &ProcessBackend) {
     let listed = backend.list().await.expect("list");
     assert!(listed.is_empty(), "instances left: {listed:?}");
     let root = &backend.config().root;
+    // The metadata directory stays, empty.
+    let metadata = root.join(sandboxd_backend::process::METADATA_DIR);
     let entries: Vec<_> = std::fs::read_dir(root)
-        .map(|d| d.flatten().map(|e| e.path()).collect())
-        .unwrap_or_default();
+        .map(|d| d.flatten().map(|e| e.path()).collect::<Vec<_>>())
+        .unwrap_or_default()
+        .into_iter()
+        .filter(|path| *path != metadata)
+        .chain(
+            std::fs::read_dir(&metadata)
+                .map(|d| d.flatten().map(|e| e.path()).collect::<Vec<_>>())
+                .unwrap_or_default(),
+        )
+        .collect();
     assert!(
         entries.is_empty(),
         "directories left under {}: {entries:?}",

@@ -168,7 +168,10 @@ fn kill_out_of_band(kind: Kind, instance: &sandboxd_backend::ListedInstance) {
     match kind {
         Kind::Process => {
             let meta = std::fs::read_to_string(
-                std::path::Path::new(&instance.handle.backend_id).join("sandboxd.json"),
+                sandboxd_backend::process::metadata_path(std::path::Path::new(
+                    &instance.handle.backend_id,
+                ))
+                .expect("a metadata path"),
             )
             .expect("metadata");
             let meta: serde_json::Value = serde_json::from_str(&meta).expect("json");

@@ -11,6 +11,7 @@ use std::time::{Duration, Instant};
 
 use sandboxd_broker::{
     Actor, AuditFilter, BrokerConfig, BrokerError, PoolConfig, PoolKey, PoolTuning, PoolView,
+    SslMode,
 };
 use sandboxd_domain::clone::Privacy;
 use sandboxd_domain::{AgentSlug, EngineRef, Instance, SourceName};
@@ -257,6 +258,131 @@ async fn a_source_is_sealed_snapshotted_and_kept_while_a_project_clones_it() {
                 .expect("no clone");
             assert!(broker.remove_source(&shop).await.expect("remove"));
             assert!(broker.sources().await.expect("list").is_empty());
+        })
+        .await;
+}
+
+/// How a source is reached over TLS, as the broker tells it from the sealed DSN: libpq's
+/// `sslmode` (`verify-full` by default for a host that is not loopback, `prefer` on loopback),
+/// a warning for a mode that checks nothing off loopback, refusals naming what is wrong (an
+/// unknown mode, a client certificate, a CA file that cannot be read), nothing stored on a
+/// refusal, and audit rows that carry the mode but never the DSN. Nothing connects.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_source_tells_how_it_is_reached_over_tls_and_warns_when_that_checks_nothing() {
+    let Some(world) = World::new(WorldSpec::default()).await else {
+        return;
+    };
+    world
+        .run(|world| async move {
+            let broker = &world.broker;
+            let password = "pw-tls-7c1e0b";
+            let remote = "host=db.example.internal port=5432 user=ro dbname=shop";
+            let with =
+                |tls: &str| SecretString::from(format!("{remote} password={password} {tls}"));
+            let name = |text: &str| SourceName::parse(text).expect("valid");
+
+            let cases = [
+                (
+                    "weak",
+                    with("sslmode=require"),
+                    SslMode::Require,
+                    true,
+                    true,
+                ),
+                ("strict", with(""), SslMode::VerifyFull, false, false),
+                (
+                    "plain",
+                    with("sslmode=disable"),
+                    SslMode::Disable,
+                    true,
+                    true,
+                ),
+                (
+                    "local",
+                    SecretString::from(format!(
+                        "postgresql://ro:{password}@127.0.0.1:5432/shop?sslmode=disable"
+                    )),
+                    SslMode::Disable,
+                    true,
+                    false,
+                ),
+            ];
+            for (source, dsn, mode, explicit, warned) in &cases {
+                broker
+                    .put_source(&name(source), dsn, Privacy::KeepValues, 0)
+                    .await
+                    .unwrap_or_else(|e| panic!("register {source}: {e}"));
+                let tls = broker
+                    .source_tls(&name(source))
+                    .await
+                    .expect("read")
+                    .expect("registered");
+                assert_eq!((tls.mode, tls.explicit), (*mode, *explicit), "{source}");
+                match tls.warning() {
+                    Some(warning) => {
+                        assert!(*warned, "{source}: {warning}");
+                        assert!(
+                            warning.contains("not loopback") && warning.contains("verify-full"),
+                            "{warning}"
+                        );
+                    }
+                    None => assert!(!warned, "{source} is warned of"),
+                }
+                assert!(!tls.summary().contains(password), "{}", tls.summary());
+            }
+            let strict = broker
+                .source_tls(&name("strict"))
+                .await
+                .expect("read")
+                .expect("registered");
+            assert!(
+                strict
+                    .summary()
+                    .contains("the default for a host that is not loopback"),
+                "{}",
+                strict.summary()
+            );
+            assert_eq!(
+                broker.source_tls(&name("nowhere")).await.expect("read"),
+                None
+            );
+
+            for (dsn, names) in [
+                (with("sslmode=verify-everything"), "sslmode"),
+                (with("sslcert=/etc/client.pem"), "sslcert"),
+                (
+                    with("sslmode=verify-full sslrootcert=/nonexistent/prod-ca.pem"),
+                    "/nonexistent/prod-ca.pem",
+                ),
+            ] {
+                let refused = broker
+                    .put_source(&name("refused"), &dsn, Privacy::KeepValues, 0)
+                    .await
+                    .expect_err(names);
+                let text = refused.to_string();
+                assert!(matches!(refused, BrokerError::Input(_)), "{text}");
+                assert!(text.contains(names) && !text.contains(password), "{text}");
+            }
+            assert_eq!(
+                broker.source(&name("refused")).await.expect("read"),
+                None,
+                "a refusal stores nothing"
+            );
+
+            let audit = broker
+                .audit_log(&AuditFilter {
+                    limit: 100,
+                    ..AuditFilter::default()
+                })
+                .await
+                .expect("audit");
+            let rows = format!("{:?}", audit.entries);
+            assert!(
+                rows.contains("tls require (unverified off loopback)"),
+                "{rows}"
+            );
+            assert!(rows.contains("tls verify-full"), "{rows}");
+            assert!(!rows.contains(password), "{rows}");
         })
         .await;
 }

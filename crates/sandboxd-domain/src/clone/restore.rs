@@ -118,7 +118,7 @@ fn pg_class_update(relation: &RelationSize) -> String {
     );
     format!(
         "UPDATE pg_catalog.pg_class SET relpages = {}, reltuples = {}::real, relallvisible = {} \
-         WHERE oid = {}::regclass",
+         WHERE oid OPERATOR(pg_catalog.=) {}::pg_catalog.regclass",
         relation.relpages,
         sql_literal(&relation.reltuples),
         relation.relallvisible,
@@ -258,7 +258,7 @@ mod tests {
         let statements = restore_statements(&snapshot(), 17);
         assert_eq!(statements.len(), 1);
         assert!(statements[0].starts_with("UPDATE pg_catalog.pg_class"));
-        assert!(statements[0].contains("'\"public\".\"it''s\"'::regclass"));
+        assert!(statements[0].contains("'\"public\".\"it''s\"'::pg_catalog.regclass"));
         let notes = clone_notes(&snapshot(), 17).join("\n");
         assert!(notes.contains("cannot import column statistics"));
         assert!(notes.contains("public.s1"));

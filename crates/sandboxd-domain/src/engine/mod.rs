@@ -18,9 +18,9 @@ mod render;
 
 pub use quote::{mysql_identifier, pg_identifier, sql_literal};
 pub use recipe::{
-    AdminAccess, AdminStep, CommandPlan, ContainerRecipe, ContainerSecret, MYSQL_SOCKET_FILE,
-    PlannedFile, ProcessContext, ProcessRecipe, ResetPlan, ServerFacts, Signal, TemplatePlan,
-    Tmpfs,
+    AdminAccess, AdminStep, AgentCluster, CommandPlan, ContainerRecipe, ContainerSecret,
+    MYSQL_SOCKET_FILE, PlannedFile, ProcessContext, ProcessRecipe, ResetPlan, ServerFacts, Signal,
+    TemplatePlan, Tmpfs,
 };
 pub use render::{Endpoint, EnvRendering, UrlPath};
 
@@ -66,7 +66,7 @@ pub trait EngineRecipes: Send + Sync + 'static {
     fn setup(&self, agent: &Credentials, facts: ServerFacts) -> Vec<AdminStep>;
     /// How to bring a live instance back to how `setup` left it, keeping the handed-out
     /// account and its credentials (`reset_sandbox`).
-    fn reset(&self, agent_user: &str) -> ResetPlan;
+    fn reset(&self, agent: &Credentials, facts: ServerFacts) -> ResetPlan;
     /// Statements run as superuser on a warm-pool member once the server answers, before its
     /// features: everything `setup` makes that does not depend on the handed-out account.
     fn pool_prepare(&self) -> Vec<AdminStep> {
@@ -102,8 +102,8 @@ impl Engine {
         self.recipes.setup(agent, facts)
     }
 
-    pub fn reset(&self, agent_user: &str) -> ResetPlan {
-        self.recipes.reset(agent_user)
+    pub fn reset(&self, agent: &Credentials, facts: ServerFacts) -> ResetPlan {
+        self.recipes.reset(agent, facts)
     }
 
     pub fn pool_prepare(&self) -> Vec<AdminStep> {
@@ -203,19 +203,57 @@ impl Activation {
 /// agent planted; in this schema it cannot plant anything.
 pub const PG_EXTENSION_SCHEMA: &str = "extensions";
 
+/// Settings every superuser session of the daemon starts with, as startup options, so they win
+/// over anything set on the database or a role (`ALTER DATABASE … SET`, `ALTER ROLE … SET`):
+/// the agent owns its database and may set its settings, and the daemon's superuser work there
+/// must never resolve a name through a schema the agent controls, run as the agent's role, read
+/// its string literals under other escaping rules, or wait forever on a lock the agent holds.
+/// Client startup options outrank database and role settings, and `RESET` returns to them.
+pub const PG_SUPERUSER_SETTINGS: &[(&str, &str)] = &[
+    // Only the catalog, then the session's own temporary schema (which only it can write):
+    // nothing the agent made is visible by an unqualified name.
+    ("search_path", "pg_catalog,pg_temp"),
+    // A database-level `SET role = <agent>` would make the superuser's session the agent's.
+    ("role", "none"),
+    ("standard_conforming_strings", "on"),
+    ("default_transaction_read_only", "off"),
+    ("check_function_bodies", "on"),
+    ("statement_timeout", "0"),
+    ("idle_in_transaction_session_timeout", "0"),
+    // A lock the agent holds fails the daemon's statement instead of stalling it for good.
+    ("lock_timeout", "30s"),
+    ("plpgsql.variable_conflict", "error"),
+    ("plpgsql.extra_errors", "none"),
+    ("plpgsql.extra_warnings", "none"),
+];
+
+/// [`PG_SUPERUSER_SETTINGS`] as the `options` startup parameter (`-c name=value …`).
+pub fn pg_superuser_options() -> String {
+    PG_SUPERUSER_SETTINGS
+        .iter()
+        .map(|(name, value)| format!("-c {name}={value}"))
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
 /// The superuser's statements activating `extension`: make sure the extension schema exists and
 /// is the superuser's (an agent-made schema of that name is refused), pin `search_path` to
-/// `pg_catalog` and that schema, then create the extension and what it needs there.
+/// `pg_catalog` and that schema, then create the extension and what it needs there. Every
+/// operator is qualified: the statement runs in the agent's database (the session's
+/// `search_path` is pinned as well, [`PG_SUPERUSER_SETTINGS`]).
 pub fn pg_extension_activation(extension: &str) -> String {
     let schema = pg_identifier(PG_EXTENSION_SCHEMA);
     let literal = sql_literal(PG_EXTENSION_SCHEMA);
     format!(
         "DO $sbx$ BEGIN \
-           IF NOT EXISTS (SELECT 1 FROM pg_catalog.pg_namespace WHERE nspname = {literal}) THEN \
+           IF NOT EXISTS (SELECT 1 FROM pg_catalog.pg_namespace \
+                          WHERE nspname OPERATOR(pg_catalog.=) {literal}) THEN \
              CREATE SCHEMA {schema}; GRANT USAGE ON SCHEMA {schema} TO PUBLIC; \
            END IF; \
-           IF (SELECT nspowner FROM pg_catalog.pg_namespace WHERE nspname = {literal}) \
-              <> (SELECT oid FROM pg_catalog.pg_roles WHERE rolname = current_user) THEN \
+           IF (SELECT nspowner FROM pg_catalog.pg_namespace \
+               WHERE nspname OPERATOR(pg_catalog.=) {literal}) \
+              OPERATOR(pg_catalog.<>) (SELECT oid FROM pg_catalog.pg_roles \
+                                       WHERE rolname OPERATOR(pg_catalog.=) current_user) THEN \
              RAISE EXCEPTION 'schema {PG_EXTENSION_SCHEMA} is not owned by the superuser'; \
            END IF; \
          END $sbx$; \

@@ -91,19 +91,39 @@ pub enum AdminStep {
 /// How `reset_sandbox` empties a live instance in place, keeping the handed-out account.
 #[derive(Debug)]
 pub enum ResetPlan {
-    /// SQL servers: drop every database the agent can have made — those `owned_by` its role
-    /// (Postgres) and those whose name matches one of `name_patterns` (SQL `LIKE`, MySQL) —
-    /// and the roles it created (`roles_created_by`, Postgres 16+), then run `recreate`.
+    /// A server with roles and databases that is the agent's alone (Postgres): see
+    /// [`AgentCluster`].
+    AgentCluster(AgentCluster),
+    /// SQL servers without roles of the agent's (MySQL): drop every database whose name matches
+    /// one of `name_patterns` (SQL `LIKE`), then run `recreate`.
     SqlDatabases {
-        owned_by: Option<String>,
         name_patterns: Vec<String>,
-        roles_created_by: Option<String>,
         recreate: Vec<AdminStep>,
     },
     /// Commands run as superuser, each a command and its arguments (Redis).
     Commands(Vec<Vec<&'static str>>),
     /// The engine cannot be reset in place; why.
     Unsupported(&'static str),
+}
+
+/// How a Postgres instance goes back to how it was handed out. The instance belongs to one
+/// agent, so everything in it that the daemon did not make is the agent's doing, however it
+/// was made (a role a role of the agent created, a database such a role owns): every database
+/// but `keep_databases` and every role but `keep_roles`, the server's built-in roles and
+/// superusers is the agent's. While the daemon rebuilds, the agent is out: its role and every
+/// role it made lose `LOGIN` and their sessions are ended first, so nothing the agent does can
+/// race the superuser's statements. Then the databases go, what the roles own in the databases
+/// left, the roles, and `recreate` runs. `restore_agent` ends every reset, failed or not: the
+/// agent's role as handed out (login, attributes, password, no role settings).
+#[derive(Debug)]
+pub struct AgentCluster {
+    pub agent_role: String,
+    pub keep_databases: Vec<String>,
+    pub keep_roles: Vec<String>,
+    /// The agent's database, recreated by `recreate` (after a failed reset too, when missing).
+    pub agent_database: String,
+    pub recreate: Vec<AdminStep>,
+    pub restore_agent: Vec<AdminStep>,
 }
 
 /// What a running server told the daemon about itself before the setup steps.

@@ -143,11 +143,9 @@ impl EngineRecipes for MariaDb {
         }]
     }
 
-    fn reset(&self, _agent_user: &str) -> ResetPlan {
+    fn reset(&self, _agent: &Credentials, _facts: ServerFacts) -> ResetPlan {
         ResetPlan::SqlDatabases {
-            owned_by: None,
             name_patterns: agent_databases().to_vec(),
-            roles_created_by: None,
             recreate: vec![AdminStep::Sql {
                 database: None,
                 statement: SecretString::from(create_database()),

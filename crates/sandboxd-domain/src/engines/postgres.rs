@@ -7,10 +7,10 @@ use secrecy::SecretString;
 
 use crate::credentials::{Credentials, pg_scram_verifier};
 use crate::engine::{
-    Activation, AdminAccess, AdminStep, CommandPlan, ContainerRecipe, ContainerSecret, Engine,
-    EngineRecipes, FeatureKind, FeatureSpec, PG_EXTENSION_SCHEMA, PlannedFile, ProcessContext,
-    ProcessRecipe, Protocol, ResetPlan, ServerFacts, Signal, TemplatePlan, Tmpfs, pg_identifier,
-    sql_literal,
+    Activation, AdminAccess, AdminStep, AgentCluster, CommandPlan, ContainerRecipe,
+    ContainerSecret, Engine, EngineRecipes, FeatureKind, FeatureSpec, PG_EXTENSION_SCHEMA,
+    PlannedFile, ProcessContext, ProcessRecipe, Protocol, ResetPlan, ServerFacts, Signal,
+    TemplatePlan, Tmpfs, pg_identifier, sql_literal,
 };
 use crate::engine::{EnvRendering, UrlPath};
 
@@ -207,31 +207,58 @@ impl EngineRecipes for Postgres {
         }]
     }
 
-    fn reset(&self, agent_user: &str) -> ResetPlan {
-        ResetPlan::SqlDatabases {
-            owned_by: Some(agent_user.to_owned()),
-            name_patterns: vec![],
-            roles_created_by: Some(agent_user.to_owned()),
-            recreate: database_steps(agent_user),
-        }
+    fn reset(&self, agent: &Credentials, facts: ServerFacts) -> ResetPlan {
+        ResetPlan::AgentCluster(AgentCluster {
+            agent_role: agent.user.clone(),
+            // `postgres` is the admin database; the templates are the server's own (what the
+            // agent's roles own in them, a large object say, goes with the roles).
+            keep_databases: [POSTGRES.admin_database, "template0", "template1"]
+                .map(str::to_owned)
+                .to_vec(),
+            keep_roles: vec![POSTGRES.admin_user.to_owned(), agent.user.clone()],
+            agent_database: POSTGRES.agent_database.to_owned(),
+            recreate: database_steps(&agent.user),
+            restore_agent: vec![AdminStep::Sql {
+                database: None,
+                statement: SecretString::from(restore_role(agent, facts)),
+            }],
+        })
     }
 }
 
-/// `CREATE ROLE` for the handed-out account.
-fn create_role(agent: &Credentials, facts: ServerFacts) -> String {
-    let role = pg_identifier(&agent.user);
+/// The attributes of the handed-out account, after `CREATE ROLE` or `ALTER ROLE`.
+fn role_attributes(agent: &Credentials, facts: ServerFacts) -> String {
     // CREATEROLE cannot escalate from PostgreSQL 16 on; before that it could grant itself any
     // non-superuser role, including the pg_* server roles.
     let createrole = if facts.major_version.is_some_and(|major| major >= 16) {
         " CREATEROLE"
     } else {
-        ""
+        " NOCREATEROLE"
     };
     // A SCRAM verifier, never the password: the statement may be logged by a driver.
     let password = sql_literal(&pg_scram_verifier(&agent.password));
     format!(
-        "CREATE ROLE {role} LOGIN CREATEDB{createrole} NOSUPERUSER NOREPLICATION NOBYPASSRLS \
-         PASSWORD {password}"
+        "LOGIN CREATEDB{createrole} NOSUPERUSER NOREPLICATION NOBYPASSRLS INHERIT \
+         CONNECTION LIMIT -1 PASSWORD {password}"
+    )
+}
+
+/// The handed-out account as it was handed out, whatever the agent changed on it (its
+/// password, its connection limit, its role settings): the end of every reset.
+fn restore_role(agent: &Credentials, facts: ServerFacts) -> String {
+    let role = pg_identifier(&agent.user);
+    format!(
+        "ALTER ROLE {role} {} VALID UNTIL 'infinity'; ALTER ROLE {role} RESET ALL",
+        role_attributes(agent, facts)
+    )
+}
+
+/// `CREATE ROLE` for the handed-out account.
+fn create_role(agent: &Credentials, facts: ServerFacts) -> String {
+    format!(
+        "CREATE ROLE {} {}",
+        pg_identifier(&agent.user),
+        role_attributes(agent, facts)
     )
 }
 
@@ -417,6 +444,42 @@ mod tests {
                 major_version: Some(15),
             },
         ));
-        assert!(!old[0].1.contains("CREATEROLE"));
+        assert!(old[0].1.contains(" NOCREATEROLE "), "{}", old[0].1);
+    }
+
+    #[test]
+    fn a_reset_keeps_only_what_the_daemon_made_and_restores_the_account() {
+        let agent = Credentials::generate("sandbox");
+        let facts = ServerFacts {
+            major_version: Some(16),
+        };
+        let ResetPlan::AgentCluster(plan) = Postgres.reset(&agent, facts) else {
+            panic!("Postgres resets its cluster");
+        };
+        assert_eq!(plan.keep_roles, ["sandboxd_admin", "sandbox"]);
+        assert_eq!(plan.keep_databases, ["postgres", "template0", "template1"]);
+        assert_eq!(plan.agent_database, "sandbox");
+        let restore = statements(&plan.restore_agent);
+        let (database, sql) = &restore[0];
+        assert_eq!(database, &None);
+        assert!(
+            sql.starts_with("ALTER ROLE \"sandbox\" LOGIN CREATEDB CREATEROLE NOSUPERUSER"),
+            "{sql}"
+        );
+        assert!(sql.contains("CONNECTION LIMIT -1"), "{sql}");
+        assert!(sql.ends_with("ALTER ROLE \"sandbox\" RESET ALL"), "{sql}");
+        assert!(
+            !sql.contains(agent.password.expose_secret()),
+            "the password itself"
+        );
+        let recreated = statements(&plan.recreate);
+        assert!(
+            recreated[0]
+                .1
+                .contains("CREATE DATABASE \"sandbox\" OWNER \"sandbox\""),
+            "{recreated:?}"
+        );
+        // A reset makes the database again as setup did.
+        assert_eq!(recreated, statements(&database_steps("sandbox")));
     }
 }

@@ -207,7 +207,7 @@ impl EngineRecipes for Redis {
         }]
     }
 
-    fn reset(&self, _agent_user: &str) -> ResetPlan {
+    fn reset(&self, _agent: &Credentials, _facts: ServerFacts) -> ResetPlan {
         // Keys of every database, then the functions and the script cache the agent loaded.
         ResetPlan::Commands(vec![
             vec!["FLUSHALL", "SYNC"],

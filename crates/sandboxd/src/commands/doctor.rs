@@ -164,8 +164,10 @@ fn running_daemon() -> crate::client::Remote {
     }
 }
 
-/// One line per clone source the running daemon knows: the source's version and its last
-/// snapshot's age, or why there is none. Nothing when no daemon answers or none is registered.
+/// Two lines per clone source the running daemon knows: the source's version and its last
+/// snapshot's age, or why there is none; and how it is reached over TLS, missing when its host
+/// is not loopback and its mode checks no certificate. Nothing when no daemon answers or none
+/// is registered.
 async fn sources(settings: &Settings) -> Vec<DoctorCheck> {
     let remote = running_daemon();
     let Ok(client) = crate::client::AdminClient::new(&remote, settings) else {
@@ -177,35 +179,63 @@ async fn sources(settings: &Settings) -> Vec<DoctorCheck> {
     reply
         .value
         .iter()
-        .map(|source| {
-            let subject = format!("clone source {}", source.name);
-            match (&source.snapshot, &source.last_error) {
-                (_, Some(error)) => DoctorCheck::missing(
-                    subject,
-                    format!("the last snapshot failed: {error}"),
-                    format!(
-                        "make the source reachable from sandboxd with its DSN's role, then \
-                         `sandboxd sources snapshot {}`",
-                        source.name
-                    ),
-                ),
-                (Some(snapshot), None) => DoctorCheck::ok(
-                    subject,
-                    format!(
-                        "{}, snapshot {} old ({})",
-                        snapshot.server_version,
-                        sandboxd_domain::clock::format_age_since(snapshot.taken_at_ms),
-                        source.privacy
-                    ),
-                ),
-                (None, None) => DoctorCheck::missing(
-                    subject,
-                    "no snapshot yet: clones of it are refused".to_owned(),
-                    format!("`sandboxd sources snapshot {}`", source.name),
-                ),
-            }
-        })
+        .flat_map(|source| [snapshot_check(source), tls_check(source)])
         .collect()
+}
+
+fn tls_check(source: &SourceOut) -> DoctorCheck {
+    let subject = format!("clone source {} TLS", source.name);
+    match &source.tls {
+        None => DoctorCheck::missing(
+            subject,
+            "its DSN cannot be read",
+            format!(
+                "register it again: `sandboxd sources add {} --dsn -`",
+                source.name
+            ),
+        ),
+        Some(tls) => match &tls.warning {
+            None => DoctorCheck::ok(subject, tls.summary.clone()),
+            Some(warning) => DoctorCheck::missing(
+                subject,
+                warning.clone(),
+                format!(
+                    "register it again with sslmode=verify-full sslrootcert=/path/ca.pem: \
+                     `sandboxd sources add {} --dsn -`",
+                    source.name
+                ),
+            ),
+        },
+    }
+}
+
+fn snapshot_check(source: &SourceOut) -> DoctorCheck {
+    let subject = format!("clone source {}", source.name);
+    match (&source.snapshot, &source.last_error) {
+        (_, Some(error)) => DoctorCheck::missing(
+            subject,
+            format!("the last snapshot failed: {error}"),
+            format!(
+                "make the source reachable from sandboxd with its DSN's role, then \
+                         `sandboxd sources snapshot {}`",
+                source.name
+            ),
+        ),
+        (Some(snapshot), None) => DoctorCheck::ok(
+            subject,
+            format!(
+                "{}, snapshot {} old ({})",
+                snapshot.server_version,
+                sandboxd_domain::clock::format_age_since(snapshot.taken_at_ms),
+                source.privacy
+            ),
+        ),
+        (None, None) => DoctorCheck::missing(
+            subject,
+            "no snapshot yet: clones of it are refused".to_owned(),
+            format!("`sandboxd sources snapshot {}`", source.name),
+        ),
+    }
 }
 
 /// One line per backend and engine with an allowlist: which features it really provides, found

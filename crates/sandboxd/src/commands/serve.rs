@@ -85,9 +85,11 @@ pub async fn run(args: Args, settings: &Settings) -> ExitCode {
     );
     let server_shutdown = shutdown.clone();
     // The peer address rides with each request: the panel login's rate limit is per client.
-    let app = app.into_make_service_with_connect_info::<std::net::SocketAddr>();
-    let served = axum::serve(listener, app)
-        .with_graceful_shutdown(async move {
+    http::serve(
+        listener,
+        app,
+        http::connection_limits(settings),
+        async move {
             tokio::select! {
                 _ = stop_signal() => {}
                 _ = server_shutdown.cancelled() => {}
@@ -95,13 +97,11 @@ pub async fn run(args: Args, settings: &Settings) -> ExitCode {
             // Ends the MCP streams too, so open agent connections do not hold the shutdown.
             server_shutdown.cancel();
             tracing::info!("stopping");
-        })
-        .await;
+        },
+    )
+    .await;
     shutdown.cancel();
-    match &served {
-        Ok(()) => tracing::info!("http server stopped"),
-        Err(err) => tracing::error!(error = %err, "http server failed"),
-    }
+    tracing::info!("http server stopped");
     match janitor.await {
         Ok(()) => tracing::info!("janitor stopped"),
         Err(err) => tracing::error!(error = %err, "janitor task failed"),
@@ -122,9 +122,5 @@ pub async fn run(args: Args, settings: &Settings) -> ExitCode {
         tracing::error!(error = %err, "feature probe task failed");
     }
     daemon.broker.sweep_at_stop().await;
-    if served.is_ok() {
-        ExitCode::SUCCESS
-    } else {
-        ExitCode::FAILURE
-    }
+    ExitCode::SUCCESS
 }

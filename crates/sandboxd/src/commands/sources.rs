@@ -1,7 +1,8 @@
 //! `sandboxd sources add|ls|rm|snapshot`: production Postgres servers that clones are made from,
 //! through the running daemon's admin API. The DSN goes to the daemon once (from `--dsn`, or
 //! from stdin with `--dsn -` so it stays out of the process list and shell history) and never
-//! comes back.
+//! comes back; what is shown of it is how it is reached over TLS, with a warning when that
+//! protects nothing on the network.
 
 use std::io::BufRead;
 use std::process::ExitCode;
@@ -69,11 +70,45 @@ fn row(source: &SourceOut) -> Vec<String> {
             format!("every {} s", source.refresh_secs)
         },
         snapshot,
+        tls_text(source),
         source.last_error.clone().unwrap_or_default(),
     ]
 }
 
-const HEADER: [&str; 5] = ["source", "privacy", "refresh", "snapshot", "last error"];
+/// The TLS column: the mode, what it trusts, and `(default)` when the DSN named none.
+fn tls_text(source: &SourceOut) -> String {
+    let Some(tls) = &source.tls else {
+        return "unknown (its DSN cannot be read)".into();
+    };
+    let mut text = tls.mode.clone();
+    if let Some(roots) = &tls.roots {
+        text.push_str(&format!(", roots {roots}"));
+    }
+    if tls.default {
+        text.push_str(" (default)");
+    }
+    if tls.warning.is_some() {
+        text.push_str(" UNVERIFIED");
+    }
+    text
+}
+
+/// A source whose TLS protects nothing on the network: said on stderr, so `--json` stays
+/// parseable.
+fn warn(source: &SourceOut) {
+    if let Some(warning) = source.tls.as_ref().and_then(|t| t.warning.as_ref()) {
+        eprintln!("warning: source {}: {warning}", source.name);
+    }
+}
+
+const HEADER: [&str; 6] = [
+    "source",
+    "privacy",
+    "refresh",
+    "snapshot",
+    "tls",
+    "last error",
+];
 
 fn read_dsn(dsn: String) -> Result<String, String> {
     if dsn != "-" {
@@ -121,13 +156,17 @@ pub async fn run(args: Args, settings: &Settings) -> ExitCode {
                 .send::<SourceOut>(Method::PUT, &path, Some(&body))
                 .await
             {
-                Ok(reply) => reply.print(args.remote.json, show),
+                Ok(reply) => {
+                    reply.print(args.remote.json, show);
+                    warn(&reply.value);
+                }
                 Err(err) => return err.fail(),
             }
         }
         Command::Ls => match client.get::<Vec<SourceOut>>("/v1/sources", &()).await {
             Ok(sources) => {
-                output::print_list(&sources, args.remote.json, "no sources", &HEADER, row)
+                output::print_list(&sources, args.remote.json, "no sources", &HEADER, row);
+                sources.value.iter().for_each(warn);
             }
             Err(err) => return err.fail(),
         },

@@ -25,7 +25,7 @@ fn output(envelope: &Value) -> &str {
 }
 
 /// A developer of a fresh postgres project holding a sandbox, and that sandbox's credentials.
-async fn developer_with_sandbox(daemon: &TestDaemon) -> (Agent, Value) {
+pub(crate) async fn developer_with_sandbox(daemon: &TestDaemon) -> (Agent, Value) {
     let project = unique("exp");
     daemon.project(&project, &["postgres"]).await;
     daemon.task(&project).await;

@@ -1,6 +1,7 @@
 //! Bounded input from outside: a request body over `server.max_body_bytes` answers 413 on every
-//! surface (MCP, the admin API, panel forms, routes that ignore bodies), whether it declares its
-//! length or streams chunks without one, over real HTTP against the real daemon.
+//! surface that reads one (MCP, the admin API, panel forms), whether it declares its length or
+//! streams chunks without one, over real HTTP against the real daemon. A request that is not
+//! authenticated, or a route that takes no body, is answered without its body being read.
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
@@ -81,29 +82,46 @@ async fn a_body_over_the_limit_is_413_on_every_route() {
                 .header("accept", "application/json, text/event-stream")
                 .header("content-type", "application/json"),
         ),
-        ("MCP without a token", http.post(url("/mcp"))),
         (
             "the admin API",
             http.put(url(&format!("/v1/projects/{project}")))
                 .bearer_auth(ADMIN_TOKEN)
                 .header("content-type", "application/json"),
         ),
-        (
-            "the panel login",
-            http.post(url("/login"))
-                .header("content-type", "application/x-www-form-urlencoded"),
-        ),
-        (
-            "a panel form behind the login",
-            http.post(url("/sandboxes/janitor")),
-        ),
-        ("a route that ignores bodies", http.get(url("/metrics"))),
     ];
     for (surface, request) in cases {
         let answer = request.body(over.clone()).send().await.expect("send");
         assert_eq!(answer.status().as_u16(), 413, "{surface}");
         let text = answer.text().await.expect("body");
         assert!(text.contains("server.max_body_bytes"), "{surface}: {text}");
+    }
+    // The panel login's form is read before anyone is authenticated: a form's size, not the
+    // daemon's limit.
+    let login = http
+        .post(url("/login"))
+        .header("content-type", "application/x-www-form-urlencoded")
+        .body("x".repeat(8 * 1024))
+        .send()
+        .await
+        .expect("send");
+    assert_eq!(login.status().as_u16(), 413, "the panel login");
+    // Not read at all: a request its route's authentication refuses, a route without a body.
+    let unread = [
+        ("MCP without a token", http.post(url("/mcp")), 401),
+        (
+            "a panel form behind the login",
+            http.post(url("/sandboxes/janitor")),
+            303,
+        ),
+        (
+            "a route that ignores bodies",
+            http.get(url("/metrics")),
+            200,
+        ),
+    ];
+    for (surface, request, status) in unread {
+        let answer = request.body(over.clone()).send().await.expect("send");
+        assert_eq!(answer.status().as_u16(), status, "{surface}");
     }
     // Exactly at the limit is accepted.
     let at_limit = http
@@ -130,23 +148,31 @@ async fn a_body_over_the_limit_is_413_on_every_route() {
             ),
             "the admin API",
         ),
-        (
-            "GET /v1/openapi.json HTTP/1.1".to_owned(),
-            "a route that ignores bodies",
-        ),
     ];
     for (head, surface) in &chunked_cases {
         let status = chunked(&daemon, head, over.as_bytes()).await;
         assert_eq!(status, 413, "chunked to {surface}");
     }
-    // A huge declared length is refused at once, without waiting for a byte of it.
-    let started = std::time::Instant::now();
-    let huge = format!(
-        "POST /mcp HTTP/1.1\r\nHost: {}\r\nContent-Length: 10000000000\r\n\r\n",
-        daemon.addr
+    let status = chunked(&daemon, "GET /v1/openapi.json HTTP/1.1", over.as_bytes()).await;
+    assert_eq!(
+        status, 200,
+        "chunked to a route that ignores bodies: not read"
     );
-    assert_eq!(raw_status(&daemon, huge.as_bytes()).await, 413);
-    assert!(started.elapsed() < std::time::Duration::from_millis(900));
+    // A huge declared length is refused at once, without waiting for a byte of it: 413 once
+    // authenticated, 401 before.
+    for (token, expected) in [(Some(&agent_token), 413), (None, 401)] {
+        let started = std::time::Instant::now();
+        let auth = token
+            .map(|t| format!("Authorization: Bearer {t}\r\n"))
+            .unwrap_or_default();
+        let huge = format!(
+            "POST /mcp HTTP/1.1\r\nHost: {}\r\n{auth}Accept: application/json, text/event-stream\r\n\
+             Content-Type: application/json\r\nContent-Length: 10000000000\r\n\r\n",
+            daemon.addr
+        );
+        assert_eq!(raw_status(&daemon, huge.as_bytes()).await, expected);
+        assert!(started.elapsed() < std::time::Duration::from_millis(900));
+    }
     // A chunked body within the limit goes through whole.
     let (head, _) = &chunked_cases[1];
     let status = chunked(&daemon, head, project_json(LIMIT).as_bytes()).await;

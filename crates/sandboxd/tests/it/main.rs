@@ -3,7 +3,9 @@
 
 mod architecture;
 mod cli;
+mod costs;
 mod experiments;
+mod http_hardening;
 mod limits;
 mod logs;
 mod mcp;

@@ -21,7 +21,7 @@ fn remediate(envelope: &Value) -> &str {
     envelope["remediate"].as_str().expect("remediate")
 }
 
-async fn opted_in_project(daemon: &TestDaemon) -> String {
+pub(crate) async fn opted_in_project(daemon: &TestDaemon) -> String {
     let project = unique("proj");
     daemon.project(&project, &["postgres", "redis"]).await;
     project
@@ -596,7 +596,7 @@ async fn sandboxd_mcp_answers_initialize_with_what_failed_and_how_to_fix_it() {
 }
 
 /// One MCP message over plain HTTP, as any streamable-HTTP client sends it.
-async fn post_mcp(
+pub(crate) async fn post_mcp(
     http: &reqwest::Client,
     daemon: &TestDaemon,
     token: &str,
@@ -617,7 +617,11 @@ async fn post_mcp(
 }
 
 /// Opens a session (initialize, then the initialized notification) and returns its id.
-async fn open_session(http: &reqwest::Client, daemon: &TestDaemon, token: &str) -> String {
+pub(crate) async fn open_session(
+    http: &reqwest::Client,
+    daemon: &TestDaemon,
+    token: &str,
+) -> String {
     let initialize = json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
         "protocolVersion": "2025-11-25", "capabilities": {},
         "clientInfo": {"name": "raw-http", "version": "1"}}});
@@ -636,7 +640,12 @@ async fn open_session(http: &reqwest::Client, daemon: &TestDaemon, token: &str) 
 }
 
 /// The HTTP status of a `tools/list` in `session`.
-async fn list_in(http: &reqwest::Client, daemon: &TestDaemon, token: &str, session: &str) -> u16 {
+pub(crate) async fn list_in(
+    http: &reqwest::Client,
+    daemon: &TestDaemon,
+    token: &str,
+    session: &str,
+) -> u16 {
     let list = json!({"jsonrpc": "2.0", "id": 2, "method": "tools/list"});
     let response = post_mcp(http, daemon, token, Some(session), list).await;
     response.status().as_u16()

@@ -376,12 +376,51 @@ fn sources(home: &Home, daemon: &TestDaemon, project: &str) {
         table.contains("connect"),
         "the last error is listed: {table}"
     );
+    // Each source's TLS is shown; one that checks nothing off loopback is warned of when it is
+    // added, listed and checked.
+    let remote = cli_with_stdin(
+        home,
+        daemon,
+        &["sources", "add", "remote", "--dsn", "-"],
+        &format!("host=db.example.internal user=ro password={password} sslmode=require\n"),
+    );
+    let warned = String::from_utf8_lossy(&remote.stderr);
+    assert!(
+        stdout(&remote).contains("require UNVERIFIED")
+            && warned
+                .contains("warning: source remote: sslmode=require on a host that is not loopback"),
+        "{remote:?}"
+    );
+    let table = stdout(&cli(home, daemon, &["sources", "ls"]));
+    assert!(
+        table.contains("prefer (default)") && table.contains("require UNVERIFIED"),
+        "{table}"
+    );
     let doctor = cli(home, daemon, &["doctor"]);
-    let report = String::from_utf8_lossy(&doctor.stdout);
+    let report = String::from_utf8_lossy(&doctor.stdout).into_owned();
     assert!(
         report.contains("clone source shop") && report.contains("the last snapshot failed"),
         "{report}"
     );
+    let line = |subject: &str| {
+        report
+            .lines()
+            .find(|l| l.contains(subject))
+            .unwrap_or_else(|| panic!("a {subject} line: {report}"))
+            .to_owned()
+    };
+    let shop = line("clone source shop TLS");
+    assert!(
+        !shop.contains("MISSING") && shop.contains("prefer"),
+        "{report}"
+    );
+    let weak = line("clone source remote TLS");
+    assert!(
+        weak.contains("MISSING") && weak.contains("verify-full"),
+        "{report}"
+    );
+    assert!(stdout(&cli(home, daemon, &["sources", "rm", "remote"])).contains("removed remote"));
+    assert!(!format!("{remote:?} {table} {report}").contains(password));
 
     let out = stdout(&cli(
         home,

@@ -79,7 +79,10 @@ async fn the_daemon_fills_its_pools_hands_a_member_out_over_mcp_and_drains_them_
         let owners: Vec<String> = instance_dirs(&home)
             .iter()
             .map(|dir| {
-                let meta = std::fs::read_to_string(dir.join("sandboxd.json")).unwrap_or_default();
+                let meta = std::fs::read_to_string(
+                    sandboxd_backend::process::metadata_path(dir).unwrap_or_default(),
+                )
+                .unwrap_or_default();
                 serde_json::from_str::<Value>(&meta).unwrap_or_default()["owner"]
                     .as_str()
                     .unwrap_or("?")

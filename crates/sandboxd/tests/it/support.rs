@@ -172,6 +172,11 @@ pub fn spawn_daemon(home: &Home) -> TestDaemon {
 }
 
 impl TestDaemon {
+    /// The daemon's process id (while it runs).
+    pub fn pid(&self) -> u32 {
+        self.child.as_ref().expect("a running daemon").id()
+    }
+
     /// Kills the daemon with SIGKILL, as a crash or the OOM killer would: nothing of it runs
     /// on, no cleanup.
     pub fn crash(&mut self) {
@@ -379,7 +384,12 @@ pub fn entry<'a>(envelope: &'a Value, service: &str) -> &'a Value {
 /// Instance directories left under a process root.
 pub fn instance_dirs(home: &Home) -> Vec<PathBuf> {
     std::fs::read_dir(home.instances())
-        .map(|d| d.flatten().map(|e| e.path()).collect())
+        .map(|d| {
+            d.flatten()
+                .map(|e| e.path())
+                .filter(|path| !path.ends_with(sandboxd_backend::process::METADATA_DIR))
+                .collect()
+        })
         .unwrap_or_default()
 }
 
@@ -394,7 +404,10 @@ pub fn sandbox_dirs(home: &Home) -> Vec<PathBuf> {
             let name = dir.file_name().unwrap_or_default().to_string_lossy();
             let slot = sandboxd_domain::instance::parse_instance_name(&name)
                 .is_some_and(|(_, owner, _)| owner.is_pool_slot());
-            let meta = std::fs::read_to_string(dir.join("sandboxd.json")).unwrap_or_default();
+            let meta = std::fs::read_to_string(
+                sandboxd_backend::process::metadata_path(dir).unwrap_or_default(),
+            )
+            .unwrap_or_default();
             let owner = serde_json::from_str::<Value>(&meta).unwrap_or_default()["owner"]
                 .as_str()
                 .and_then(|owner| sandboxd_domain::AgentSlug::parse(owner).ok());
@@ -415,7 +428,10 @@ pub fn teardown_everything(home: &Home) {
             .expect("name")
             .to_string_lossy()
             .into_owned();
-        let meta = std::fs::read_to_string(dir.join("sandboxd.json")).unwrap_or_default();
+        let meta = std::fs::read_to_string(
+            sandboxd_backend::process::metadata_path(&dir).unwrap_or_default(),
+        )
+        .unwrap_or_default();
         let meta = serde_json::from_str::<Value>(&meta).unwrap_or_default();
         let owner = meta["owner"].as_str().map(str::to_owned);
         let maker = meta["daemon"].as_str().unwrap_or("cli").to_owned();
