@@ -431,18 +431,24 @@ recipe_mariadb() {
 		# the entrypoint). Root has no password in it and exists only as root@localhost
 		# (the socket); the entrypoint sets it up before anything else. The redo log is
 		# the 16 MB sandboxd runs with (the server resizes it at start when asked for
-		# another size). One tar, readable by any uid.
+		# another size). The zone tables are in it too (what the official path loads at its
+		# first start, seconds there; test suites such as Django's need them), with a marker
+		# that tells the entrypoint so. One tar, readable by any uid.
 		mkdir -p /var/lib/mysql-baked
 		chown mysql:mysql /var/lib/mysql-baked
+		mariadb-tzinfo-to-sql --skip-write-binlog /usr/share/zoneinfo >/tmp/tzinfo.sql
 		mariadb-install-db --user=mysql --datadir=/var/lib/mysql-baked --rpm \
 			--auth-root-authentication-method=normal --innodb-log-file-size=16M \
 			--skip-test-db --old-mode='UTF8_IS_UTF8MB3' --default-time-zone=SYSTEM --enforce-storage-engine= \
 			--skip-log-bin --expire-logs-days=0 \
-			--loose-innodb_buffer_pool_load_at_startup=0 --loose-innodb_buffer_pool_dump_at_shutdown=0
+			--loose-innodb_buffer_pool_load_at_startup=0 --loose-innodb_buffer_pool_dump_at_shutdown=0 \
+			--extra-file=/tmp/tzinfo.sql
+		rm -f /tmp/tzinfo.sql
 		# its entries, not "." itself: the datadir it lands in is a tmpfs root this uid cannot chmod
 		(cd /var/lib/mysql-baked && tar --numeric-owner --sparse -cf /var/lib/mysql-baked.tar -- *)
 		rm -rf /var/lib/mysql-baked
 		chmod 0644 /var/lib/mysql-baked.tar
+		touch /var/lib/mysql-baked.tzinfo
 		ls -la /var/lib/mysql-baked.tar
 	EOS
 }

@@ -1,14 +1,16 @@
 #!/usr/bin/env bash
 # Installs what sandboxd and its tests need on a fresh Debian machine: the database servers the
 # process backend runs, the browser the panel tests drive, debootstrap for the local images, and
-# the unprivileged users instances run as (one pool account per live instance), and Podman (the
-# Docker backend's tests run against its compatible API too). Idempotent; prints what it does.
+# the unprivileged users instances run as (one pool account per live instance), Podman (the
+# Docker backend's tests run against its compatible API too), and the en_US.UTF-8 locale and zone
+# database test suites expect of the servers. Idempotent; prints what it does.
 set -euo pipefail
 
 packages=(
   postgresql postgresql-contrib postgresql-15-postgis-3
   redis-server
   mariadb-server mariadb-client
+  locales tzdata
   util-linux procps
   debootstrap
   chromium chromium-driver
@@ -38,6 +40,19 @@ if [ ${#missing[@]} -gt 0 ]; then
   if [ $had_policy -eq 0 ]; then $SUDO rm -f "$policy"; fi
 else
   say "all packages present"
+fi
+
+# Test suites expect an en_US.UTF-8 collation (SQLAlchemy's, Django's) besides C.UTF-8: initdb of
+# the process backend's Postgres template makes every locale the host has a collation (the
+# template is rebuilt when the locales change). Through /etc/locale.gen, so an upgrade of the
+# locales package, which regenerates them from that file, keeps it.
+if ! locale -a 2>/dev/null | grep -qix 'en_US.utf8'; then
+  say "generating the locale en_US.UTF-8"
+  $SUDO sed -i -E 's/^# *(en_US\.UTF-8 UTF-8)/\1/' /etc/locale.gen
+  grep -qx 'en_US.UTF-8 UTF-8' /etc/locale.gen || echo 'en_US.UTF-8 UTF-8' | $SUDO tee -a /etc/locale.gen >/dev/null
+  $SUDO locale-gen >/dev/null
+else
+  say "locale en_US.UTF-8 present"
 fi
 
 # Instances never run as root: when sandboxd runs as root it starts them as this user.

@@ -17,8 +17,10 @@
 # datadir and no init scripts it is unpacked and the final server started at
 # once; root and the users are set up over the unix socket right after, by the
 # same statements the official path runs against its temporary server. Until
-# then only the socket inside the container reaches root. Init scripts, an
-# existing datadir or SANDBOXD_UNBAKED=1 take the official path.
+# then only the socket inside the container reaches root. The baked datadir
+# already holds the zone tables (/var/lib/mysql-baked.tzinfo says so): they are
+# not loaded again. Init scripts, an existing datadir or SANDBOXD_UNBAKED=1
+# take the official path.
 set -Eeo pipefail
 
 log() { printf '%s [Note] [Entrypoint]: %s\n' "$(date -u '+%Y-%m-%d %H:%M:%S')" "$*"; }
@@ -287,6 +289,7 @@ process_init_files() {
 }
 
 BAKED=/var/lib/mysql-baked.tar
+BAKED_TZINFO=/var/lib/mysql-baked.tzinfo
 
 # Whether this start can use the baked datadir (see the header).
 can_use_baked() {
@@ -303,6 +306,9 @@ can_use_baked() {
 start_baked() {
 	log "Starting from the baked datadir (no mariadb-install-db)"
 	tar -C "$DATADIR" --no-same-owner -xf "$BAKED"
+	if [ -e "$BAKED_TZINFO" ]; then
+		MARIADB_INITDB_SKIP_TZINFO=1
+	fi
 	"$@" &
 	MARIADB_PID=$!
 	local i status

@@ -141,6 +141,10 @@ pub struct ProjectOut {
     /// Engines handed out as clones: `{"<engine>": "<source>"}`; empty when none.
     #[serde(default)]
     pub sandbox_clones: BTreeMap<String, String>,
+    /// The data space of engines with one of their own, `{"postgres": "2G"}`; the others get
+    /// their backend's default. Empty when none.
+    #[serde(default)]
+    pub sandbox_sizes: BTreeMap<String, String>,
     pub created_at_ms: i64,
     pub updated_at_ms: i64,
 }
@@ -158,6 +162,7 @@ impl From<Project> for ProjectOut {
                 .iter()
                 .map(|(e, s)| (e.name.to_owned(), s.to_string()))
                 .collect(),
+            sandbox_sizes: p.sandbox_sizes.to_map(),
             created_at_ms: p.created_at_ms,
             updated_at_ms: p.updated_at_ms,
         }
@@ -178,6 +183,12 @@ pub struct PutProject {
     /// absent: unchanged, `{}`: none.
     #[serde(default)]
     pub sandbox_clones: Option<BTreeMap<String, String>>,
+    /// The data space of opted-in engines that keep their data on disk, `{"postgres": "2G",
+    /// "mariadb": "1G"}` (whole M or G, at least 256M, at most the operator's ceiling
+    /// `broker.max_sandbox_size_mb`); absent: unchanged, `{}`: every engine at its backend's
+    /// default.
+    #[serde(default)]
+    pub sandbox_sizes: Option<BTreeMap<String, String>>,
 }
 
 /// A source as an operator sees it: never its DSN.
@@ -613,6 +624,7 @@ mod tests {
             sandbox_services: Some(vec!["postgres".into()]),
             sandbox_extensions: Some(BTreeMap::from([("postgres".into(), vec!["vector".into()])])),
             sandbox_clones: BTreeMap::from([("postgres".into(), "shop".into())]),
+            sandbox_sizes: BTreeMap::from([("postgres".into(), "2G".into())]),
             created_at_ms: 1,
             updated_at_ms: 2,
         });

@@ -7,7 +7,7 @@ use std::fmt;
 use async_trait::async_trait;
 use sandboxd_domain::engine::AdminStep;
 use sandboxd_domain::instance::{BackendKind, Instance};
-use sandboxd_domain::{AgentSlug, Credentials, DaemonId, EngineRef, Feature};
+use sandboxd_domain::{AgentSlug, Credentials, DaemonId, DataSize, EngineRef, Feature};
 use serde::{Deserialize, Serialize};
 
 use crate::error::BackendError;
@@ -29,6 +29,9 @@ pub struct InstanceRequest {
     /// The server's major version, when it must be one (a clone runs its source's); None: the
     /// backend's own.
     pub major: Option<u32>,
+    /// The size of its data space (its project's, `projects set … --size`); None: the
+    /// backend's default ([`Backend::default_size`]).
+    pub size: Option<DataSize>,
 }
 
 /// Enough to find an instance again after any restart: what `list` returns and `is_live` /
@@ -121,6 +124,11 @@ pub enum Sweep {
 #[async_trait]
 pub trait Backend: Send + Sync + fmt::Debug {
     fn kind(&self) -> BackendKind;
+
+    /// The data space an instance gets when its request names no size. The memory cap is set
+    /// for it and grows with a bigger one ([`sandboxd_domain::space::memory_cap_mb`]). No
+    /// default: a backend that wraps another must say the other's.
+    fn default_size(&self) -> DataSize;
 
     /// Succeeds when the backend can be used right now (the container engine answers).
     async fn ping(&self) -> Result<(), BackendError>;
@@ -219,6 +227,14 @@ pub trait Backend: Send + Sync + fmt::Debug {
         Ok(None)
     }
 
+    /// The version of the `engine` server this backend runs (`15.14`), as the server program
+    /// or the image says it without starting anything; None when it cannot tell. `doctor`
+    /// compares the backends' versions with it.
+    async fn offered_version(&self, engine: EngineRef) -> Option<String> {
+        let _ = engine;
+        None
+    }
+
     /// Where features of `engine` come from, for "not available in …" errors: the image, or
     /// this host's packages.
     fn feature_location(&self, engine: EngineRef) -> String;
@@ -248,7 +264,8 @@ pub trait Backend: Send + Sync + fmt::Debug {
     }
 
     /// Activates features on a running instance in place, as the service superuser, and records
-    /// them on `instance`.
+    /// them on `instance`. Postgres makes them in `template1` as well, so every database the
+    /// agent makes from then on has them (`wire::postgres::activate`).
     async fn activate(
         &self,
         instance: &mut Instance,
@@ -415,8 +432,9 @@ pub trait Backend: Send + Sync + fmt::Debug {
 
     /// Empties a live instance in place, as the service superuser (`reset_sandbox`): what the
     /// agent made is dropped and the instance is as `provision` left it, with the same
-    /// endpoint and credentials and its features active again; a clone (`snapshot`) is made a
-    /// clone of it again. Where the agent has sessions of its own to lock
+    /// endpoint and credentials and its features active again (Postgres: its database is a copy
+    /// of `template1`, which kept them, and they are activated again in both); a clone
+    /// (`snapshot`) is made a clone of it again. Where the agent has sessions of its own to lock
     /// out (Postgres), it is locked out from the first statement to the last, so nothing it does
     /// races the superuser's work; it is let in again whatever happened, its database present.
     async fn reset(

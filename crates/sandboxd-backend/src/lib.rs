@@ -11,6 +11,7 @@
 //!   instance.
 //! - [`set`]: whole-set provisioning, all or nothing.
 //! - [`readiness`]: polling an authenticated round trip up to a deadline.
+//! - [`versions`]: server version numbers as `doctor` reports and compares them.
 //!
 //! This crate keeps no state of its own beyond what it writes beside instances (labels,
 //! metadata files): it does not know about agents, tasks, the store or the guard chain.
@@ -27,6 +28,7 @@ pub mod process;
 pub mod readiness;
 pub mod set;
 mod startup;
+pub mod versions;
 pub mod wire;
 
 pub use backend::{

@@ -62,6 +62,7 @@ pub async fn features(
             owner: slot.clone(),
             maker: maker.clone(),
             features: BTreeSet::new(),
+            size: None,
         })
         .await?;
     let instance = &member.instance;

@@ -31,6 +31,7 @@ fn request(engine: EngineRef, cleanup: &Cleanup, tag: &str) -> Result<InstanceRe
         owner: AgentSlug::parse(&cleanup.owner(tag))?,
         maker: DaemonId::cli(),
         features: Default::default(),
+        size: None,
     })
 }
 

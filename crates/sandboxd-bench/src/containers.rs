@@ -23,8 +23,8 @@ use crate::cleanup::BENCH_LABEL;
 use crate::ready;
 
 /// Tmpfs options as the Docker backend writes them (kept below a 512 MB memory cap).
-pub fn tmpfs_options(size_mb: u32, mode: &str, uid: Option<u32>) -> String {
-    let size = u64::from(size_mb).clamp(1, 384);
+pub fn tmpfs_options(size_mb: u64, mode: &str, uid: Option<u32>) -> String {
+    let size = size_mb.clamp(1, 384);
     let owner = uid.map(|uid| format!(",uid={uid}")).unwrap_or_default();
     format!("rw,nosuid,nodev,noexec,size={size}m,mode={mode}{owner}")
 }
@@ -53,7 +53,7 @@ async fn docker_run(
     admin: &Credentials,
     agent: &Credentials,
 ) -> Result<u16> {
-    let recipe = engine.container(admin, agent);
+    let recipe = engine.container(admin, agent, sandboxd_domain::DataSize::CONTAINER_DEFAULT);
     let port = free_port()?;
     let mut cmd = Command::new("docker");
     cmd.args(["run", "-d", "--name", name, "--label"])

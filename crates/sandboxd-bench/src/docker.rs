@@ -292,6 +292,7 @@ impl Scenario<'_> {
                         owner: owner.clone(),
                         maker: DaemonId::cli(),
                         features: Default::default(),
+                        size: None,
                     })
                     .collect();
                 let started = Instant::now();

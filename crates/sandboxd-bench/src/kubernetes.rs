@@ -106,6 +106,7 @@ fn requests(set: &[EngineRef], owner: &AgentSlug) -> Vec<InstanceRequest> {
             owner: owner.clone(),
             maker: DaemonId::cli(),
             features: Default::default(),
+            size: None,
         })
         .collect()
 }

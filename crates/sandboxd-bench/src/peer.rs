@@ -266,7 +266,7 @@ async fn start_one(
     let engine = EngineRef::parse(engine)?;
     let admin = Credentials::generate(engine.admin_user);
     let agent = Credentials::generate(engine.agent_user);
-    let recipe = engine.container(&admin, &agent);
+    let recipe = engine.container(&admin, &agent, sandboxd_domain::DataSize::CONTAINER_DEFAULT);
     let (repository, tag) = image.rsplit_once(':').unwrap_or((image, "latest"));
     let port = engine.port;
     let mut generic = GenericImage::new(repository, tag).with_exposed_port(port.tcp());

@@ -70,6 +70,7 @@ async fn run_once(
         owner,
         maker: DaemonId::cli(),
         features: Default::default(),
+        size: None,
     };
     let started = Instant::now();
     let instance = backend

@@ -65,6 +65,7 @@ async fn measure(
             owner: AgentSlug::parse(&cleanup.owner(&format!("reset-{label}")))?,
             maker: DaemonId::cli(),
             features: Default::default(),
+            size: None,
         };
         let instance = backend
             .provision(&request)

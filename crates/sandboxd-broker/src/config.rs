@@ -39,6 +39,10 @@ pub struct BrokerConfig {
     /// `sandbox_sql`, `run_experiment` and `reset_sandbox` calls one agent may have under way
     /// at once; past it a call is refused (`limit_exceeded`, retryable), not queued.
     pub max_heavy_calls_per_agent: usize,
+    /// The operator's ceiling on a project's data space per engine (`projects set … --size`):
+    /// a size above it is refused, naming it. Every MiB of it may cost that much memory per
+    /// instance (the memory cap grows with the data space).
+    pub max_sandbox_size_mb: u64,
 }
 
 impl BrokerConfig {
@@ -47,6 +51,9 @@ impl BrokerConfig {
     pub const DEFAULT_MCP_SESSION_TTL: Duration = Duration::from_secs(24 * 3600);
     /// Room for a test suite's few concurrent statements beside an experiment, not for a flood.
     pub const DEFAULT_MAX_HEAVY_CALLS_PER_AGENT: usize = 4;
+    /// Room for a full Django suite on MariaDB (its runner clones the test database), and
+    /// bounded: a 2 GB data space may cost that much memory beside the server's own.
+    pub const DEFAULT_MAX_SANDBOX_SIZE_MB: u64 = 2048;
 }
 
 impl Default for BrokerConfig {
@@ -66,6 +73,7 @@ impl Default for BrokerConfig {
             experiments: None,
             replication: None,
             max_heavy_calls_per_agent: Self::DEFAULT_MAX_HEAVY_CALLS_PER_AGENT,
+            max_sandbox_size_mb: Self::DEFAULT_MAX_SANDBOX_SIZE_MB,
         }
     }
 }

@@ -9,7 +9,7 @@ use sandboxd_domain::envelope::{ErrorCode, ErrorEnvelope};
 use sandboxd_domain::error::{allowed_list, quote};
 use sandboxd_domain::roles::Verb;
 use sandboxd_domain::verbs::RequestSandboxArgs;
-use sandboxd_domain::{EngineRef, Feature, FeatureRequest, SourceName};
+use sandboxd_domain::{EngineRef, Feature, FeatureRequest, ProjectSizes, SourceName};
 use sandboxd_store::{Agent, Task};
 
 use crate::Broker;
@@ -30,6 +30,8 @@ pub(crate) struct Granted {
     pub features: FeatureRequest,
     /// Engines the project hands out as clones, and of which source.
     pub clones: Vec<(EngineRef, SourceName)>,
+    /// The project's data space per engine (the backends' defaults for the others).
+    pub sizes: ProjectSizes,
 }
 
 fn names(engines: &[EngineRef]) -> String {
@@ -210,13 +212,16 @@ impl Broker {
             )));
         }
 
-        let clones = project.map(|p| p.sandbox_clones).unwrap_or_default();
+        let (clones, sizes) = project
+            .map(|p| (p.sandbox_clones, p.sandbox_sizes))
+            .unwrap_or_default();
         Ok(Granted {
             task,
             services,
             asked,
             features,
             clones,
+            sizes,
         })
     }
 

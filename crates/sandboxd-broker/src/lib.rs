@@ -16,7 +16,8 @@
 //! - `janitor.rs`: reaps instances whose owner is gone, from what the backends list.
 //! - `replicas.rs`: several replicas on one PostgreSQL store: per-agent leases, one leader per
 //!   fleet-wide task, whose pool members are whose.
-//! - `operator.rs`: the operator's verbs (agents, projects, tasks, sandboxes, settings, audit).
+//! - `operator.rs`: the operator's verbs (agents, projects, tasks, sandboxes, settings, audit);
+//!   `sizes.rs`: a project's data space per engine, within the operator's ceiling.
 //! - `metrics.rs`, and the audit trail written by every verb and action.
 //!
 //! The broker never exposes a backend or the store to its callers, so no gateway can reach
@@ -47,6 +48,7 @@ mod replicas;
 mod sandbox;
 mod sandbox_verbs;
 mod sessions;
+mod sizes;
 mod sources;
 mod verbs;
 

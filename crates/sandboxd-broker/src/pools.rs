@@ -675,6 +675,7 @@ impl Pools {
                     owner: slot,
                     maker: self.maker.clone(),
                     features: config.features.clone(),
+                    size: None,
                 };
                 started.push(tokio::spawn(async move {
                     pools

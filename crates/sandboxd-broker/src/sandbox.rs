@@ -13,7 +13,7 @@ use sandboxd_backend::{BackendError, InstanceHandle, InstanceRequest};
 use sandboxd_domain::clone::Snapshot;
 use sandboxd_domain::envelope::{ErrorCode, ErrorEnvelope, OkEnvelope};
 use sandboxd_domain::verbs::RequestSandboxArgs;
-use sandboxd_domain::{AgentSlug, EngineRef, FeatureRequest, Instance};
+use sandboxd_domain::{AgentSlug, DataSize, EngineRef, FeatureRequest, Instance, ProjectSizes};
 use sandboxd_store::{Actor, Agent};
 
 use crate::Broker;
@@ -154,7 +154,13 @@ impl Broker {
                 self.inner.metrics.failed(refusal.error);
             })?;
         let (instances, cache) = self
-            .ensure_sandbox(&agent.slug, &granted.services, &granted.features, &clones)
+            .ensure_sandbox(
+                &agent.slug,
+                &granted.services,
+                &granted.features,
+                &clones,
+                &granted.sizes,
+            )
             .await
             .map_err(|failure| {
                 self.inner.metrics.failed(ErrorCode::InvalidState);
@@ -238,14 +244,15 @@ impl Broker {
     }
 
     /// The agent's whole sandbox, ready: from the cache when every member is live (and is a
-    /// clone exactly where the project asks for one), else freshly provisioned. Serialized per
-    /// agent.
+    /// clone exactly where the project asks for one, of the size it asks for), else freshly
+    /// provisioned. Serialized per agent.
     pub(crate) async fn ensure_sandbox(
         &self,
         agent: &AgentSlug,
         services: &[EngineRef],
         features: &FeatureRequest,
         clones: &Clones,
+        sizes: &ProjectSizes,
     ) -> Result<(Vec<Instance>, Cache), SandboxFailure> {
         let _turn = self.turn(agent).await.map_err(SandboxFailure::Turn)?;
         let store = self.store();
@@ -253,11 +260,13 @@ impl Broker {
             .instances_of(agent)
             .await
             .map_err(SandboxFailure::Store)?;
-        let unchanged = cached.iter().all(|i| clone_matches(i, clones));
+        let unchanged = cached
+            .iter()
+            .all(|i| clone_matches(i, clones) && self.size_matches(i, sizes));
         if !cached.is_empty() {
             if unchanged && self.all_live(&cached).await {
                 let added = self
-                    .complete_in_place(agent, &mut cached, services, features, clones)
+                    .complete_in_place(agent, &mut cached, services, features, clones, sizes)
                     .await
                     .map_err(|failure| SandboxFailure::Kept(Box::new(failure)))?;
                 if let Some(added) = added {
@@ -278,7 +287,7 @@ impl Broker {
             if unchanged {
                 tracing::info!(%agent, "a sandbox member died: evicting the whole sandbox");
             } else {
-                tracing::info!(%agent, "the project's clones changed: replacing the whole sandbox");
+                tracing::info!(%agent, "the project's clones or sizes changed: replacing the whole sandbox");
             }
             self.teardown_instances(&cached).await;
             store
@@ -287,7 +296,7 @@ impl Broker {
                 .map_err(SandboxFailure::Store)?;
         }
         let instances = self
-            .provision(agent, services, features, clones, Leftovers::Clear)
+            .provision(agent, services, features, clones, sizes, Leftovers::Clear)
             .await?;
         if let Err(err) = store.put_instances(agent, &instances).await {
             self.teardown_instances(&instances).await;
@@ -298,7 +307,7 @@ impl Broker {
     }
 
     /// Provisions engines for `agent` on the primary backend, all or nothing: each from its
-    /// warm pool when one matches, else cold. With `Leftovers::Clear` (nothing is stored for
+    /// warm pool when one matches (a pool member has its backend's default size), else cold. With `Leftovers::Clear` (nothing is stored for
     /// the agent) what a crash left of the agent goes first — unless every engine comes from a
     /// pool: a member keeps its own name (or takes the agent's by a rename that fails on a
     /// leftover, which then falls back to a cold provision), and the janitor reaps such orphans
@@ -310,6 +319,7 @@ impl Broker {
         engines: &[EngineRef],
         features: &FeatureRequest,
         clones: &Clones,
+        sizes: &ProjectSizes,
         leftovers: Leftovers,
     ) -> Result<Vec<Instance>, SandboxFailure> {
         let backend = self.inner.backends.primary();
@@ -318,16 +328,19 @@ impl Broker {
             join_all(engines.iter().map(|engine| async move {
                 let wanted = features.for_engine(*engine);
                 // A clone comes only from a pool of clones of its source's very snapshot.
-                let taken = self
-                    .inner
-                    .pools
-                    .take(
-                        *engine,
-                        &wanted,
-                        clone_of(clones, *engine),
-                        &self.inner.metrics,
-                    )
-                    .await;
+                let taken = if self.pool_fits(sizes, *engine) {
+                    self.inner
+                        .pools
+                        .take(
+                            *engine,
+                            &wanted,
+                            clone_of(clones, *engine),
+                            &self.inner.metrics,
+                        )
+                        .await
+                } else {
+                    None
+                };
                 (*engine, wanted, taken)
             }))
             .await;
@@ -336,7 +349,8 @@ impl Broker {
         }
         let outcomes = join_all(taken.into_iter().map(|(engine, wanted, taken)| {
             let snapshot = clone_of(clones, engine).map(Arc::as_ref);
-            self.provision_one(agent, engine, wanted, taken, snapshot)
+            let size = Self::wanted_size(sizes, engine);
+            self.provision_one(agent, engine, wanted, taken, snapshot, size)
         }))
         .await;
         let mut made = Vec::with_capacity(outcomes.len());
@@ -405,6 +419,7 @@ impl Broker {
         features: BTreeSet<sandboxd_domain::Feature>,
         taken: Option<Taken>,
         snapshot: Option<&Snapshot>,
+        size: Option<DataSize>,
     ) -> Result<Made, BackendError> {
         let backend = self.inner.backends.primary();
         let metrics = &self.inner.metrics;
@@ -437,6 +452,7 @@ impl Broker {
             owner: agent.clone(),
             maker: self.inner.daemon.clone(),
             features,
+            size,
         };
         let instance = match snapshot {
             Some(snapshot) => {
@@ -468,6 +484,7 @@ impl Broker {
         services: &[EngineRef],
         features: &FeatureRequest,
         clones: &Clones,
+        sizes: &ProjectSizes,
     ) -> Result<Option<Vec<Instance>>, SandboxFailure> {
         let present: BTreeSet<EngineRef> = cached.iter().map(|i| i.engine).collect();
         let missing: Vec<EngineRef> = services
@@ -478,7 +495,7 @@ impl Broker {
         let added = if missing.is_empty() {
             Vec::new()
         } else {
-            self.provision(agent, &missing, features, clones, Leftovers::Keep)
+            self.provision(agent, &missing, features, clones, sizes, Leftovers::Keep)
                 .await?
         };
         let mut activated = false;

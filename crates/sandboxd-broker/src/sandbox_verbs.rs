@@ -346,6 +346,7 @@ impl Broker {
                 "max_lifetime_secs": config.max_lifetime.map(|d| d.as_secs()),
                 "released_at_latest_at_ms": lifetime_ends,
                 "clone": instance.clone,
+                "size_mb": instance.size.map(|size| size.mb()),
             })
         });
         let evidence: Vec<serde_json::Value> = join_all(described).await;

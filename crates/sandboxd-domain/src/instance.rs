@@ -13,6 +13,7 @@ use crate::engine::{AdminAccess, Endpoint};
 use crate::engines::EngineRef;
 use crate::features::Feature;
 use crate::names::{AgentSlug, DaemonId, EnvPrefix};
+use crate::space::DataSize;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -89,6 +90,9 @@ pub struct Instance {
     pub created_at_ms: i64,
     /// What it is a clone of; None for an ordinary instance.
     pub clone: Option<CloneOrigin>,
+    /// The size of its data space; None for a server that keeps its data in memory, or one
+    /// recorded before sizes were.
+    pub size: Option<DataSize>,
 }
 
 impl Instance {
@@ -115,6 +119,7 @@ impl Instance {
                 serde_json::to_string(&env).expect("a map of strings always serializes"),
             ),
             clone: self.clone.clone(),
+            size: self.size,
         }
     }
 }
@@ -135,6 +140,8 @@ pub struct ServiceEvidence {
     /// The JSON object of environment variables (it embeds the password).
     env: SecretString,
     pub clone: Option<CloneOrigin>,
+    /// Its data space (`size_mb`), when it has one.
+    pub size: Option<DataSize>,
 }
 
 impl ServiceEvidence {
@@ -153,13 +160,15 @@ impl fmt::Debug for ServiceEvidence {
             .field("database", &self.database)
             .field("features", &self.features)
             .field("clone", &self.clone)
+            .field("size", &self.size)
             .finish_non_exhaustive()
     }
 }
 
 impl Serialize for ServiceEvidence {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        let mut map = s.serialize_map(Some(10 + usize::from(self.clone.is_some())))?;
+        let entries = 10 + usize::from(self.clone.is_some()) + usize::from(self.size.is_some());
+        let mut map = s.serialize_map(Some(entries))?;
         map.serialize_entry("service", self.service)?;
         map.serialize_entry("host", &self.host)?;
         map.serialize_entry("port", &self.port)?;
@@ -172,6 +181,9 @@ impl Serialize for ServiceEvidence {
         map.serialize_entry("env", &self.env())?;
         if let Some(clone) = &self.clone {
             map.serialize_entry("clone", clone)?;
+        }
+        if let Some(size) = self.size {
+            map.serialize_entry("size_mb", &size.mb())?;
         }
         map.end()
     }
@@ -202,6 +214,7 @@ mod tests {
             features: [Feature::parse(engine, "vector").expect("allowlisted")].into(),
             created_at_ms: 0,
             clone: None,
+            size: Some(DataSize::from_mb(512)),
         }
     }
 
@@ -247,6 +260,10 @@ mod tests {
             assert!(json.get(key).is_some(), "{key} missing in {json}");
         }
         assert_eq!(json["available_extensions"][0], "vector");
+        assert_eq!(
+            json["size_mb"], 512,
+            "the evidence says the data space's size"
+        );
         assert_eq!(
             json["env"]["ROBOCO_TEST_DB_PASSWORD"],
             inst.agent.password.expose_secret()

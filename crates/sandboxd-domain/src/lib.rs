@@ -13,6 +13,8 @@
 //! - [`instance`]: what a backend hands back for one running service, and the evidence rendered
 //!   from it (§3.4 of the spec).
 //! - [`roles`]: verbs, roles and manifests (§3.1).
+//! - [`space`]: the size of an instance's data space, a project's sizes per engine, and how the
+//!   memory cap grows with it.
 //! - [`lifecycle`]: the task state machine of the lifecycle verbs (§3.3).
 //! - [`envelope`]: the ok / error envelopes (§3.2).
 //! - [`verbs`]: the arguments of every verb, with their JSON schemas and descriptions.
@@ -33,6 +35,7 @@ pub mod instance;
 pub mod lifecycle;
 pub mod names;
 pub mod roles;
+pub mod space;
 pub mod verbs;
 
 pub use credentials::{Credentials, generate_secret};
@@ -42,3 +45,4 @@ pub use error::InputError;
 pub use features::{Feature, FeatureRequest};
 pub use instance::{BackendKind, Instance, ServiceEvidence};
 pub use names::{AgentSlug, DaemonId, EnvPrefix, ProjectSlug, SourceName};
+pub use space::{DataSize, ProjectSizes};

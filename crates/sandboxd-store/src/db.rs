@@ -71,6 +71,11 @@ const MIGRATIONS: &[(i64, &str, &str)] = &[
         "mcp_session_agent",
         include_str!("../migrations/0007_mcp_session_agent.sql"),
     ),
+    (
+        8,
+        "sandbox_sizes",
+        include_str!("../migrations/0008_sandbox_sizes.sql"),
+    ),
 ];
 
 fn migrator() -> Migrator {

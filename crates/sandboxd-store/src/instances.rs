@@ -12,7 +12,9 @@ use std::path::PathBuf;
 
 use sandboxd_domain::clock::now_ms;
 use sandboxd_domain::engine::AdminAccess;
-use sandboxd_domain::{AgentSlug, BackendKind, Credentials, EngineRef, Feature, Instance};
+use sandboxd_domain::{
+    AgentSlug, BackendKind, Credentials, DataSize, EngineRef, Feature, Instance,
+};
 use secrecy::zeroize::Zeroizing;
 use secrecy::{ExposeSecret, SecretString};
 use serde::{Deserialize, Serialize};
@@ -74,7 +76,7 @@ enum AdminOwned {
 
 const COLUMNS: &str = "name, owner, engine, backend, backend_id, host, port, database_name, \
                        agent_user, features, created_at_ms, sealed_credentials, last_used_at_ms, \
-                       clone_origin";
+                       clone_origin, size_mb";
 
 fn summary_from_row(op: &'static str, row: &AnyRow) -> Result<InstanceSummary> {
     let get = |e: sqlx::Error| StoreError::db(op)(e);
@@ -187,6 +189,18 @@ impl Store {
                 })
             })
             .transpose()?;
+        let size_mb: Option<i64> = row.try_get("size_mb").map_err(StoreError::db(op))?;
+        let size = size_mb
+            .map(|mb| {
+                u64::try_from(mb).map(DataSize::from_mb).map_err(|e| {
+                    StoreError::corrupt(
+                        op,
+                        format!("size of sandbox instance {:?}", summary.name),
+                        e,
+                    )
+                })
+            })
+            .transpose()?;
         Ok(Instance {
             engine: summary.engine,
             owner: summary.owner,
@@ -206,6 +220,7 @@ impl Store {
             features: summary.features,
             created_at_ms: summary.created_at_ms,
             clone,
+            size,
         })
     }
 
@@ -251,7 +266,7 @@ impl Store {
             .map_err(StoreError::db(OP))?;
         let insert = format!(
             "INSERT INTO sandbox_instances ({COLUMNS}) \
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14)"
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15)"
         );
         for (instance, features, sealed) in rows {
             sqlx::query(sqlx::AssertSqlSafe(insert.clone()))
@@ -271,6 +286,11 @@ impl Store {
                 .bind(instance.clone.as_ref().map(|origin| {
                     serde_json::to_string(origin).expect("a clone origin always serializes")
                 }))
+                .bind(
+                    instance
+                        .size
+                        .map(|size| i64::try_from(size.mb()).unwrap_or(i64::MAX)),
+                )
                 .execute(&mut *tx)
                 .await
                 .map_err(|e| match violation(&e) {

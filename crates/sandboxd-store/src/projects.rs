@@ -1,12 +1,12 @@
 //! Projects and their sandbox opt-in: `sandbox_services` (a JSON list of engine names, NULL when
-//! not opted in) and `sandbox_extensions` (a JSON map engine → features). Both are re-validated
-//! against the registry and the allowlists when read, so a row edited by hand cannot smuggle an
-//! engine or a feature past the types.
+//! not opted in), `sandbox_extensions` (a JSON map engine → features) and `sandbox_sizes` (a JSON
+//! map engine → MiB). All are re-validated against the registry and the allowlists when read, so
+//! a row edited by hand cannot smuggle an engine or a feature past the types.
 
 use std::collections::BTreeMap;
 
 use sandboxd_domain::clock::now_ms;
-use sandboxd_domain::{EngineRef, FeatureRequest, ProjectSlug, SourceName};
+use sandboxd_domain::{EngineRef, FeatureRequest, ProjectSizes, ProjectSlug, SourceName};
 use sqlx::Row;
 use sqlx::any::AnyRow;
 
@@ -23,12 +23,14 @@ pub struct Project {
     pub sandbox_extensions: Option<FeatureRequest>,
     /// Engines handed out as clones of a source, and of which; empty when none.
     pub sandbox_clones: Vec<(EngineRef, SourceName)>,
+    /// The data space of each engine that has one of its own; empty: the backends' defaults.
+    pub sandbox_sizes: ProjectSizes,
     pub created_at_ms: i64,
     pub updated_at_ms: i64,
 }
 
-const COLUMNS: &str =
-    "slug, sandbox_services, sandbox_extensions, sandbox_clones, created_at_ms, updated_at_ms";
+const COLUMNS: &str = "slug, sandbox_services, sandbox_extensions, sandbox_clones, sandbox_sizes, \
+                       created_at_ms, updated_at_ms";
 
 fn services_json(services: &[EngineRef]) -> String {
     let names: Vec<&str> = services.iter().map(|e| e.name).collect();
@@ -87,10 +89,22 @@ fn project_from_row(op: &'static str, row: &AnyRow) -> Result<Project> {
         }
     };
 
+    let sizes: Option<String> = row.try_get("sandbox_sizes").map_err(get)?;
+    let sandbox_sizes = match sizes {
+        None => ProjectSizes::default(),
+        Some(text) => {
+            let raw: BTreeMap<String, u64> = serde_json::from_str(&text)
+                .map_err(|e| StoreError::corrupt(op, what("sandbox_sizes"), e))?;
+            ProjectSizes::from_mb(&raw)
+                .map_err(|e| StoreError::corrupt(op, what("sandbox_sizes"), e))?
+        }
+    };
+
     Ok(Project {
         sandbox_services,
         sandbox_extensions,
         sandbox_clones,
+        sandbox_sizes,
         created_at_ms: row.try_get("created_at_ms").map_err(get)?,
         updated_at_ms: row.try_get("updated_at_ms").map_err(get)?,
         slug,
@@ -113,8 +127,8 @@ impl Store {
              ON CONFLICT (slug) DO UPDATE SET sandbox_services = excluded.sandbox_services, \
              sandbox_extensions = excluded.sandbox_extensions, \
              updated_at_ms = excluded.updated_at_ms \
-             RETURNING slug, sandbox_services, sandbox_extensions, sandbox_clones, created_at_ms, \
-             updated_at_ms",
+             RETURNING slug, sandbox_services, sandbox_extensions, sandbox_clones, sandbox_sizes, \
+             created_at_ms, updated_at_ms",
         )
         .bind(slug.as_str())
         .bind(sandbox_services.map(services_json))
@@ -142,6 +156,37 @@ impl Store {
         });
         let sql = format!(
             "UPDATE projects SET sandbox_clones = $2, updated_at_ms = $3 WHERE slug = $1 \
+             RETURNING {COLUMNS}"
+        );
+        sqlx::query(sqlx::AssertSqlSafe(sql))
+            .bind(slug.as_str())
+            .bind(json)
+            .bind(now_ms())
+            .fetch_optional(&self.pool)
+            .await
+            .map_err(StoreError::db(OP))?
+            .map(|row| project_from_row(OP, &row))
+            .transpose()?
+            .ok_or_else(|| StoreError::NotFound {
+                op: OP,
+                what: "project",
+                id: slug.to_string(),
+            })
+    }
+
+    /// Sets the project's data space per engine (empty: the backends' defaults).
+    /// [`StoreError::NotFound`] when there is no such project.
+    pub async fn set_project_sizes(
+        &self,
+        slug: &ProjectSlug,
+        sizes: &ProjectSizes,
+    ) -> Result<Project> {
+        const OP: &str = "set_project_sizes";
+        let json = (!sizes.is_empty()).then(|| {
+            serde_json::to_string(&sizes.to_mb()).expect("a map of numbers always serializes")
+        });
+        let sql = format!(
+            "UPDATE projects SET sandbox_sizes = $2, updated_at_ms = $3 WHERE slug = $1 \
              RETURNING {COLUMNS}"
         );
         sqlx::query(sqlx::AssertSqlSafe(sql))

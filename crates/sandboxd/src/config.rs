@@ -179,6 +179,8 @@ pub struct BrokerSettings {
     /// `sandbox_sql`, `run_experiment` and `reset_sandbox` calls one agent may have under way
     /// at once; past it a call is refused (`limit_exceeded`, retryable).
     pub max_heavy_calls_per_agent: usize,
+    /// The most data space a project may give one engine (`projects set … --size`), in MiB.
+    pub max_sandbox_size_mb: u64,
 }
 
 impl Default for BrokerSettings {
@@ -200,6 +202,7 @@ impl Default for BrokerSettings {
                 .lease_ttl
                 .as_secs(),
             max_heavy_calls_per_agent: base.max_heavy_calls_per_agent,
+            max_sandbox_size_mb: base.max_sandbox_size_mb,
         }
     }
 }
@@ -598,6 +601,13 @@ impl Settings {
             return Err(ConfigError::Invalid(
                 "broker.max_heavy_calls_per_agent must be at least 1".into(),
             ));
+        }
+        if self.broker.max_sandbox_size_mb < sandboxd_domain::DataSize::MIN_MB {
+            return Err(ConfigError::Invalid(format!(
+                "broker.max_sandbox_size_mb must be at least {} (the least size a project may \
+                 ask for)",
+                sandboxd_domain::DataSize::MIN_MB
+            )));
         }
         if self.broker.mcp_session_ttl_secs == 0 {
             return Err(ConfigError::Invalid(

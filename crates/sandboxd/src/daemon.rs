@@ -64,6 +64,7 @@ pub async fn start(settings: &Settings) -> Result<Daemon> {
         feature_probe_recheck: Duration::from_secs(settings.broker.feature_probe_recheck_secs),
         experiments: settings.experiments_config()?,
         max_heavy_calls_per_agent: settings.broker.max_heavy_calls_per_agent,
+        max_sandbox_size_mb: settings.broker.max_sandbox_size_mb,
         // A PostgreSQL store may be shared by replicas: leases coordinate them. SQLite is one
         // daemon's file.
         replication: (store.kind() == StoreKind::Postgres).then(|| ReplicationConfig {

@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 
 use axum::Json;
 use axum::extract::State;
-use sandboxd_domain::{EngineRef, FeatureRequest, ProjectSlug, SourceName};
+use sandboxd_domain::{EngineRef, FeatureRequest, ProjectSizes, ProjectSlug, SourceName};
 
 use super::{ApiJson, ApiPath, TAG};
 use crate::AppState;
@@ -89,7 +89,8 @@ pub async fn get_project(
     responses(
         (status = 200, body = ProjectOut),
         (status = 400, description = "Invalid slug, unknown engine, feature outside the \
-            allowlist, or features for an engine that is not opted in; nothing changed",
+            allowlist, features or a size for an engine that is not opted in, or a size that \
+            does not parse or is above the operator's ceiling (named); nothing changed",
             body = ErrorBody),
         (status = 401, body = ErrorBody),
     ))]
@@ -104,12 +105,22 @@ pub async fn put_project(
         body.sandbox_extensions.as_ref(),
     )?;
     let clones = body.sandbox_clones.as_ref().map(parse_clones).transpose()?;
+    let sizes = body
+        .sandbox_sizes
+        .as_ref()
+        .map(ProjectSizes::parse_map)
+        .transpose()?;
+    // Refused before anything is stored.
     if let Some(clones) = &clones {
-        // Refused before anything is stored.
         state
             .broker
             .check_project_clones(services.as_deref().unwrap_or_default(), clones)
             .await?;
+    }
+    if let Some(sizes) = &sizes {
+        state
+            .broker
+            .check_project_sizes(services.as_deref().unwrap_or_default(), sizes)?;
     }
     let mut project = state
         .broker
@@ -117,6 +128,9 @@ pub async fn put_project(
         .await?;
     if let Some(clones) = clones {
         project = state.broker.set_project_clones(&slug, clones).await?;
+    }
+    if let Some(sizes) = sizes {
+        project = state.broker.set_project_sizes(&slug, sizes).await?;
     }
     Ok(Json(project.into()))
 }

@@ -1,8 +1,9 @@
 //! Projects: the list, and one project's Sandbox card — a checkbox per engine of the registry
 //! and, per engine, a checkbox per feature of its allowlist (greyed out where this sandboxd's
-//! backend does not provide it), and for an engine that can be a clone, which registered source
-//! it clones. Saving goes through the same validation as the API (registry, allowlists, then
-//! the broker, which refuses a feature no backend provides or a clone it cannot make).
+//! backend does not provide it), for an engine that can be a clone, which registered source it
+//! clones, and for an engine that keeps its data on disk, the size of its data space. Saving goes
+//! through the same validation as the API (registry, allowlists, then the broker, which refuses
+//! a feature no backend provides, a clone it cannot make or a size above the ceiling).
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -15,7 +16,7 @@ use futures::future::join_all;
 use maud::{Markup, html};
 use sandboxd_broker::{BrokerError, FeatureProbe, Project, Source};
 use sandboxd_domain::engine::FeatureKind;
-use sandboxd_domain::{EngineRef, ProjectSlug, SourceName, engines};
+use sandboxd_domain::{DataSize, EngineRef, ProjectSizes, ProjectSlug, SourceName, engines};
 
 use sandboxd_domain::clock::format_age_since;
 
@@ -133,6 +134,20 @@ pub async fn create(
     }
 }
 
+/// The card's sizes (`size:<engine>` = `2G`, or empty for the backend's default).
+fn chosen_sizes(fields: &super::form::FormFields) -> Result<ProjectSizes, String> {
+    let map: BTreeMap<String, String> = engines::all()
+        .filter_map(|engine| {
+            let size = fields
+                .get(&format!("size:{}", engine.name))
+                .map(str::trim)
+                .filter(|s| !s.is_empty())?;
+            Some((engine.name.to_owned(), size.to_owned()))
+        })
+        .collect();
+    ProjectSizes::parse_map(&map).map_err(|e| e.to_string())
+}
+
 /// The card's clone choices (`clone:<engine>` = a source name, or empty for none).
 fn chosen_clones(fields: &super::form::FormFields) -> Result<Vec<(EngineRef, SourceName)>, String> {
     let mut clones = Vec::new();
@@ -231,6 +246,32 @@ fn clone_choice(engine: EngineRef, project: &Project, sources: &[Source]) -> Mar
     }
 }
 
+/// For an engine that keeps its data on disk: the size of its data space (empty: the backend's
+/// default), within the operator's ceiling.
+fn size_choice(engine: EngineRef, project: &Project, space: &Space) -> Markup {
+    let current = project.sandbox_sizes.get(engine);
+    html! {
+        @if engine.data_on_disk {
+            div class="size-choice small" {
+                label {
+                    "data space "
+                    input type="text" name={ "size:" (engine.name) } id={ "size-" (engine.name) }
+                        size="6" maxlength="12" pattern="[0-9]+ *[MmGg]([Ii]?[Bb])?"
+                        placeholder=(space.default)
+                        value=(current.map(|s| s.to_string()).unwrap_or_default());
+                }
+                " " span class="muted" { "default " (space.default) ", at most " (space.ceiling) }
+            }
+        }
+    }
+}
+
+/// The default data space and the operator's ceiling, shown beside each size.
+struct Space {
+    default: DataSize,
+    ceiling: DataSize,
+}
+
 /// The Sandbox card: every engine of the registry, every feature of its allowlist; a feature
 /// this sandboxd's backend does not provide cannot be newly chosen.
 fn sandbox_card(
@@ -238,6 +279,7 @@ fn sandbox_card(
     project: &Project,
     offered: &Offered,
     sources: &[Source],
+    space: &Space,
 ) -> Markup {
     let services = project.sandbox_services.clone().unwrap_or_default();
     let extensions = project.sandbox_extensions.clone().unwrap_or_default();
@@ -268,6 +310,7 @@ fn sandbox_card(
                                         " " code class="muted" { (engine.name) }
                                     }
                                     (clone_choice(engine, project, sources))
+                                    (size_choice(engine, project, space))
                                 }
                                 td {
                                     @if engine.features.is_empty() {
@@ -340,7 +383,10 @@ pub async fn show(
     };
     let offered = offered(&state).await;
     let body = html! {
-        (sandbox_card(&session, &project, &offered, &sources))
+        (sandbox_card(&session, &project, &offered, &sources, &Space {
+            default: state.broker.default_sandbox_size(),
+            ceiling: state.broker.max_sandbox_size(),
+        }))
         div class="columns" {
             section class="card" {
                 h2 { "Agents" }
@@ -453,16 +499,32 @@ pub async fn save(
             );
         }
     };
+    let sizes = match chosen_sizes(&fields) {
+        Ok(sizes) => sizes,
+        Err(message) => {
+            return done(
+                &state,
+                &session,
+                &target,
+                false,
+                format!("Not saved: {message}"),
+            );
+        }
+    };
     // Refused before anything is stored, as the API does.
-    if let Err(err) = state
-        .broker
-        .check_project_clones(services.as_deref().unwrap_or_default(), &clones)
-        .await
-    {
+    let opted = services.as_deref().unwrap_or_default();
+    let checked = match state.broker.check_project_clones(opted, &clones).await {
+        Ok(()) => state.broker.check_project_sizes(opted, &sizes),
+        Err(err) => Err(err),
+    };
+    if let Err(err) = checked {
         return save_failed(&state, &session, &target, err);
     }
     let saved = match state.broker.set_project(&slug, services, extensions).await {
-        Ok(_) => state.broker.set_project_clones(&slug, clones).await,
+        Ok(_) => match state.broker.set_project_clones(&slug, clones).await {
+            Ok(_) => state.broker.set_project_sizes(&slug, sizes).await,
+            Err(err) => Err(err),
+        },
         Err(err) => Err(err),
     };
     match saved {

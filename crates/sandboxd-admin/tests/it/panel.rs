@@ -436,11 +436,17 @@ async fn the_sandbox_card_saves_through_the_broker_and_refuses_what_it_refuses()
                         ("service", "postgres"),
                         ("service", "redis"),
                         ("feature", "postgres:pg_trgm"),
+                        ("size:postgres", "1G"),
+                        ("size:redis", ""),
                     ],
                 )
                 .await;
             assert_eq!(page.status, StatusCode::SEE_OTHER);
             let saved = app.stored_project(&project).await;
+            assert_eq!(
+                saved.sandbox_sizes.to_map(),
+                std::collections::BTreeMap::from([("postgres".to_owned(), "1G".to_owned())])
+            );
             assert_eq!(
                 saved
                     .sandbox_services
@@ -465,6 +471,11 @@ async fn the_sandbox_card_saves_through_the_broker_and_refuses_what_it_refuses()
                 card.contains("id=\"feature-postgres-pg_trgm\" checked"),
                 "{card}"
             );
+            assert!(
+                card.contains("id=\"size-postgres\"") && card.contains("value=\"1G\""),
+                "the size is shown: {card}"
+            );
+            assert!(!card.contains("id=\"size-redis\""), "Redis takes no size");
             // This host's PostgreSQL has no pgvector: its box cannot be newly checked, and says
             // what provides it.
             assert!(
@@ -492,6 +503,18 @@ async fn the_sandbox_card_saves_through_the_broker_and_refuses_what_it_refuses()
                 (
                     vec![("service", "oracle")],
                     "postgres, redis, mariadb, mongo",
+                ),
+                (
+                    vec![("service", "postgres"), ("size:postgres", "8G")],
+                    "ceiling of 2G (broker.max_sandbox_size_mb = 2048)",
+                ),
+                (
+                    vec![("service", "postgres"), ("size:mariadb", "1G")],
+                    "a size for mariadb, which is not in sandbox_services",
+                ),
+                (
+                    vec![("service", "postgres"), ("size:postgres", "lots")],
+                    "is not a size",
                 ),
                 (
                     vec![
@@ -791,6 +814,7 @@ async fn foreign_sandboxes_are_shown_apart_with_their_maker_and_cannot_be_torn_d
                     owner: stranger.clone(),
                     maker: DaemonId::cli(),
                     features: Default::default(),
+                    size: None,
                 })
                 .await
                 .expect("a CLI sandbox");

@@ -17,6 +17,8 @@ pub(super) struct ImageFacts {
     pub volumes: Vec<String>,
     /// The image's content id (`sha256:…`): a rebuilt image under the same tag has a new one.
     pub id: String,
+    /// The server version the image declares (`17.6`), for `doctor`.
+    pub version: Option<String>,
 }
 
 /// How to get `image` onto the engine.
@@ -60,9 +62,11 @@ pub(super) async fn resolve(
                 continue;
             }
             Ok(found) => {
+                let config = found.config.unwrap_or_default();
                 let facts = ImageFacts {
                     id: found.id.unwrap_or_default(),
-                    volumes: found.config.and_then(|c| c.volumes).unwrap_or_default(),
+                    version: declared_version(&config),
+                    volumes: config.volumes.unwrap_or_default(),
                 };
                 return Ok((image.clone(), facts));
             }
@@ -74,6 +78,32 @@ pub(super) async fn resolve(
         engine: engine.name,
         image: images.join(" or "),
         hint: hint_any(engine, images),
+    })
+}
+
+/// The server version an image declares: its OCI version label (the local images, the official
+/// `mariadb`), else the official images' own variable (`PG_VERSION`, `REDIS_VERSION`,
+/// `MONGO_VERSION`, `MARIADB_VERSION`).
+fn declared_version(config: &bollard::models::ImageConfig) -> Option<String> {
+    const VARIABLES: &[&str] = &[
+        "PG_VERSION",
+        "REDIS_VERSION",
+        "MONGO_VERSION",
+        "MARIADB_VERSION",
+    ];
+    let label = config
+        .labels
+        .as_ref()
+        .and_then(|labels| labels.get("org.opencontainers.image.version"))
+        .and_then(|label| crate::versions::version_in(label));
+    label.or_else(|| {
+        config.env.iter().flatten().find_map(|variable| {
+            let (name, value) = variable.split_once('=')?;
+            VARIABLES
+                .contains(&name)
+                .then(|| crate::versions::version_in(value))
+                .flatten()
+        })
     })
 }
 

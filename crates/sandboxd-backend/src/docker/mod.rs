@@ -27,7 +27,7 @@
 use async_trait::async_trait;
 use bollard::query_parameters::RenameContainerOptions;
 use sandboxd_domain::instance::{BackendKind, Instance, instance_name};
-use sandboxd_domain::{AgentSlug, DaemonId, EngineRef, engines};
+use sandboxd_domain::{AgentSlug, DaemonId, DataSize, EngineRef, engines};
 
 use crate::backend::{
     Backend, DoctorCheck, IdleMember, InstanceHandle, InstanceRequest, ListedInstance, Sweep,
@@ -194,6 +194,11 @@ impl Backend for DockerBackend {
         BackendKind::Docker
     }
 
+    /// The engines' data tmpfs (`DataSize::CONTAINER_DEFAULT`).
+    fn default_size(&self) -> DataSize {
+        DataSize::CONTAINER_DEFAULT
+    }
+
     async fn ping(&self) -> Result<(), BackendError> {
         let docker = self.client.get().await?;
         docker
@@ -211,6 +216,14 @@ impl Backend for DockerBackend {
         let docker = self.client.get().await?;
         let (image, _) = images::resolve(docker, engine, &self.config.images(engine)).await?;
         Ok(Some(image))
+    }
+
+    async fn offered_version(&self, engine: EngineRef) -> Option<String> {
+        let docker = self.client.get().await.ok()?;
+        let (_, facts) = images::resolve(docker, engine, &self.config.images(engine))
+            .await
+            .ok()?;
+        facts.version
     }
 
     async fn provider(&self, engine: EngineRef) -> Result<String, BackendError> {

@@ -16,6 +16,7 @@ use rand::Rng;
 use sandboxd_domain::clock::{age_of, now_ms};
 use sandboxd_domain::engine::AdminAccess;
 use sandboxd_domain::instance::{BackendKind, Instance, instance_name};
+use sandboxd_domain::space::memory_cap_mb;
 use sandboxd_domain::{Credentials, EngineRef};
 use secrecy::{ExposeSecret, SecretString};
 use tokio::io::AsyncWriteExt;
@@ -115,6 +116,9 @@ impl DockerBackend {
             features: BTreeSet::new(),
             created_at_ms: created.created_at_ms,
             clone: None,
+            size: engine
+                .data_on_disk
+                .then(|| request.size.unwrap_or(self.default_size())),
         };
         self.activate(&mut instance, &request.features).await?;
         Ok(instance)
@@ -133,7 +137,8 @@ impl DockerBackend {
         let engine = request.engine;
         let admin = Credentials::generate(engine.admin_user);
         let agent = Credentials::generate(engine.agent_user);
-        let recipe = engine.container(&admin, &agent);
+        let size = request.size.unwrap_or(self.default_size());
+        let recipe = engine.container(&admin, &agent, size);
         let created_at_ms = now_ms();
         let named = self.config.network.as_deref();
         // A uid of its own (by chance shared with 1 in `uid_count` others), owned by no host
@@ -190,7 +195,7 @@ impl DockerBackend {
                     own_network.as_deref(),
                 ),
                 limits: Limits {
-                    memory_mb: self.config.memory_mb,
+                    memory_mb: memory_cap_mb(self.config.memory_mb, self.default_size(), size),
                     cpus: self.config.cpus,
                     pids_limit: self.config.pids_limit,
                     nofile: self.config.nofile_limit,

@@ -16,6 +16,7 @@ use bollard::models::{
     RestartPolicyNameEnum,
 };
 use sandboxd_domain::engine::ContainerRecipe;
+use sandboxd_domain::space::tmpfs_ceiling_mb;
 
 use super::client::Flavor;
 
@@ -85,7 +86,7 @@ pub(super) fn port_key(port: u16) -> String {
 }
 
 /// `rw,nosuid,nodev,noexec,size=256m,mode=1777`, the size kept below the memory cap (tmpfs
-/// pages count against it).
+/// pages count against it: `tmpfs_ceiling_mb`).
 /// The mount belongs to `uid`: Docker hands `uid=` to the kernel; Podman refuses that option
 /// and chowns the mount to the user the container runs as on `U` (the recipe's owner is that
 /// user: `run_as`, or the image user it names).
@@ -96,7 +97,7 @@ fn tmpfs_options(
     flavor: Flavor,
     memory_mb: u64,
 ) -> String {
-    let size = size_mb.clamp(1, memory_mb * 3 / 4);
+    let size = size_mb.clamp(1, tmpfs_ceiling_mb(memory_mb));
     let owner = match (uid, flavor) {
         (None, _) => String::new(),
         (Some(uid), Flavor::Docker) => format!(",uid={uid}"),
@@ -129,7 +130,7 @@ pub(super) fn create_body(spec: &Spec<'_>) -> ContainerCreateBody {
             (
                 t.path.to_owned(),
                 tmpfs_options(
-                    u64::from(t.size_mb),
+                    t.size_mb,
                     t.mode,
                     spec.run_as.or(t.uid),
                     spec.flavor,
@@ -239,7 +240,7 @@ pub(super) fn create_body(spec: &Spec<'_>) -> ContainerCreateBody {
 #[cfg(test)]
 mod tests {
     use sandboxd_domain::engine::AdminStep;
-    use sandboxd_domain::{Credentials, EngineRef, engines};
+    use sandboxd_domain::{Credentials, DataSize, EngineRef, engines};
     use secrecy::ExposeSecret;
 
     use super::*;
@@ -262,7 +263,7 @@ mod tests {
         let engine = EngineRef::parse(engine).expect("registered");
         let admin = Credentials::generate(engine.admin_user);
         let agent = Credentials::generate(engine.agent_user);
-        let recipe = engine.container(&admin, &agent);
+        let recipe = engine.container(&admin, &agent, DataSize::CONTAINER_DEFAULT);
         let spec = Spec {
             image: engine.default_image(),
             recipe: &recipe,
@@ -374,7 +375,7 @@ mod tests {
                 );
             }
             // An image that needs the superuser's password reads it from stdin.
-            let recipe = engine.container(&admin, &agent);
+            let recipe = engine.container(&admin, &agent, DataSize::CONTAINER_DEFAULT);
             if let Some(secret) = &recipe.secret {
                 let env = env_of(&body);
                 assert_eq!(env[&secret.file_var()], SECRET_FILE, "{engine}");
@@ -412,7 +413,7 @@ mod tests {
         for engine in engines::all() {
             let admin = Credentials::generate(engine.admin_user);
             let agent = Credentials::generate(engine.agent_user);
-            let recipe = engine.container(&admin, &agent);
+            let recipe = engine.container(&admin, &agent, DataSize::CONTAINER_DEFAULT);
             let body = create_body(&Spec {
                 image: engine.default_image(),
                 recipe: &recipe,

@@ -20,7 +20,7 @@ use k8s_openapi::api::core::v1::{ConfigMap, Node, Pod};
 use kube::Api;
 use kube::api::{ListParams, Patch, PatchParams};
 use sandboxd_domain::instance::{BackendKind, Instance};
-use sandboxd_domain::{AgentSlug, EngineRef};
+use sandboxd_domain::{AgentSlug, DataSize, EngineRef};
 
 use crate::backend::{
     Backend, DoctorCheck, IdleMember, InstanceHandle, InstanceRequest, ListedInstance,
@@ -162,6 +162,11 @@ fn names_image(name: &str, image: &str) -> bool {
 impl Backend for KubeBackend {
     fn kind(&self) -> BackendKind {
         BackendKind::Kubernetes
+    }
+
+    /// The engines' data tmpfs (`DataSize::CONTAINER_DEFAULT`).
+    fn default_size(&self) -> DataSize {
+        DataSize::CONTAINER_DEFAULT
     }
 
     async fn ping(&self) -> Result<(), BackendError> {

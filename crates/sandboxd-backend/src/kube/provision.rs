@@ -16,6 +16,7 @@ use rand::Rng;
 use sandboxd_domain::clock::{age_of, now_ms};
 use sandboxd_domain::engine::AdminAccess;
 use sandboxd_domain::instance::{BackendKind, Instance, instance_name};
+use sandboxd_domain::space::memory_cap_mb;
 use sandboxd_domain::{AgentSlug, Credentials, EngineRef};
 use tokio::time::Instant;
 
@@ -119,6 +120,9 @@ impl KubeBackend {
             features: BTreeSet::new(),
             created_at_ms: created.created_at_ms,
             clone: None,
+            size: engine
+                .data_on_disk
+                .then(|| request.size.unwrap_or(self.default_size())),
         };
         self.activate(&mut instance, &request.features).await?;
         Ok(instance)
@@ -135,7 +139,8 @@ impl KubeBackend {
         let engine = request.engine;
         let admin = Credentials::generate(engine.admin_user);
         let agent = Credentials::generate(engine.agent_user);
-        let recipe = engine.container(&admin, &agent);
+        let size = request.size.unwrap_or(self.default_size());
+        let recipe = engine.container(&admin, &agent, size);
         let created_at_ms = now_ms();
         let labels =
             self.labels
@@ -211,7 +216,7 @@ impl KubeBackend {
                     labels: &labels,
                     owner: &owner,
                     run_as,
-                    memory_mb: self.config.memory_mb,
+                    memory_mb: memory_cap_mb(self.config.memory_mb, self.default_size(), size),
                     cpus: self.config.cpus,
                     cpu_request: self.config.cpu_request,
                     pull_policy: &self.config.image_pull_policy,

@@ -32,6 +32,7 @@ use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta, OwnerReference};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use sandboxd_domain::engine::ContainerRecipe;
+use sandboxd_domain::space::tmpfs_ceiling_mb;
 use sandboxd_domain::{AgentSlug, DaemonId, EngineRef};
 use secrecy::{ExposeSecret, SecretString};
 
@@ -215,7 +216,7 @@ pub(super) fn pod(input: &PodInput<'_>) -> Pod {
     let mut memory_dir = |path: &str, size_mb: u64| {
         let volume = format!("tmpfs-{}", volumes.len());
         // tmpfs pages count against the memory limit: no one mount may take most of it.
-        let size = size_mb.clamp(1, input.memory_mb * 3 / 4);
+        let size = size_mb.clamp(1, tmpfs_ceiling_mb(input.memory_mb));
         volumes.push(Volume {
             name: volume.clone(),
             empty_dir: Some(EmptyDirVolumeSource {
@@ -231,7 +232,7 @@ pub(super) fn pod(input: &PodInput<'_>) -> Pod {
         });
     };
     for tmpfs in &recipe.tmpfs {
-        memory_dir(tmpfs.path, u64::from(tmpfs.size_mb));
+        memory_dir(tmpfs.path, tmpfs.size_mb);
     }
     if !recipe.tmpfs.iter().any(|t| t.path == "/tmp") {
         memory_dir("/tmp", TMP_MB);
@@ -474,7 +475,7 @@ pub(super) fn service(
 #[cfg(test)]
 mod tests {
     use sandboxd_domain::instance::instance_name;
-    use sandboxd_domain::{Credentials, engines};
+    use sandboxd_domain::{Credentials, DataSize, engines};
 
     use super::*;
 
@@ -482,7 +483,7 @@ mod tests {
         let engine = engines::lookup(engine).expect("registered");
         let admin = Credentials::generate(engine.admin_user);
         let agent = Credentials::generate(engine.agent_user);
-        let recipe = engine.container(&admin, &agent);
+        let recipe = engine.container(&admin, &agent, DataSize::CONTAINER_DEFAULT);
         let owner = AgentSlug::parse("dev-1").expect("slug");
         let maker = DaemonId::parse("abc123").expect("id");
         let name = instance_name(engine, &owner, &maker);

@@ -28,7 +28,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use sandboxd_domain::engine::ProcessRecipe;
 use sandboxd_domain::instance::{BackendKind, Instance, instance_name, parse_instance_name};
-use sandboxd_domain::{AgentSlug, EngineRef, engines};
+use sandboxd_domain::{AgentSlug, DataSize, EngineRef, engines};
 
 use crate::backend::{
     Backend, DoctorCheck, IdleMember, InstanceHandle, InstanceRequest, ListedInstance,
@@ -177,6 +177,11 @@ impl Backend for ProcessBackend {
         BackendKind::Process
     }
 
+    /// `data_limit_mb`: the instance directory's tmpfs.
+    fn default_size(&self) -> DataSize {
+        DataSize::from_mb(self.config.data_limit_mb)
+    }
+
     async fn ping(&self) -> Result<(), BackendError> {
         self.ensure_root()
     }
@@ -274,8 +279,11 @@ impl Backend for ProcessBackend {
                 limits::in_force(memory, self.config.pids_limit),
                 if self.capped_space {
                     format!(
-                        "a tmpfs of {} MiB per instance (WAL on its own {} MiB)",
-                        self.config.data_limit_mb, self.config.wal_limit_mb
+                        "a tmpfs of {} MiB and {} inodes per instance unless its project sizes \
+                         it (WAL on its own {} MiB)",
+                        self.config.data_limit_mb,
+                        space::inodes_for(self.config.data_limit_mb),
+                        self.config.wal_limit_mb
                     )
                 } else {
                     "none (not root, or no CAP_SYS_ADMIN to mount: instances share the root \
@@ -305,6 +313,10 @@ impl Backend for ProcessBackend {
             });
         }
         checks
+    }
+
+    async fn offered_version(&self, engine: EngineRef) -> Option<String> {
+        programs::server_version(&engine.process()?).await
     }
 
     fn feature_location(&self, engine: EngineRef) -> String {

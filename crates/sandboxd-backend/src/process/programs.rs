@@ -1,10 +1,14 @@
 //! Finding an engine's programs on this host: the recipe's search directories first (a `*`
-//! component matches any directory, the highest version wins), then `PATH`.
+//! component matches any directory, the highest version wins), then `PATH`; and which version
+//! of the server they are.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::time::Duration;
 
-use sandboxd_domain::engine::ProcessRecipe;
+use sandboxd_domain::Credentials;
+use sandboxd_domain::engine::{ProcessContext, ProcessRecipe};
 
 /// Resolved program paths, or the first program that was not found.
 pub fn resolve(recipe: &ProcessRecipe) -> Result<BTreeMap<&'static str, PathBuf>, &'static str> {
@@ -20,6 +24,48 @@ pub fn resolve(recipe: &ProcessRecipe) -> Result<BTreeMap<&'static str, PathBuf>
         found.insert(*program, path);
     }
     Ok(found)
+}
+
+/// The version of the server `recipe` runs here, as the program prints it (`<server>
+/// --version`, nothing started); None when it is not installed or names no version.
+pub async fn server_version(recipe: &ProcessRecipe) -> Option<String> {
+    let programs = resolve(recipe).ok()?;
+    let server = launched_program(recipe, &programs);
+    let output = tokio::time::timeout(
+        Duration::from_secs(5),
+        tokio::process::Command::new(&server)
+            .arg("--version")
+            .stdin(Stdio::null())
+            .stderr(Stdio::null())
+            .kill_on_drop(true)
+            .output(),
+    )
+    .await
+    .ok()?
+    .ok()?;
+    crate::versions::version_in(&String::from_utf8_lossy(&output.stdout))
+}
+
+/// The program the recipe's `launch` runs (the server, not an install tool), read from a launch
+/// plan of placeholders: the recipe names its server there only.
+fn launched_program(recipe: &ProcessRecipe, programs: &BTreeMap<&'static str, PathBuf>) -> PathBuf {
+    let placeholder = Credentials::generate("version");
+    let nowhere = Path::new("/nonexistent");
+    let ctx = ProcessContext {
+        programs,
+        data_dir: nowhere,
+        socket_dir: nowhere,
+        instance_dir: nowhere,
+        port: 0,
+        run_as: "nobody",
+        daemon_user: "nobody",
+        admin: &placeholder,
+        agent: &placeholder,
+        memory_limit_mb: 0,
+        data_limit_mb: 0,
+        wal_limit_mb: 0,
+    };
+    (recipe.launch)(&ctx).0.program
 }
 
 fn path_dirs() -> impl Iterator<Item = PathBuf> {

@@ -14,7 +14,8 @@ use std::process::Stdio;
 use sandboxd_domain::clock::{age_of, now_ms};
 use sandboxd_domain::engine::{AdminAccess, ProcessContext, ProcessRecipe};
 use sandboxd_domain::instance::{BackendKind, Instance, instance_name};
-use sandboxd_domain::{Credentials, EngineRef};
+use sandboxd_domain::space::memory_cap_mb;
+use sandboxd_domain::{Credentials, DataSize, EngineRef};
 use secrecy::ExposeSecret;
 
 use super::identity::{Identity, Tenant};
@@ -35,6 +36,11 @@ struct Plan<'a> {
     programs: &'a BTreeMap<&'static str, PathBuf>,
     template: Option<&'a Path>,
     account: Account,
+    /// The data space: the request's size, else `data_limit_mb`.
+    data_mb: u64,
+    /// `memory_limit_mb`, grown by what the data space grew beyond `data_limit_mb` (its tmpfs
+    /// pages count against the memory cgroup).
+    memory_mb: u64,
 }
 
 /// An instance directory ready for its server, and the accounts the server will know.
@@ -57,6 +63,7 @@ impl Created {
         identity: &'a Identity,
         config: &super::ProcessConfig,
     ) -> ProcessContext<'a> {
+        // The caps are the plan's (sized per request); the WAL's is the backend's.
         ProcessContext {
             programs: plan.programs,
             data_dir: &self.data_dir,
@@ -67,8 +74,8 @@ impl Created {
             daemon_user: &identity.daemon_user,
             admin: &self.admin,
             agent: &self.agent,
-            memory_limit_mb: config.memory_limit_mb,
-            data_limit_mb: config.data_limit_mb,
+            memory_limit_mb: plan.memory_mb,
+            data_limit_mb: plan.data_mb,
             wal_limit_mb: config.wal_limit_mb,
         }
     }
@@ -108,11 +115,15 @@ impl ProcessBackend {
                 &*self.progress,
             )
             .await?;
+        let default = self.default_size();
+        let size = request.size.unwrap_or(default);
         let plan = Plan {
             recipe: &recipe,
             programs: &programs,
             template: template.as_deref(),
             account,
+            data_mb: size.mb(),
+            memory_mb: memory_cap_mb(self.config.memory_limit_mb, default, size),
         };
         let mut attempt = 1;
         loop {
@@ -187,6 +198,9 @@ impl ProcessBackend {
             features: BTreeSet::new(),
             created_at_ms: started.meta.created_at_ms,
             clone: None,
+            size: engine
+                .data_on_disk
+                .then_some(DataSize::from_mb(plan.data_mb)),
         };
         self.activate(&mut instance, &request.features).await?;
         started.meta.features = instance
@@ -220,7 +234,7 @@ impl ProcessBackend {
     }
 
     /// The instance directory (0700, owned by a uid leased for this instance alone, a tmpfs of
-    /// `data_limit_mb` when sandboxd is root): the data directory copied from the template (or
+    /// the plan's data space when sandboxd is root): the data directory copied from the template (or
     /// empty, its WAL directory on a mount of its own), the private socket directory, fresh
     /// accounts and a free port.
     async fn create(
@@ -238,7 +252,7 @@ impl ProcessBackend {
         files::private_dir(&dir, 0o700, owner).map_err(io_error("creating", &dir))?;
         let capped = self.capped_space;
         if capped {
-            space::mount_tmpfs(&dir, self.config.data_limit_mb, owner)
+            space::mount_tmpfs(&dir, plan.data_mb, owner)
                 .map_err(io_error("mounting the size-capped tmpfs at", &dir))?;
         }
         files::private_dir(&data_dir, 0o700, owner).map_err(io_error("creating", &data_dir))?;
@@ -288,7 +302,7 @@ impl ProcessBackend {
         }
         let limits = limits::plan(
             &created.name,
-            self.config.memory_limit_mb * 1024 * 1024,
+            plan.memory_mb * 1024 * 1024,
             self.config.pids_limit,
             created.tenant.raw_owner(),
         );

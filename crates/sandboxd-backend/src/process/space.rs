@@ -1,8 +1,9 @@
 //! The size cap of an instance's files: when sandboxd runs as root, each instance directory is a
 //! tmpfs mount of its own (`size=`, mode 0700, owned by the instance's uid), and a recipe's
-//! write-ahead log directory (Postgres `pg_wal`) a second, smaller one inside it. A tenant that
-//! fills its space gets `ENOSPC` in its own server, never a full host `/dev/shm`; the pages count
-//! against the instance's memory cgroup as well. Mounts carry the source name [`SOURCE`] so leak
+//! write-ahead log directory (Postgres `pg_wal`) a second, smaller one inside it. Its inode count
+//! follows its size ([`inodes_for`]). A tenant that fills its space gets `ENOSPC` in its own
+//! server, never a full host `/dev/shm`; the pages (and the inodes' kernel memory) count against
+//! the instance's memory cgroup as well. Mounts carry the source name [`SOURCE`] so leak
 //! checks find them; teardown unmounts everything under the instance directory, found from
 //! `/proc/self/mountinfo` rather than from metadata, so a crash half-way leaves nothing mounted.
 
@@ -33,9 +34,26 @@ pub fn available() -> bool {
     geteuid().is_root() && effective & (1 << CAP_SYS_ADMIN) != 0
 }
 
-/// Mounts a tmpfs of `size_mb` at the existing directory `path`, mode 0700, owned by `owner`.
+/// Bytes of a tmpfs per inode it holds. Postgres keeps a file per relation fork and most of them
+/// are empty, so a test suite's space runs out of inodes long before bytes: Django's full suite
+/// with `--parallel 2` makes ~41k files holding 32 MB. One inode per 2 KiB is 262,144 for the
+/// default 512 MB (a fixed 65,536 before). Each costs the kernel about 1 KiB, charged to the
+/// instance's memory cgroup (where the host has none, the ratio alone bounds it).
+pub const BYTES_PER_INODE: u64 = 2048;
+
+/// The inode count of a tmpfs of `size_mb`: one per [`BYTES_PER_INODE`], never fewer than the
+/// 65,536 every mount had before.
+pub fn inodes_for(size_mb: u64) -> u64 {
+    (size_mb.saturating_mul(1024 * 1024) / BYTES_PER_INODE).max(65_536)
+}
+
+/// Mounts a tmpfs of `size_mb` at the existing directory `path`, mode 0700, owned by `owner`,
+/// with [`inodes_for`] its size.
 pub fn mount_tmpfs(path: &Path, size_mb: u64, owner: Owner) -> io::Result<()> {
-    let mut options = format!("size={size_mb}m,mode=0700,nr_inodes=65536");
+    let mut options = format!(
+        "size={size_mb}m,mode=0700,nr_inodes={}",
+        inodes_for(size_mb)
+    );
     if let Some((uid, gid)) = owner {
         options.push_str(&format!(",uid={uid},gid={gid}"));
     }
@@ -95,6 +113,13 @@ fn unescape(field: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_inode_count_follows_the_size() {
+        assert_eq!(inodes_for(512), 262_144);
+        assert_eq!(inodes_for(2048), 1_048_576);
+        assert_eq!(inodes_for(64), 65_536, "never fewer than before");
+    }
 
     #[test]
     fn mountinfo_escapes_are_decoded() {

@@ -150,20 +150,32 @@ async fn build(
     };
     let plan = plan_template(&ctx);
     let log_path = build_dir.join("template.log");
-    for command in &plan.commands {
-        let log = std::fs::File::create(&log_path)
-            .map_err(|e| BackendError::io("creating", log_path.display().to_string(), e))?;
-        files::give_to(&log_path, owner)
-            .map_err(|e| BackendError::io("chown", log_path.display().to_string(), e))?;
-        let stderr = log
-            .try_clone()
-            .map_err(|e| BackendError::io("opening", log_path.display().to_string(), e))?;
+    let open = |path: &Path| {
+        let file = std::fs::File::create(path)
+            .map_err(|e| BackendError::io("creating", path.display().to_string(), e))?;
+        files::give_to(path, owner)
+            .map_err(|e| BackendError::io("chown", path.display().to_string(), e))?;
+        Ok::<_, BackendError>(file)
+    };
+    let steps = plan
+        .outputs
+        .iter()
+        .map(|output| (&output.command, Some(build_dir.join(output.file))))
+        .chain(plan.commands.iter().map(|command| (command, None)));
+    for (command, output) in steps {
+        let log = open(&log_path)?;
+        let stdout = match &output {
+            Some(path) => open(path)?,
+            None => log
+                .try_clone()
+                .map_err(|e| BackendError::io("opening", log_path.display().to_string(), e))?,
+        };
         let mut cmd = tokio::process::Command::new(&command.program);
         cmd.args(&command.args)
             .current_dir(build_dir)
             .stdin(Stdio::null())
-            .stdout(log)
-            .stderr(stderr);
+            .stdout(stdout)
+            .stderr(log);
         builder.apply(&mut cmd);
         let status = cmd
             .status()
@@ -175,6 +187,12 @@ async fn build(
                 detail: format!("{status}: {}", files::tail(&log_path, 8)),
             });
         }
+    }
+    // Inputs of the steps only: the template keeps its data directory.
+    for output in &plan.outputs {
+        let path = build_dir.join(output.file);
+        std::fs::remove_file(&path)
+            .map_err(|e| BackendError::io("removing", path.display().to_string(), e))?;
     }
     for file in &plan.files {
         let path = data.join(file.relative_path);
@@ -189,7 +207,7 @@ async fn build(
 mod template_key {
     use std::collections::BTreeMap;
     use std::hash::{DefaultHasher, Hash, Hasher};
-    use std::path::PathBuf;
+    use std::path::{Path, PathBuf};
     use std::time::UNIX_EPOCH;
 
     use super::Identity;
@@ -200,24 +218,33 @@ mod template_key {
         identity: &Identity,
     ) -> String {
         /// Bumped whenever what a template holds changes (2: peer-authenticated superuser,
-        /// root-owned, built under a pool account).
-        const FORMAT: u32 = 2;
+        /// root-owned, built under a pool account; 3: MariaDB's zone tables).
+        const FORMAT: u32 = 3;
+        /// The host's compiled locales: initdb makes each one a collation, so a locale generated
+        /// later (`en_US.UTF-8` by scripts/install-deps.sh) means a new template.
+        const LOCALES: &[&str] = &["/usr/lib/locale/locale-archive", "/usr/lib/locale"];
         let mut hasher = DefaultHasher::new();
         FORMAT.hash(&mut hasher);
         engine.hash(&mut hasher);
         identity.separates_instances().hash(&mut hasher);
         identity.daemon_user.hash(&mut hasher);
-        for (name, path) in programs {
-            name.hash(&mut hasher);
-            path.hash(&mut hasher);
+        let stamp = |path: &Path, hasher: &mut DefaultHasher| {
             if let Ok(meta) = path.metadata() {
-                meta.len().hash(&mut hasher);
+                meta.len().hash(hasher);
                 meta.modified()
                     .ok()
                     .and_then(|t| t.duration_since(UNIX_EPOCH).ok())
                     .map(|d| d.as_secs())
-                    .hash(&mut hasher);
+                    .hash(hasher);
             }
+        };
+        for (name, path) in programs {
+            name.hash(&mut hasher);
+            path.hash(&mut hasher);
+            stamp(path, &mut hasher);
+        }
+        for locales in LOCALES {
+            stamp(Path::new(locales), &mut hasher);
         }
         format!("{:016x}", hasher.finish())
     }

@@ -108,7 +108,8 @@ pub async fn probe(
     }
 }
 
-/// Activates features as superuser, in the agent's database where that matters.
+/// Activates features as superuser, in the agent's database where that matters (Postgres: and
+/// in `template1`, so the databases the agent makes have them too).
 pub async fn activate(
     engine: &Engine,
     admin: &AdminAccess,
@@ -116,18 +117,24 @@ pub async fn activate(
     database: &str,
     features: &BTreeSet<Feature>,
 ) -> Result<(), (Feature, ActivationError)> {
-    for feature in features {
-        let outcome = match engine.protocol {
-            Protocol::Postgres => postgres::activate(admin, reach, database, feature).await,
-            Protocol::Redis => redis::activate(admin, reach, feature).await,
-            Protocol::Mysql | Protocol::Mongo => Err(ActivationError::Missing(format!(
-                "{} has no activatable features",
-                engine.title
-            ))),
-        };
-        outcome.map_err(|err| (*feature, err))?;
+    match engine.protocol {
+        Protocol::Postgres => postgres::activate(admin, reach, database, features).await,
+        Protocol::Redis => {
+            for feature in features {
+                redis::activate(admin, reach, feature)
+                    .await
+                    .map_err(|err| (*feature, err))?;
+            }
+            Ok(())
+        }
+        Protocol::Mysql | Protocol::Mongo => match features.first() {
+            None => Ok(()),
+            Some(feature) => Err((
+                *feature,
+                ActivationError::Missing(format!("{} has no activatable features", engine.title)),
+            )),
+        },
     }
-    Ok(())
 }
 
 /// Empties a live instance in place as superuser (`ResetPlan`), keeping the handed-out account.

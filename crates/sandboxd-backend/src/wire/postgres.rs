@@ -1,12 +1,13 @@
 //! PostgreSQL over tokio-postgres: TCP with a password, or the instance's private unix socket.
 
+use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::Duration;
 
 use futures::StreamExt;
 use sandboxd_domain::engine::{
     Activation, AdminAccess, AdminStep, AgentCluster, ServerFacts, pg_extension_activation,
-    pg_identifier, pg_superuser_options, sql_literal,
+    pg_feature_databases, pg_identifier, pg_superuser_options, sql_literal,
 };
 use sandboxd_domain::{Credentials, Feature};
 use secrecy::{ExposeSecret, SecretString};
@@ -156,20 +157,47 @@ pub(super) async fn probe(
     ping(&client).await
 }
 
+/// Activates `features` as superuser in `template1` and then in `database`, the agent's
+/// ([`pg_feature_databases`]): the template so that every database the agent or its test runner
+/// makes has them, the agent's own because it exists already. One pinned session per database
+/// ([`admin_config`]); `template1` is the daemon's (nobody else creates anything there), and
+/// in the agent's database every name the statements use is qualified or the superuser's.
 pub(super) async fn activate(
     admin: &AdminAccess,
     reach: Reach<'_>,
     database: &str,
-    feature: &Feature,
-) -> Result<(), ActivationError> {
-    let Activation::PgExtension { extension, .. } = feature.spec().activation else {
+    features: &BTreeSet<Feature>,
+) -> Result<(), (Feature, ActivationError)> {
+    let Some(first) = features.first() else {
+        return Ok(());
+    };
+    for target in pg_feature_databases(database) {
+        let client = connect(&admin_config(admin, reach, target))
+            .await
+            .map_err(|err| (*first, err.into()))?;
+        for feature in features {
+            activate_one(&client, feature)
+                .await
+                .map_err(|err| (*feature, err))?;
+        }
+    }
+    Ok(())
+}
+
+/// One feature's extension (and its companions the server has) on `client`'s database.
+async fn activate_one(client: &Client, feature: &Feature) -> Result<(), ActivationError> {
+    let Activation::PgExtension {
+        extension,
+        companions,
+        ..
+    } = feature.spec().activation
+    else {
         return Err(ActivationError::Missing(format!(
             "{} is not a PostgreSQL extension",
             feature.name()
         )));
     };
-    let client = connect(&admin_config(admin, reach, database)).await?;
-    let statement = pg_extension_activation(extension);
+    let statement = pg_extension_activation(extension, companions);
     match client.batch_execute(&statement).await {
         Ok(()) => Ok(()),
         Err(err)

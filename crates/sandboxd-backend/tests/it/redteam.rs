@@ -331,6 +331,56 @@ fn features(names: &[&str]) -> BTreeSet<Feature> {
         .collect()
 }
 
+/// `template1`, where the daemon activates every feature too (so the databases the agent makes
+/// have them), is the daemon's: the agent may connect to it, but every trap it would plant there
+/// for that activation is refused, and `activated` is there, made by the superuser.
+async fn template1_takes_nothing_from_the_agent(instance: &Instance, activated: &str) {
+    let template1 = Instance {
+        database: "template1".to_owned(),
+        ..instance.clone()
+    };
+    let client = support::pg(&template1).await;
+    let agent = &instance.agent.user;
+    for plant in [
+        "CREATE FUNCTION public.sbx_plant(a name, b name) RETURNS boolean \
+         LANGUAGE sql AS 'SELECT true'"
+            .to_owned(),
+        "CREATE TABLE public.sbx_plant (id int)".to_owned(),
+        "CREATE VIEW public.pg_roles AS SELECT * FROM pg_catalog.pg_roles".to_owned(),
+        "CREATE FUNCTION extensions.sbx_plant() RETURNS int LANGUAGE sql AS 'SELECT 1'".to_owned(),
+        "CREATE SCHEMA sbx_plant".to_owned(),
+        "ALTER DATABASE template1 SET search_path = public, pg_catalog".to_owned(),
+        format!("ALTER SCHEMA public OWNER TO \"{agent}\""),
+    ] {
+        let refused = client
+            .batch_execute(&plant)
+            .await
+            .expect_err("the agent plants nothing in template1");
+        assert_eq!(
+            refused.code().map(|c| c.code()),
+            Some("42501"),
+            "{plant}: {refused:?}"
+        );
+    }
+    let made_by: String = client
+        .query_one(
+            "SELECT r.rolname::text || ' in ' || n.nspname::text \
+             FROM pg_catalog.pg_extension e \
+             JOIN pg_catalog.pg_roles r ON r.oid OPERATOR(pg_catalog.=) e.extowner \
+             JOIN pg_catalog.pg_namespace n ON n.oid OPERATOR(pg_catalog.=) e.extnamespace \
+             WHERE e.extname OPERATOR(pg_catalog.=) $1",
+            &[&activated],
+        )
+        .await
+        .unwrap_or_else(|err| panic!("{activated} is in template1: {err}"))
+        .get(0);
+    assert_eq!(
+        made_by,
+        format!("{} in extensions", instance.engine.admin_user),
+        "the daemon made it there"
+    );
+}
+
 /// In-place feature activation, the reset, and the reset's feature activation, each with the
 /// traps planted and a racing agent; then the traps themselves are shown to be live.
 async fn postgres_round(backend: &dyn Backend, instance: &mut Instance) {
@@ -351,6 +401,7 @@ async fn postgres_round(backend: &dyn Backend, instance: &mut Instance) {
         .expect("activation in place, beside the traps");
     racer.stop().await;
     assert_no_trap_fired(instance, &before, "activation in place").await;
+    template1_takes_nothing_from_the_agent(instance, "pg_trgm").await;
 
     // 2. The agent makes its database switch any session to its own role: the daemon's
     // session stays the superuser's, so the next activation still works.

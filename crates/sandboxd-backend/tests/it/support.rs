@@ -52,6 +52,7 @@ pub fn request(name: &str, owner: &AgentSlug, features: &[&str]) -> InstanceRequ
             .iter()
             .map(|f| Feature::parse(engine, f).expect("allowlisted"))
             .collect(),
+        size: None,
     }
 }
 

@@ -101,6 +101,7 @@ async fn the_janitor_reaps_an_orphan_pod_of_its_own_and_never_a_foreign_one() {
                 owner: owner.clone(),
                 maker,
                 features: Default::default(),
+                size: None,
             };
             let ghost = AgentSlug::parse(&unique("ghost")).expect("slug");
             w.track(&ghost);

@@ -7,5 +7,6 @@ mod kube;
 mod pools;
 mod restart;
 mod sandbox;
+mod sizes;
 mod sources;
 mod support;

@@ -364,6 +364,7 @@ async fn own_orphans_are_reaped_at_once_and_foreign_instances_never() {
                     owner: owner.clone(),
                     maker,
                     features: Default::default(),
+                    size: None,
                 };
                 // A provision a crash cut short: made by this daemon, never stored.
                 let ghost = AgentSlug::parse(&crate::support::unique("ghost")).expect("slug");

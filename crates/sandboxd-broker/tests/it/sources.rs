@@ -52,6 +52,7 @@ async fn a_source_is_sealed_snapshotted_and_kept_while_a_project_clones_it() {
                     maker: broker.daemon_id().clone(),
                     features: Default::default(),
                     major: Some(18),
+                    size: None,
                 })
                 .await
                 .expect("a PostgreSQL 18 production");
@@ -400,6 +401,7 @@ async fn production(world: &crate::support::World, tag: &str) -> (Instance, Secr
             maker: world.broker.daemon_id().clone(),
             features: Default::default(),
             major: Some(18),
+            size: None,
         })
         .await
         .expect("a PostgreSQL 18 production");

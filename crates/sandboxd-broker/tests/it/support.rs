@@ -21,7 +21,8 @@ use sandboxd_broker::{Agent, Backends, Broker, BrokerConfig, SecretCipher, Store
 use sandboxd_domain::envelope::{Envelope, ErrorEnvelope, OkEnvelope};
 use sandboxd_domain::roles::Verb;
 use sandboxd_domain::{
-    AgentSlug, BackendKind, DaemonId, EngineRef, Feature, FeatureRequest, Instance, ProjectSlug,
+    AgentSlug, BackendKind, DaemonId, DataSize, EngineRef, Feature, FeatureRequest, Instance,
+    ProjectSlug,
 };
 
 pub use sandboxd_testkit::{docker_or_skip, show_logs, test_dir, unique};
@@ -108,6 +109,9 @@ impl Counting {
 impl Backend for Counting {
     fn kind(&self) -> BackendKind {
         self.inner.kind()
+    }
+    fn default_size(&self) -> DataSize {
+        self.inner.default_size()
     }
     async fn ping(&self) -> Result<(), BackendError> {
         self.inner.ping().await

@@ -11,6 +11,7 @@ use std::time::Duration;
 
 use crate::credentials::Credentials;
 use crate::names::EnvPrefix;
+use crate::space::DataSize;
 
 mod quote;
 mod recipe;
@@ -20,7 +21,7 @@ pub use quote::{mysql_identifier, pg_identifier, sql_literal};
 pub use recipe::{
     AdminAccess, AdminStep, AgentCluster, CommandPlan, ContainerRecipe, ContainerSecret,
     MYSQL_SOCKET_FILE, PlannedFile, ProcessContext, ProcessRecipe, ResetPlan, ServerFacts, Signal,
-    TemplatePlan, Tmpfs,
+    TemplateOutput, TemplatePlan, Tmpfs,
 };
 pub use render::{Endpoint, EnvRendering, UrlPath};
 
@@ -49,6 +50,10 @@ pub struct Engine {
     pub agent_user: &'static str,
     /// The handed-out account's database.
     pub agent_database: &'static str,
+    /// Whether the server keeps its data in files, on a data space a project may size
+    /// (`sandboxd projects set … --size`); false for one that keeps it in memory, sized by the
+    /// memory cap.
+    pub data_on_disk: bool,
     /// The URL and env vars an agent's evidence carries.
     pub env: EnvRendering,
     /// What the engine does, as pure functions.
@@ -58,8 +63,14 @@ pub struct Engine {
 /// An engine's behaviour: pure functions from credentials and facts to the recipes backends
 /// carry out.
 pub trait EngineRecipes: Send + Sync + 'static {
-    /// How to run the engine's image as a container.
-    fn container(&self, admin: &Credentials, agent: &Credentials) -> ContainerRecipe;
+    /// How to run the engine's image as a container whose data space is `size` (the data
+    /// tmpfs and what the server sizes to it).
+    fn container(
+        &self,
+        admin: &Credentials,
+        agent: &Credentials,
+        size: DataSize,
+    ) -> ContainerRecipe;
     /// How to run the engine as a local child process; None when it runs only in containers.
     fn process(&self) -> Option<ProcessRecipe>;
     /// Statements run as superuser once the server answers, creating the handed-out account.
@@ -90,8 +101,13 @@ impl Engine {
         self.features.iter().find(|f| f.name == name)
     }
 
-    pub fn container(&self, admin: &Credentials, agent: &Credentials) -> ContainerRecipe {
-        self.recipes.container(admin, agent)
+    pub fn container(
+        &self,
+        admin: &Credentials,
+        agent: &Credentials,
+        size: DataSize,
+    ) -> ContainerRecipe {
+        self.recipes.container(admin, agent, size)
     }
 
     pub fn process(&self) -> Option<ProcessRecipe> {
@@ -168,10 +184,15 @@ pub struct FeatureSpec {
 
 #[derive(Debug)]
 pub enum Activation {
-    /// `CREATE EXTENSION IF NOT EXISTS "<extension>" SCHEMA extensions CASCADE` in the agent's
-    /// database ([`pg_extension_activation`]).
+    /// `CREATE EXTENSION IF NOT EXISTS "<extension>" SCHEMA extensions CASCADE`, then its
+    /// `companions` the server has, in `template1` and the agent's database
+    /// ([`pg_extension_activation`], [`pg_feature_databases`]).
     PgExtension {
         extension: &'static str,
+        /// Extensions of the same package that a suite using the feature creates beside it and
+        /// could not create itself (only a superuser may): made with it where the server has
+        /// them, skipped where it has not.
+        companions: &'static [&'static str],
         /// The Debian package providing it; `{major}` stands for the server's major version.
         package: &'static str,
     },
@@ -198,10 +219,31 @@ impl Activation {
 }
 
 /// The schema allowlisted PostgreSQL extensions are created in: owned by the superuser, USAGE
-/// granted to everyone, on the agent database's `search_path`. The agent owns `public`, so an
-/// extension script running there (as superuser, with `CASCADE`) could call functions the
-/// agent planted; in this schema it cannot plant anything.
+/// granted to everyone, on every role's default `search_path` in every database
+/// ([`PG_DEFAULT_SEARCH_PATH`]). The agent owns `public`, so an extension script running there
+/// (as superuser, with `CASCADE`) could call functions the agent planted; in this schema it
+/// cannot plant anything.
 pub const PG_EXTENSION_SCHEMA: &str = "extensions";
+
+/// The database `CREATE DATABASE` copies unless told otherwise: what a Django, Rails or pytest
+/// run makes its test databases from. It is the daemon's: owned by the superuser, nobody else
+/// creates anything in it, and it carries the extension schema, every feature the sandbox has
+/// and the pre-installed extensions, so a database copied from it has them too.
+pub const PG_TEMPLATE_DATABASE: &str = "template1";
+
+/// Every role's default `search_path`, in every database (`ALTER ROLE ALL SET`, below the
+/// database's and the role's own settings): the extension schema after the usual ones, so a
+/// database the agent makes reaches its features by their plain names, as its own does.
+/// Superuser sessions never see it ([`PG_SUPERUSER_SETTINGS`] outranks it).
+pub const PG_DEFAULT_SEARCH_PATH: &str = "\"$user\", public, extensions";
+
+/// The databases the daemon makes allowlisted extensions in, in order: [`PG_TEMPLATE_DATABASE`],
+/// so every database the agent or its test runner makes from it has them, then the agent's own
+/// (`agent_database`), made before the feature was asked for. `template0` cannot be changed; a
+/// database copied from the agent's has what that has.
+pub fn pg_feature_databases(agent_database: &str) -> [&str; 2] {
+    [PG_TEMPLATE_DATABASE, agent_database]
+}
 
 /// Settings every superuser session of the daemon starts with, as startup options, so they win
 /// over anything set on the database or a role (`ALTER DATABASE … SET`, `ALTER ROLE … SET`):
@@ -236,12 +278,29 @@ pub fn pg_superuser_options() -> String {
         .join(" ")
 }
 
-/// The superuser's statements activating `extension`: make sure the extension schema exists and
-/// is the superuser's (an agent-made schema of that name is refused), pin `search_path` to
-/// `pg_catalog` and that schema, then create the extension and what it needs there. Every
-/// operator is qualified: the statement runs in the agent's database (the session's
-/// `search_path` is pinned as well, [`PG_SUPERUSER_SETTINGS`]).
-pub fn pg_extension_activation(extension: &str) -> String {
+/// The superuser's statements activating `extension` and the `companions` the server has:
+/// [`pg_extension_schema`], then the extension and what it needs, created in that schema. It
+/// runs in the agent's database and in [`PG_TEMPLATE_DATABASE`], so every operator is qualified
+/// (the session's `search_path` is pinned as well, [`PG_SUPERUSER_SETTINGS`]).
+pub fn pg_extension_activation(extension: &str, companions: &[&str]) -> String {
+    let mut statements = vec![
+        pg_extension_schema(),
+        format!(
+            "CREATE EXTENSION IF NOT EXISTS {} SCHEMA {} CASCADE",
+            pg_identifier(extension),
+            pg_identifier(PG_EXTENSION_SCHEMA)
+        ),
+    ];
+    statements.extend(companions.iter().map(|c| pg_extension_if_available(c)));
+    statements.join("; ")
+}
+
+/// The start of every superuser statement that creates extensions: make sure the extension
+/// schema exists and is the superuser's (an agent-made schema of that name is refused), then
+/// pin `search_path` to `pg_catalog` and that schema for the rest of the session, so an
+/// extension's script (run with `search_path` set to its schema) finds only the catalog's and
+/// the superuser's objects.
+pub fn pg_extension_schema() -> String {
     let schema = pg_identifier(PG_EXTENSION_SCHEMA);
     let literal = sql_literal(PG_EXTENSION_SCHEMA);
     format!(
@@ -257,8 +316,22 @@ pub fn pg_extension_activation(extension: &str) -> String {
              RAISE EXCEPTION 'schema {PG_EXTENSION_SCHEMA} is not owned by the superuser'; \
            END IF; \
          END $sbx$; \
-         SET search_path = pg_catalog, {schema}; \
-         CREATE EXTENSION IF NOT EXISTS {} SCHEMA {schema} CASCADE",
-        pg_identifier(extension)
+         SET search_path = pg_catalog, {schema}"
+    )
+}
+
+/// `extension` created in the extension schema when the server has its files, nothing when it
+/// has not (an operator's image without contrib still starts). After [`pg_extension_schema`].
+pub fn pg_extension_if_available(extension: &str) -> String {
+    format!(
+        "DO $sbx$ BEGIN \
+           IF EXISTS (SELECT 1 FROM pg_catalog.pg_available_extensions \
+                      WHERE name OPERATOR(pg_catalog.=) {}) THEN \
+             CREATE EXTENSION IF NOT EXISTS {} SCHEMA {} CASCADE; \
+           END IF; \
+         END $sbx$",
+        sql_literal(extension),
+        pg_identifier(extension),
+        pg_identifier(PG_EXTENSION_SCHEMA)
     )
 }

@@ -14,7 +14,7 @@ use crate::credentials::Credentials;
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Tmpfs {
     pub path: &'static str,
-    pub size_mb: u32,
+    pub size_mb: u64,
     pub mode: &'static str,
     /// Owner of the mount. Some Docker versions ignore `mode` where the image already has the
     /// directory, leaving a root-owned 0755 mount the non-root server cannot write; the official
@@ -175,9 +175,19 @@ pub struct ProcessContext<'a> {
 /// A template data directory, built once and copied per instance.
 #[derive(Debug)]
 pub struct TemplatePlan {
+    /// Run first: what each prints becomes a file of the build directory (`ctx.instance_dir`
+    /// while a template is built) that `commands` may read, and is removed once they ran.
+    pub outputs: Vec<TemplateOutput>,
     pub commands: Vec<CommandPlan>,
     /// Files written into the template after the commands ran.
     pub files: Vec<PlannedFile>,
+}
+
+/// A template step whose standard output is kept as `file` (SQL an install step loads).
+#[derive(Debug)]
+pub struct TemplateOutput {
+    pub command: CommandPlan,
+    pub file: &'static str,
 }
 
 /// How to run an engine as a local child process (the process backend).

@@ -13,6 +13,7 @@ use crate::engine::{
     EnvRendering, FeatureKind, PlannedFile, ProcessContext, ProcessRecipe, Protocol, ResetPlan,
     ServerFacts, Signal, Tmpfs, UrlPath,
 };
+use crate::space::DataSize;
 
 #[derive(Debug, Default)]
 pub struct Mongo;
@@ -32,6 +33,7 @@ pub static MONGO: Engine = Engine {
     admin_database: "",
     agent_user: "sandbox",
     agent_database: "sandbox",
+    data_on_disk: true,
     env: EnvRendering {
         scheme: "mongodb",
         path: UrlPath::Database,
@@ -47,7 +49,12 @@ pub static MONGO: Engine = Engine {
 };
 
 impl EngineRecipes for Mongo {
-    fn container(&self, admin: &Credentials, _agent: &Credentials) -> ContainerRecipe {
+    fn container(
+        &self,
+        admin: &Credentials,
+        _agent: &Credentials,
+        size: DataSize,
+    ) -> ContainerRecipe {
         let mut command = vec!["mongod".to_owned()];
         command.extend(SERVER_ARGS.iter().map(|a| (*a).to_owned()));
         ContainerRecipe {
@@ -61,7 +68,7 @@ impl EngineRecipes for Mongo {
             tmpfs: vec![
                 Tmpfs {
                     path: "/data/db",
-                    size_mb: 256,
+                    size_mb: size.mb(),
                     mode: "1777",
                     uid: Some(999),
                 },

@@ -8,11 +8,13 @@ use secrecy::SecretString;
 use crate::credentials::{Credentials, pg_scram_verifier};
 use crate::engine::{
     Activation, AdminAccess, AdminStep, AgentCluster, CommandPlan, ContainerRecipe,
-    ContainerSecret, Engine, EngineRecipes, FeatureKind, FeatureSpec, PG_EXTENSION_SCHEMA,
-    PlannedFile, ProcessContext, ProcessRecipe, Protocol, ResetPlan, ServerFacts, Signal,
-    TemplatePlan, Tmpfs, pg_identifier, sql_literal,
+    ContainerSecret, Engine, EngineRecipes, FeatureKind, FeatureSpec, PG_DEFAULT_SEARCH_PATH,
+    PG_TEMPLATE_DATABASE, PlannedFile, ProcessContext, ProcessRecipe, Protocol, ResetPlan,
+    ServerFacts, Signal, TemplatePlan, Tmpfs, pg_extension_if_available, pg_extension_schema,
+    pg_identifier, sql_literal,
 };
 use crate::engine::{EnvRendering, UrlPath};
+use crate::space::DataSize;
 
 #[derive(Debug, Default)]
 pub struct Postgres;
@@ -25,19 +27,23 @@ const PGDATA: &str = "/var/lib/postgresql/data/pgdata";
 /// PANICs on a WAL write.
 const WAL_MOUNT: &str = "/var/lib/postgresql/wal";
 const WALDIR: &str = "/var/lib/postgresql/wal/pg_wal";
-const DATA_MB: u32 = 256;
 /// Room for `max_wal_size` plus the segments written while a checkpoint catches up.
-const WAL_MB: u32 = 96;
+const WAL_MB: u64 = 96;
 
-/// Sized to the container's tmpfs mounts: WAL is recycled well below `WAL_MB`, temporary files
-/// (sorts, hashes) are capped below the data tmpfs, and shared buffers stay small because the
-/// tmpfs pages count against the same memory cap.
+/// Sized to the container's tmpfs mounts: WAL is recycled well below `WAL_MB`, and shared
+/// buffers stay small because the tmpfs pages count against the same memory cap. Temporary
+/// files (sorts, hashes) are capped below the data tmpfs by [`container_temp_limit`].
 const CONTAINER_SPACE_SETTINGS: &[&str] = &[
     "shared_buffers=32MB",
     "min_wal_size=32MB",
     "max_wal_size=48MB",
-    "temp_file_limit=64MB",
 ];
+
+/// One query's temporary files take at most a quarter of the data tmpfs (64 MB of the default
+/// 256 MB), so a huge sort fails on `temp_file_limit` while the data space has room.
+fn container_temp_limit(size: DataSize) -> String {
+    format!("temp_file_limit={}MB", (size.mb() / 4).max(1))
+}
 
 static FEATURES: &[FeatureSpec] = &[
     FeatureSpec {
@@ -45,6 +51,7 @@ static FEATURES: &[FeatureSpec] = &[
         summary: "pgvector: vector type and similarity search",
         activation: Activation::PgExtension {
             extension: "vector",
+            companions: &[],
             package: "postgresql-{major}-pgvector",
         },
     },
@@ -53,6 +60,11 @@ static FEATURES: &[FeatureSpec] = &[
         summary: "PostGIS: geometry and geography types",
         activation: Activation::PgExtension {
             extension: "postgis",
+            // GeoDjango's test suite creates it (PostGIS 3 moved rasters out of `postgis`). Its
+            // reach outside the database (out-of-database rasters, GDAL's drivers) is off and
+            // only a superuser may turn it on (`postgis.enable_outdb_rasters`,
+            // `postgis.gdal_enabled_drivers`).
+            companions: &["postgis_raster"],
             package: "postgresql-{major}-postgis-3",
         },
     },
@@ -61,6 +73,7 @@ static FEATURES: &[FeatureSpec] = &[
         summary: "trigram matching for LIKE/ILIKE indexes",
         activation: Activation::PgExtension {
             extension: "pg_trgm",
+            companions: &[],
             package: "postgresql-contrib",
         },
     },
@@ -69,6 +82,7 @@ static FEATURES: &[FeatureSpec] = &[
         summary: "case-insensitive text type",
         activation: Activation::PgExtension {
             extension: "citext",
+            companions: &[],
             package: "postgresql-contrib",
         },
     },
@@ -77,17 +91,32 @@ static FEATURES: &[FeatureSpec] = &[
         summary: "UUID generation functions",
         activation: Activation::PgExtension {
             extension: "uuid-ossp",
+            companions: &[],
             package: "postgresql-contrib",
         },
     },
 ];
 
+/// Extensions only a superuser may create that test suites create as a matter of course, made
+/// by the daemon in `template1` and the agent's database wherever the server has them, so the
+/// suite's `CREATE EXTENSION IF NOT EXISTS` finds them made: `bloom` (Django's `postgres_tests`
+/// creates it in its first migration). Each one is an index method and its operator classes
+/// only: no file, program or network access, no function only a superuser may call. (The
+/// trusted ones suites create, `hstore`, `citext`, `btree_gist`, `pgcrypto`, …, the agent's
+/// role creates itself; `postgres_fdw` and `dblink`, which Rails' suite tries, reach other
+/// hosts and stay out.)
+const PREINSTALLED_EXTENSIONS: &[&str] = &["bloom"];
+
 /// Settings that trade durability for start and test speed; a sandbox is thrown away anyway.
+/// Two-phase commit is on for the suites that test it (SQLAlchemy's): each slot of
+/// `max_prepared_transactions` costs a few hundred bytes of shared memory and a share of the
+/// lock table, and a reset rolls back whatever was left prepared.
 const THROWAWAY_SETTINGS: &[&str] = &[
     "fsync=off",
     "synchronous_commit=off",
     "full_page_writes=off",
     "max_connections=100",
+    "max_prepared_transactions=10",
 ];
 
 pub static POSTGRES: Engine = Engine {
@@ -103,6 +132,7 @@ pub static POSTGRES: Engine = Engine {
     admin_database: "postgres",
     agent_user: "sandbox",
     agent_database: "sandbox",
+    data_on_disk: true,
     env: EnvRendering {
         scheme: "postgresql",
         path: UrlPath::Database,
@@ -118,11 +148,20 @@ pub static POSTGRES: Engine = Engine {
 };
 
 impl EngineRecipes for Postgres {
-    fn container(&self, admin: &Credentials, _agent: &Credentials) -> ContainerRecipe {
+    fn container(
+        &self,
+        admin: &Credentials,
+        _agent: &Credentials,
+        size: DataSize,
+    ) -> ContainerRecipe {
         let mut command = vec!["postgres".to_owned()];
-        for setting in THROWAWAY_SETTINGS.iter().chain(CONTAINER_SPACE_SETTINGS) {
+        let settings = THROWAWAY_SETTINGS.iter().chain(CONTAINER_SPACE_SETTINGS);
+        for setting in settings
+            .map(|s| (*s).to_owned())
+            .chain([container_temp_limit(size)])
+        {
             command.push("-c".to_owned());
-            command.push((*setting).to_owned());
+            command.push(setting);
         }
         ContainerRecipe {
             env: vec![
@@ -140,7 +179,7 @@ impl EngineRecipes for Postgres {
             tmpfs: vec![
                 Tmpfs {
                     path: DATA_MOUNT,
-                    size_mb: DATA_MB,
+                    size_mb: size.mb(),
                     mode: "1777",
                     uid: None,
                 },
@@ -210,9 +249,11 @@ impl EngineRecipes for Postgres {
     fn reset(&self, agent: &Credentials, facts: ServerFacts) -> ResetPlan {
         ResetPlan::AgentCluster(AgentCluster {
             agent_role: agent.user.clone(),
-            // `postgres` is the admin database; the templates are the server's own (what the
-            // agent's roles own in them, a large object say, goes with the roles).
-            keep_databases: [POSTGRES.admin_database, "template0", "template1"]
+            // `postgres` is the admin database; the templates are the server's own. The agent
+            // cannot change `template1` (it creates nothing there; what its roles own there, a
+            // large object say, goes with them), and the features added in place since are
+            // meant to be there: it is kept as it is, and `recreate` copies it.
+            keep_databases: [POSTGRES.admin_database, "template0", PG_TEMPLATE_DATABASE]
                 .map(str::to_owned)
                 .to_vec(),
             keep_roles: vec![POSTGRES.admin_user.to_owned(), agent.user.clone()],
@@ -262,41 +303,70 @@ fn create_role(agent: &Credentials, facts: ServerFacts) -> String {
     )
 }
 
-/// The agent's database as `setup` makes it (and `reset` makes it again): owned by the agent,
-/// with the superuser's `extensions` schema on its search path.
+/// `public` as PostgreSQL 15 and later make it: owned by the database's owner, CREATE for nobody
+/// else. A no-op from 15 on; before 14, which has no `pg_database_owner`, nothing.
+const PUBLIC_AS_IN_15: &str = "DO $sbx$ BEGIN \
+       IF EXISTS (SELECT 1 FROM pg_catalog.pg_roles \
+                  WHERE rolname OPERATOR(pg_catalog.=) 'pg_database_owner') THEN \
+         ALTER SCHEMA public OWNER TO pg_database_owner; \
+         REVOKE CREATE ON SCHEMA public FROM PUBLIC; \
+       END IF; \
+     END $sbx$";
+
+/// The agent's database as `setup` makes it (and `reset` makes it again), and `template1` made
+/// ready to be copied: the agent's database is owned by the agent, and both carry the
+/// superuser's `extensions` schema (on every role's default `search_path`) and the pre-installed
+/// extensions. The database is made first, so no session of the daemon's is still on
+/// `template1` when it is copied (`CREATE DATABASE` waits for those to leave); a reset copies
+/// the `template1` earlier steps prepared, whose features and pre-installed extensions the
+/// database then has already.
 fn database_steps(agent_user: &str) -> Vec<AdminStep> {
     let role = pg_identifier(agent_user);
     let database = pg_identifier(POSTGRES.agent_database);
-    let extensions = pg_identifier(PG_EXTENSION_SCHEMA);
+    let preinstalled = || {
+        PREINSTALLED_EXTENSIONS
+            .iter()
+            .map(|extension| pg_extension_if_available(extension))
+            .collect::<Vec<_>>()
+    };
+    // The daemon's alone: nobody else may create anything in `template1`. The agent may
+    // connect to it, but it creates no schema there and the extension schema is the
+    // superuser's; `public` is made what PostgreSQL 15 made it, the database owner's (the
+    // superuser's here, the agent's in a copy) with no CREATE for everyone else — older
+    // servers granted that to everyone, and a clone may run one. (Before 14 there is no
+    // `pg_database_owner` and `public` stays as it is: nothing the daemon runs in `template1`
+    // resolves a name through it.)
+    let template = [PUBLIC_AS_IN_15.to_owned(), pg_extension_schema()]
+        .into_iter()
+        .chain(preinstalled())
+        .chain([format!(
+            "ALTER ROLE ALL SET search_path = {PG_DEFAULT_SEARCH_PATH}"
+        )]);
+    // Before the agent gets access: the schema extensions go into is the superuser's, so the
+    // agent can neither claim its name nor plant objects in it.
+    let agent_database = [
+        format!("ALTER SCHEMA public OWNER TO {role}"),
+        pg_extension_schema(),
+    ]
+    .into_iter()
+    .chain(preinstalled());
+    let sql = |database: Option<&str>, statements: Vec<String>| AdminStep::Sql {
+        database: database.map(str::to_owned),
+        statement: SecretString::from(statements.join("; ")),
+    };
     vec![
-        AdminStep::Sql {
-            database: None,
-            statement: SecretString::from(format!("CREATE DATABASE {database} OWNER {role}")),
-        },
-        AdminStep::Sql {
-            database: Some(POSTGRES.agent_database.to_owned()),
-            statement: SecretString::from(format!("ALTER SCHEMA public OWNER TO {role}")),
-        },
-        // Before the agent gets access: the schema allowlisted extensions go into is the
-        // superuser's, so the agent can neither claim its name nor plant objects in it.
-        AdminStep::Sql {
-            database: Some(POSTGRES.agent_database.to_owned()),
-            statement: SecretString::from(format!(
-                "CREATE SCHEMA IF NOT EXISTS {extensions}; \
-                     GRANT USAGE ON SCHEMA {extensions} TO PUBLIC"
-            )),
-        },
-        AdminStep::Sql {
-            database: None,
-            statement: SecretString::from(format!(
-                "ALTER DATABASE {database} SET search_path = \"$user\", public, {extensions}"
-            )),
-        },
+        sql(
+            None,
+            vec![format!("CREATE DATABASE {database} OWNER {role}")],
+        ),
+        sql(Some(PG_TEMPLATE_DATABASE), template.collect()),
+        sql(Some(POSTGRES.agent_database), agent_database.collect()),
     ]
 }
 
 fn template(ctx: &ProcessContext<'_>) -> TemplatePlan {
     TemplatePlan {
+        outputs: vec![],
         commands: vec![CommandPlan {
             program: ctx.programs["initdb"].clone(),
             args: vec![
@@ -305,6 +375,10 @@ fn template(ctx: &ProcessContext<'_>) -> TemplatePlan {
                 "--auth-local=peer".into(),
                 "--auth-host=scram-sha-256".into(),
                 "--encoding=UTF8".into(),
+                // Code-point order, as the official Alpine image's musl locale sorts. initdb
+                // makes every locale the host has a collation too (`en_US.utf8` once
+                // scripts/install-deps.sh generated it; the template is rebuilt when the host's
+                // locales change).
                 "--locale=C.UTF-8".into(),
                 "--no-sync".into(),
                 "--no-instructions".into(),
@@ -479,7 +553,80 @@ mod tests {
                 .contains("CREATE DATABASE \"sandbox\" OWNER \"sandbox\""),
             "{recreated:?}"
         );
-        // A reset makes the database again as setup did.
+        // A reset makes template1 ready again too, as setup did.
         assert_eq!(recreated, statements(&database_steps("sandbox")));
+    }
+
+    #[test]
+    fn template1_is_prepared_after_the_agent_database_is_copied_from_it() {
+        let agent = Credentials::generate("sandbox");
+        let facts = ServerFacts {
+            major_version: Some(15),
+        };
+        let steps = statements(&Postgres.setup(&agent, facts));
+        let databases: Vec<Option<&str>> = steps.iter().map(|(d, _)| d.as_deref()).collect();
+        // The role, the database (a copy of template1), then template1, then the database.
+        assert_eq!(databases, [None, None, Some("template1"), Some("sandbox")]);
+        assert!(
+            steps[1].1.starts_with("CREATE DATABASE \"sandbox\""),
+            "{steps:?}"
+        );
+        let template = &steps[2].1;
+        assert!(template.starts_with(PUBLIC_AS_IN_15), "{template}");
+        assert!(
+            template.contains("REVOKE CREATE ON SCHEMA public FROM PUBLIC"),
+            "{template}"
+        );
+        assert!(
+            template.ends_with("ALTER ROLE ALL SET search_path = \"$user\", public, extensions"),
+            "{template}"
+        );
+        let agent_database = &steps[3].1;
+        assert!(
+            agent_database.starts_with("ALTER SCHEMA public OWNER TO \"sandbox\"; "),
+            "{agent_database}"
+        );
+        for sql in [template, agent_database] {
+            // The superuser's schema, checked, then bloom where the server has it.
+            assert!(sql.contains("is not owned by the superuser"), "{sql}");
+            assert!(
+                sql.contains(
+                    "CREATE EXTENSION IF NOT EXISTS \"bloom\" SCHEMA \"extensions\" CASCADE"
+                ),
+                "{sql}"
+            );
+            assert!(
+                sql.contains("FROM pg_catalog.pg_available_extensions"),
+                "{sql}"
+            );
+        }
+        // No database-level search_path any more: the role-wide default reaches every
+        // database the agent makes.
+        assert!(!steps.iter().any(|(_, sql)| sql.contains("ALTER DATABASE")));
+    }
+
+    #[test]
+    fn postgis_brings_its_raster_types_where_the_server_has_them() {
+        let postgis = POSTGRES.feature("postgis").expect("allowlisted");
+        let Activation::PgExtension {
+            extension,
+            companions,
+            ..
+        } = postgis.activation
+        else {
+            panic!("an extension");
+        };
+        let sql = crate::engine::pg_extension_activation(extension, companions);
+        let main = sql
+            .find("CREATE EXTENSION IF NOT EXISTS \"postgis\" SCHEMA \"extensions\" CASCADE")
+            .expect("postgis itself");
+        let raster = sql
+            .find("WHERE name OPERATOR(pg_catalog.=) 'postgis_raster'")
+            .expect("postgis_raster where available");
+        assert!(main < raster, "{sql}");
+        assert!(
+            sql.starts_with("DO $sbx$"),
+            "the schema is checked first: {sql}"
+        );
     }
 }

@@ -13,6 +13,7 @@ use crate::engine::{
     ServerFacts, Signal, Tmpfs,
 };
 use crate::engine::{EnvRendering, UrlPath};
+use crate::space::DataSize;
 
 #[derive(Debug, Default)]
 pub struct Redis;
@@ -61,9 +62,14 @@ static FEATURES: &[FeatureSpec] = &[
 
 /// Commands denied to the handed-out user: running code on or reconfiguring the server, reaching
 /// other hosts, and anything that touches the server's files. Everything else stays allowed so
-/// ordinary test suites (FLUSHDB, KEYS, SCAN, scripting) run unchanged.
+/// ordinary test suites (FLUSHDB, KEYS, SCAN, scripting) run unchanged. `CONFIG GET` and
+/// `CONFIG RESETSTAT` stay allowed: they read the settings (which hold no secret: the ACL users
+/// are not settings, `requirepass` and `masterauth` are unset) and zero this instance's own
+/// counters, and client test suites (redis-py's) use both; `SET` and `REWRITE` stay denied.
 const DENIED: &[&str] = &[
     "-config",
+    "+config|get",
+    "+config|resetstat",
     "-module",
     "-debug",
     "-replicaof",
@@ -126,6 +132,7 @@ pub static REDIS: Engine = Engine {
     admin_database: "",
     agent_user: "sandbox",
     agent_database: "sandbox",
+    data_on_disk: false,
     env: EnvRendering {
         scheme: "redis",
         path: UrlPath::Fixed("0"),
@@ -141,7 +148,13 @@ pub static REDIS: Engine = Engine {
 };
 
 impl EngineRecipes for Redis {
-    fn container(&self, admin: &Credentials, agent: &Credentials) -> ContainerRecipe {
+    /// Redis keeps its data in memory (`maxmemory`), not on a data space: `_size` sizes nothing.
+    fn container(
+        &self,
+        admin: &Credentials,
+        agent: &Credentials,
+        _size: DataSize,
+    ) -> ContainerRecipe {
         let mut command = vec![
             "redis-server".to_owned(),
             "--port".to_owned(),
@@ -260,6 +273,22 @@ mod tests {
     use secrecy::ExposeSecret;
 
     use super::*;
+
+    #[test]
+    fn the_agent_may_read_the_settings_but_never_change_them() {
+        let agent = Credentials::generate("sandbox");
+        let rules = acl_user(&agent, true);
+        let position = |rule: &str| rules.iter().position(|r| r == rule);
+        let denied = position("-config").expect("CONFIG denied as a whole");
+        let allowed = ["+config|get", "+config|resetstat"];
+        for rule in allowed {
+            // ACL rules apply in order: a subcommand allowed before `-config` would be lost.
+            assert!(position(rule).expect(rule) > denied, "{rule} after -config");
+        }
+        let config: Vec<&String> = rules.iter().filter(|r| r.starts_with("+config")).collect();
+        assert_eq!(config, allowed, "no other CONFIG subcommand");
+        assert!(!acl_user(&agent, false).contains(&"-config".to_owned()));
+    }
 
     #[test]
     fn minting_replaces_the_agent_password_with_a_hash_only() {

@@ -5,7 +5,9 @@ use std::path::PathBuf;
 
 use sandboxd_domain::engine::AdminAccess;
 use sandboxd_domain::instance::instance_name;
-use sandboxd_domain::{AgentSlug, BackendKind, Credentials, EngineRef, Feature, Instance};
+use sandboxd_domain::{
+    AgentSlug, BackendKind, Credentials, DataSize, EngineRef, Feature, Instance,
+};
 use sandboxd_store::{SecretCipher, Store, StoreError, StoreKind};
 use secrecy::ExposeSecret;
 use sqlx::Row;
@@ -51,6 +53,7 @@ fn instance(
             .collect(),
         created_at_ms: 1_700_000_000_123,
         clone: None,
+        size: engine.data_on_disk.then(|| DataSize::from_mb(1536)),
     }
 }
 
@@ -76,6 +79,7 @@ fn assert_same(got: &Instance, want: &Instance) {
     assert_eq!(got.database, want.database);
     assert_eq!(got.features, want.features);
     assert_eq!(got.created_at_ms, want.created_at_ms);
+    assert_eq!(got.size, want.size);
     assert_eq!(got.agent.user, want.agent.user);
     assert_eq!(
         got.agent.password.expose_secret(),

@@ -1,7 +1,9 @@
 //! Projects: the JSON columns round-trip through the domain types, and a corrupted row is an
 //! error naming the row, never a panic or a silently widened opt-in.
 
-use sandboxd_domain::{EngineRef, FeatureRequest};
+use std::collections::BTreeMap;
+
+use sandboxd_domain::{EngineRef, FeatureRequest, ProjectSizes};
 use sandboxd_store::{SecretCipher, StoreError};
 
 use crate::support::{agent, on_both, project, seed_agent};
@@ -89,6 +91,12 @@ async fn a_corrupted_row_is_refused_with_a_clear_error() {
                 r#"["vector"]"#,
                 "sandbox_extensions of project web",
             ),
+            ("sandbox_sizes", r#"{"redis":1024}"#, "memory cap"),
+            (
+                "sandbox_sizes",
+                r#"{"postgres":-1}"#,
+                "sandbox_sizes of project web",
+            ),
         ] {
             let sql = format!("UPDATE projects SET {column} = $1 WHERE slug = 'web'");
             sqlx::query(sqlx::AssertSqlSafe(sql))
@@ -103,7 +111,7 @@ async fn a_corrupted_row_is_refused_with_a_clear_error() {
             // Put it right again for the next case.
             sqlx::query(
                 "UPDATE projects SET sandbox_services = '[\"postgres\"]', \
-                 sandbox_extensions = NULL WHERE slug = 'web'",
+                 sandbox_extensions = NULL, sandbox_sizes = NULL WHERE slug = 'web'",
             )
             .execute(&raw)
             .await
@@ -111,6 +119,51 @@ async fn a_corrupted_row_is_refused_with_a_clear_error() {
         }
         assert!(store.get_project(&web).await.expect("repaired").is_some());
         raw.close().await;
+        store.close().await;
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn sizes_are_stored_per_engine_and_survive_an_opt_in_change() {
+    on_both("project-sizes", |db| async move {
+        let store = db.open(SecretCipher::generate()).await;
+        let web = project("web");
+        let services = engines(&["postgres", "mariadb"]);
+        store
+            .put_project(&web, Some(&services), None)
+            .await
+            .expect("create");
+        let sizes = ProjectSizes::parse_map(&BTreeMap::from([
+            ("postgres".to_owned(), "2G".to_owned()),
+            ("mariadb".to_owned(), "1536M".to_owned()),
+        ]))
+        .expect("valid");
+        let set = store.set_project_sizes(&web, &sizes).await.expect("sizes");
+        assert_eq!(set.sandbox_sizes, sizes);
+        let raw = db.raw().await;
+        let stored: String = sqlx::query_scalar("SELECT sandbox_sizes FROM projects")
+            .fetch_one(&raw)
+            .await
+            .expect("raw");
+        assert_eq!(stored, r#"{"mariadb":1536,"postgres":2048}"#);
+        raw.close().await;
+        // Replacing the opt-in keeps the sizes; clearing them is its own call.
+        let put = store
+            .put_project(&web, Some(&services), None)
+            .await
+            .expect("update");
+        assert_eq!(put.sandbox_sizes, sizes);
+        let cleared = store
+            .set_project_sizes(&web, &ProjectSizes::default())
+            .await
+            .expect("cleared");
+        assert!(cleared.sandbox_sizes.is_empty());
+        let err = store
+            .set_project_sizes(&project("nope"), &sizes)
+            .await
+            .expect_err("no such project");
+        assert!(matches!(err, StoreError::NotFound { .. }), "{err:?}");
         store.close().await;
     })
     .await;

@@ -85,6 +85,7 @@ impl PgServer {
             owner: unique_slug("store"),
             maker: sandboxd_domain::DaemonId::cli(),
             features: Default::default(),
+            size: None,
         };
         let instance = match backend.provision(&request).await {
             Ok(instance) => instance,

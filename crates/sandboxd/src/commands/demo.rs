@@ -45,6 +45,7 @@ pub async fn run(args: Args, settings: &Settings) -> ExitCode {
             owner: owner.clone(),
             maker: DaemonId::cli(),
             features: Default::default(),
+            size: None,
         })
         .collect();
     let started = std::time::Instant::now();

@@ -7,7 +7,8 @@ use std::sync::Arc;
 
 use futures::future::join_all;
 use sandboxd_backend::{Backend, DoctorCheck, FeatureProbe, ListedInstance, Sweep};
-use sandboxd_domain::{AgentSlug, DaemonId, engines};
+use sandboxd_domain::instance::BackendKind;
+use sandboxd_domain::{AgentSlug, DaemonId, EngineRef, engines};
 
 use sandboxd_admin::wire::{PoolOut, SourceOut};
 
@@ -63,6 +64,7 @@ pub async fn checks(settings: &Settings) -> Vec<DoctorCheck> {
         }
     }
     checks.extend(features(&built).await);
+    checks.extend(versions(&built).await);
     checks.push(makers(&super::ls::list_all(settings).await));
     checks.extend(pools(settings).await);
     checks.extend(sources(settings).await);
@@ -297,6 +299,58 @@ fn feature_check(subject: String, probe: &FeatureProbe) -> DoctorCheck {
     )
 }
 
+/// One line per engine a backend here runs: which server version each backend offers (the
+/// process backend's are the host's packages), and, when an image's is newer than the host's,
+/// that it is and how to get newer servers on the host.
+async fn versions(backends: &[Arc<dyn Backend>]) -> Vec<DoctorCheck> {
+    let per_engine = engines::all().map(|engine| async move {
+        let offered: Vec<(BackendKind, String)> =
+            join_all(backends.iter().map(|backend| async move {
+                let version = backend.offered_version(engine).await?;
+                Some((backend.kind(), version))
+            }))
+            .await
+            .into_iter()
+            .flatten()
+            .collect();
+        version_check(engine, &offered)
+    });
+    join_all(per_engine).await.into_iter().flatten().collect()
+}
+
+fn version_check(engine: EngineRef, offered: &[(BackendKind, String)]) -> Option<DoctorCheck> {
+    if offered.is_empty() {
+        return None;
+    }
+    let listed = offered
+        .iter()
+        .map(|(kind, version)| format!("{} {version} on {kind}", engine.title))
+        .collect::<Vec<_>>()
+        .join(", ");
+    let host = offered
+        .iter()
+        .find(|(kind, _)| *kind == BackendKind::Process)
+        .map(|(_, version)| version);
+    let newer: Vec<String> = offered
+        .iter()
+        .filter(|(kind, version)| {
+            *kind != BackendKind::Process
+                && host.is_some_and(|host| sandboxd_backend::versions::is_newer(version, host))
+        })
+        .map(|(kind, _)| kind.to_string())
+        .collect();
+    let detail = if newer.is_empty() {
+        listed
+    } else {
+        format!(
+            "{listed}: newer on {} than this host's packages; for newer servers on the process              backend see README \"Server versions\" (or run this engine on {})",
+            newer.join(", "),
+            newer.join(" or ")
+        )
+    };
+    Some(DoctorCheck::ok(format!("{} versions", engine.name), detail))
+}
+
 /// Who made the instances that run here: each daemon's janitor acts only on its own, so
 /// several daemons (and `sandboxd provision`) can share a host.
 fn makers(listed: &[ListedInstance]) -> DoctorCheck {
@@ -343,4 +397,40 @@ pub async fn run(args: Args, settings: &Settings) -> ExitCode {
         println!("{}", output::table(&["", "what", "found", "fix"], rows));
     }
     ExitCode::SUCCESS
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_newer_image_than_the_hosts_server_is_said_with_where_to_get_one() {
+        let postgres = EngineRef::parse("postgres").expect("registered");
+        let older_host = [
+            (BackendKind::Process, "15.14".to_owned()),
+            (BackendKind::Docker, "17.6".to_owned()),
+        ];
+        let check = version_check(postgres, &older_host).expect("a line");
+        assert_eq!(check.subject, "postgres versions");
+        assert!(check.ok, "informative, not a failure: {}", check.detail);
+        assert!(
+            check.detail.starts_with(
+                "PostgreSQL 15.14 on process, PostgreSQL 17.6 on docker: newer on docker"
+            ),
+            "{}",
+            check.detail
+        );
+        assert!(
+            check.detail.contains("\"Server versions\""),
+            "{}",
+            check.detail
+        );
+        let same = [
+            (BackendKind::Process, "17.6".to_owned()),
+            (BackendKind::Docker, "17.6".to_owned()),
+        ];
+        let check = version_check(postgres, &same).expect("a line");
+        assert!(!check.detail.contains("newer"), "{}", check.detail);
+        assert!(version_check(postgres, &[]).is_none());
+    }
 }

@@ -1,5 +1,6 @@
-//! `sandboxd projects set|ls`: projects and their sandbox opt-in, through the running daemon's
-//! admin API (which validates engines and features against the registry and the allowlists).
+//! `sandboxd projects set|ls`: projects and their sandbox opt-in (services, features, clones,
+//! data space sizes), through the running daemon's admin API (which validates engines, features
+//! and sizes against the registry, the allowlists and the operator's ceiling).
 
 use std::collections::BTreeMap;
 use std::process::ExitCode;
@@ -44,6 +45,19 @@ pub enum Command {
         /// Hand every engine out as an ordinary (empty) instance again.
         #[arg(long)]
         no_clones: bool,
+        /// The data space of engines that keep their data on disk, ENGINE=SIZE[,ENGINE=SIZE…]
+        /// (e.g. postgres=2G,mariadb=1G; whole M or G, at least 256M, at most the daemon's
+        /// `broker.max_sandbox_size_mb`). The memory cap grows with it. Leave out to keep the
+        /// project's sizes as they are.
+        #[arg(
+            long = "size",
+            value_name = "ENGINE=SIZE",
+            conflicts_with = "default_sizes"
+        )]
+        sizes: Vec<String>,
+        /// Give every engine its backend's default data space again.
+        #[arg(long)]
+        default_sizes: bool,
     },
     /// List projects and their opt-in.
     Ls,
@@ -68,6 +82,23 @@ fn feature_map(items: &[String]) -> Result<BTreeMap<String, Vec<String>>, String
         );
     }
     Ok(map)
+}
+
+/// `postgres=2G,mariadb=1G` items → `{"postgres": "2G", "mariadb": "1G"}` (the daemon validates
+/// the engines and the sizes).
+fn size_map(items: &[String]) -> Result<BTreeMap<String, String>, String> {
+    items
+        .iter()
+        .flat_map(|item| item.split(','))
+        .map(str::trim)
+        .filter(|part| !part.is_empty())
+        .map(|part| {
+            let (engine, size) = part.split_once('=').ok_or_else(|| {
+                format!("--size takes ENGINE=SIZE[,ENGINE=SIZE…] (e.g. postgres=2G), got {part:?}")
+            })?;
+            Ok((engine.trim().to_owned(), size.trim().to_owned()))
+        })
+        .collect()
 }
 
 /// `postgres=shop` items → `{"postgres": "shop"}` (the daemon validates the names).
@@ -113,11 +144,19 @@ fn row(project: &ProjectOut) -> Vec<String> {
             .map(|(engine, source)| format!("{engine} of {source}"))
             .collect::<Vec<_>>()
             .join(", "),
+        project
+            .sandbox_sizes
+            .iter()
+            .map(|(engine, size)| format!("{engine}={size}"))
+            .collect::<Vec<_>>()
+            .join(", "),
         format_age_since(project.updated_at_ms),
     ]
 }
 
-const HEADER: [&str; 5] = ["project", "services", "features", "clones", "updated"];
+const HEADER: [&str; 6] = [
+    "project", "services", "features", "clones", "sizes", "updated",
+];
 
 pub async fn run(args: Args, settings: &Settings) -> ExitCode {
     let client = match AdminClient::new(&args.remote, settings) {
@@ -131,10 +170,13 @@ pub async fn run(args: Args, settings: &Settings) -> ExitCode {
             features,
             clones,
             no_clones,
+            sizes,
+            default_sizes,
         } => {
-            let (features, clones) = match (feature_map(&features), clone_map(&clones)) {
-                (Ok(features), Ok(clones)) => (features, clones),
-                (Err(message), _) | (_, Err(message)) => {
+            let parsed = (feature_map(&features), clone_map(&clones), size_map(&sizes));
+            let (features, clones, sizes) = match parsed {
+                (Ok(features), Ok(clones), Ok(sizes)) => (features, clones, sizes),
+                (Err(message), _, _) | (_, Err(message), _) | (_, _, Err(message)) => {
                     eprintln!("error: {message}");
                     return ExitCode::from(EXIT_INPUT);
                 }
@@ -150,6 +192,7 @@ pub async fn run(args: Args, settings: &Settings) -> ExitCode {
                 sandbox_services: services,
                 sandbox_extensions: (!features.is_empty()).then_some(features),
                 sandbox_clones: (no_clones || !clones.is_empty()).then_some(clones),
+                sandbox_sizes: (default_sizes || !sizes.is_empty()).then_some(sizes),
             };
             let path = format!("/v1/projects/{}", encode(&slug));
             match client
@@ -202,6 +245,16 @@ mod tests {
         let map = clone_map(&["postgres = shop".into()]).expect("valid");
         assert_eq!(map["postgres"], "shop");
         assert!(clone_map(&["shop".into()]).is_err());
+    }
+
+    #[test]
+    fn size_flags_become_a_map() {
+        let map =
+            size_map(&["postgres=2G, mariadb = 1G".into(), "mongo=512M".into()]).expect("valid");
+        assert_eq!(map["postgres"], "2G");
+        assert_eq!(map["mariadb"], "1G");
+        assert_eq!(map["mongo"], "512M");
+        assert!(size_map(&["2G".into()]).is_err());
     }
 
     #[test]

@@ -77,6 +77,7 @@ pub async fn run(args: Args, settings: &Settings) -> ExitCode {
             owner: owner.clone(),
             maker: DaemonId::cli(),
             features: features.for_engine(*engine),
+            size: None,
         })
         .collect();
     let outcome = super::provision_shown(backend.as_ref(), &requests, &progress, bar).await;

@@ -91,6 +91,8 @@ async fn flow(home: &Home, daemon: &TestDaemon) {
             "postgres,redis",
             "--features",
             "postgres=pg_trgm",
+            "--size",
+            "postgres=1G",
         ],
     ));
     assert!(
@@ -98,7 +100,43 @@ async fn flow(home: &Home, daemon: &TestDaemon) {
         "{out}"
     );
     assert!(out.contains("postgres: pg_trgm"), "{out}");
+    assert!(out.contains("postgres=1G"), "{out}");
     let listed = json_of(&cli(home, daemon, &["projects", "ls", "--json"]));
+    assert_eq!(listed[0]["sandbox_services"], json!(["postgres", "redis"]));
+    // Sizes within the operator's ceiling only, for engines whose data is on disk; a refusal
+    // stores nothing, not even the rest of the call.
+    for (sizes, needle) in [
+        (
+            "postgres=8G",
+            "postgres=8G is above this sandboxd's ceiling of 2G (broker.max_sandbox_size_mb = 2048)",
+        ),
+        ("redis=1G", "redis keeps its data in memory"),
+        ("postgres=2048", "give a whole number and a unit"),
+        (
+            "mariadb=1G",
+            "a size for mariadb, which is not in sandbox_services",
+        ),
+    ] {
+        refused(
+            &cli(
+                home,
+                daemon,
+                &[
+                    "projects",
+                    "set",
+                    &project,
+                    "--services",
+                    "postgres",
+                    "--size",
+                    sizes,
+                ],
+            ),
+            2,
+            needle,
+        );
+    }
+    let listed = json_of(&cli(home, daemon, &["projects", "ls", "--json"]));
+    assert_eq!(listed[0]["sandbox_sizes"], json!({"postgres": "1G"}));
     assert_eq!(listed[0]["sandbox_services"], json!(["postgres", "redis"]));
     refused(
         &cli(
@@ -258,7 +296,33 @@ async fn flow(home: &Home, daemon: &TestDaemon) {
     // An agent requests a sandbox over MCP; the CLI lists it and tears it down.
     let agent = daemon.client(&token).await;
     agent.ok("give_me_work", json!({})).await;
-    agent.ok("request_sandbox", json!({})).await;
+    let handed = agent.ok("request_sandbox", json!({})).await;
+    // The project's size reached the instance: the evidence says it, its tmpfs is it.
+    let services = handed["evidence"].as_array().expect("evidence");
+    let pg = services
+        .iter()
+        .find(|s| s["service"] == "postgres")
+        .expect("postgres");
+    assert_eq!(pg["size_mb"], 1024, "{pg}");
+    let dir = sandbox_dirs(home)
+        .into_iter()
+        .find(|d| d.to_string_lossy().contains("sandboxd-postgres-"))
+        .expect("the postgres instance directory");
+    let mounts = std::fs::read_to_string("/proc/self/mounts").expect("mounts");
+    let mount = mounts
+        .lines()
+        .find(|l| l.split(' ').nth(1) == Some(dir.to_str().expect("utf-8")))
+        .unwrap_or_else(|| panic!("{} is a tmpfs of its own", dir.display()));
+    assert!(
+        mount.contains("size=1048576k") && mount.contains("nr_inodes=524288"),
+        "{mount}"
+    );
+    let info = agent.ok("sandbox_info", json!({})).await;
+    let described = info["evidence"]
+        .as_array()
+        .and_then(|e| e.iter().find(|s| s["service"] == "postgres").cloned())
+        .expect("postgres described");
+    assert_eq!(described["size_mb"], 1024, "{described}");
     let out = stdout(&cli(home, daemon, &["sandboxes", "ls"]));
     assert!(
         out.contains(&slug) && out.contains("postgres, redis") && out.contains("live"),

@@ -62,6 +62,7 @@ async fn two_replicas_on_one_store_serve_one_fleet() {
             owner: store_owner,
             maker: store_maker.clone(),
             features: Default::default(),
+            size: None,
         })
         .await
         .expect("a PostgreSQL store");
