@@ -99,6 +99,20 @@ fn new_token() -> SecretString {
 }
 
 impl Broker {
+    /// The project named `slug`, or [`BrokerError::NotFound`] naming it.
+    pub(crate) async fn existing_project(
+        &self,
+        slug: &ProjectSlug,
+    ) -> Result<Project, BrokerError> {
+        self.store()
+            .get_project(slug)
+            .await?
+            .ok_or_else(|| BrokerError::NotFound {
+                what: "project",
+                id: slug.to_string(),
+            })
+    }
+
     /// Resolves a bearer token to its agent.
     pub async fn authenticate(&self, token: &SecretString) -> Result<Option<Agent>, BrokerError> {
         Ok(self.store().agent_by_token_hash(&token_hash(token)).await?)
@@ -120,14 +134,7 @@ impl Broker {
             .into());
         }
         let spec = self.inner.config.roles.check(role)?.clone();
-        let project_row =
-            self.store()
-                .get_project(project)
-                .await?
-                .ok_or_else(|| BrokerError::NotFound {
-                    what: "project",
-                    id: project.to_string(),
-                })?;
+        let project_row = self.existing_project(project).await?;
         let token = new_token();
         let hash = token_hash(&token);
         self.store()

@@ -71,14 +71,7 @@ impl Broker {
         sizes: ProjectSizes,
     ) -> Result<Project, BrokerError> {
         let started = Instant::now();
-        let project =
-            self.store()
-                .get_project(slug)
-                .await?
-                .ok_or_else(|| BrokerError::NotFound {
-                    what: "project",
-                    id: slug.to_string(),
-                })?;
+        let project = self.existing_project(slug).await?;
         let services = project.sandbox_services.unwrap_or_default();
         self.check_project_sizes(&services, &sizes)?;
         let project = self.store().set_project_sizes(slug, &sizes).await?;

@@ -265,14 +265,7 @@ impl Broker {
         clones: Vec<(EngineRef, SourceName)>,
     ) -> Result<Project, BrokerError> {
         let started = Instant::now();
-        let project =
-            self.store()
-                .get_project(slug)
-                .await?
-                .ok_or_else(|| BrokerError::NotFound {
-                    what: "project",
-                    id: slug.to_string(),
-                })?;
+        let project = self.existing_project(slug).await?;
         let services = project.sandbox_services.unwrap_or_default();
         self.check_clones(&services, &clones).await?;
         let project = self.store().set_project_clones(slug, &clones).await?;

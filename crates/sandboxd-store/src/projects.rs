@@ -154,24 +154,8 @@ impl Store {
                 clones.iter().map(|(e, s)| (e.name, s.as_str())).collect();
             serde_json::to_string(&map).expect("a map of strings always serializes")
         });
-        let sql = format!(
-            "UPDATE projects SET sandbox_clones = $2, updated_at_ms = $3 WHERE slug = $1 \
-             RETURNING {COLUMNS}"
-        );
-        sqlx::query(sqlx::AssertSqlSafe(sql))
-            .bind(slug.as_str())
-            .bind(json)
-            .bind(now_ms())
-            .fetch_optional(&self.pool)
+        self.set_project_json(OP, "sandbox_clones", slug, json)
             .await
-            .map_err(StoreError::db(OP))?
-            .map(|row| project_from_row(OP, &row))
-            .transpose()?
-            .ok_or_else(|| StoreError::NotFound {
-                op: OP,
-                what: "project",
-                id: slug.to_string(),
-            })
     }
 
     /// Sets the project's data space per engine (empty: the backends' defaults).
@@ -185,8 +169,20 @@ impl Store {
         let json = (!sizes.is_empty()).then(|| {
             serde_json::to_string(&sizes.to_mb()).expect("a map of numbers always serializes")
         });
+        self.set_project_json(OP, "sandbox_sizes", slug, json).await
+    }
+
+    /// Sets one of the project's JSON columns (`column` is one of ours, never input) and
+    /// returns the project. [`StoreError::NotFound`] when there is no such project.
+    async fn set_project_json(
+        &self,
+        op: &'static str,
+        column: &'static str,
+        slug: &ProjectSlug,
+        json: Option<String>,
+    ) -> Result<Project> {
         let sql = format!(
-            "UPDATE projects SET sandbox_sizes = $2, updated_at_ms = $3 WHERE slug = $1 \
+            "UPDATE projects SET {column} = $2, updated_at_ms = $3 WHERE slug = $1 \
              RETURNING {COLUMNS}"
         );
         sqlx::query(sqlx::AssertSqlSafe(sql))
@@ -195,11 +191,11 @@ impl Store {
             .bind(now_ms())
             .fetch_optional(&self.pool)
             .await
-            .map_err(StoreError::db(OP))?
-            .map(|row| project_from_row(OP, &row))
+            .map_err(StoreError::db(op))?
+            .map(|row| project_from_row(op, &row))
             .transpose()?
             .ok_or_else(|| StoreError::NotFound {
-                op: OP,
+                op,
                 what: "project",
                 id: slug.to_string(),
             })
