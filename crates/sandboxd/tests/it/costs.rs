@@ -341,7 +341,12 @@ async fn cheap_beside_busy(daemon: &TestDaemon) {
         took
     };
     let quiet = timed().await;
-    let spin = json!({"script": "while True:\n    pass", "limits": {"wall_ms": 10_000}});
+    // The most fuel allowed, so the wall clock is what stops the spin on any CPU (20e9, the
+    // default, ran out first on a quiet machine).
+    let spin = json!({
+        "script": "while True:\n    pass",
+        "limits": {"wall_ms": 10_000, "fuel": 200_000_000_000u64},
+    });
     let spinning =
         futures::future::join_all((0..8).map(|_| busy.call("run_experiment", spin.clone())));
     let measured = async {
