@@ -19,8 +19,8 @@
 //!   and the Settings, Projects, Sandboxes and Audit pages.
 //! - `metrics.rs`: `/metrics`, the broker's Prometheus text.
 //!
-//! What this crate will not do: touch the store or a backend (it asks the
-//! [`Broker`](sandboxd_broker::Broker), which audits every change), decide anything the broker
+//! What this crate will not do: touch the store or a backend (it asks the broker's
+//! [`OperatorDesk`], which audits every change), decide anything the broker
 //! decides, or show a credential anywhere but the one answer that hands out an agent token.
 #![forbid(unsafe_code)]
 
@@ -28,7 +28,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use axum::Router;
-use sandboxd_broker::Broker;
+use sandboxd_broker::OperatorDesk;
 use secrecy::SecretString;
 
 mod api;
@@ -82,7 +82,7 @@ impl AdminConfig {
 /// What every handler shares.
 #[derive(Debug, Clone)]
 pub(crate) struct AppState {
-    pub broker: Broker,
+    pub desk: OperatorDesk,
     pub token: Arc<auth::AdminToken>,
     pub sessions: Arc<panel::session::Sessions>,
     pub login_throttle: Arc<panel::throttle::LoginThrottle>,
@@ -90,9 +90,9 @@ pub(crate) struct AppState {
 }
 
 /// The admin API (`/v1/...`, `/v1/openapi.json`), `/metrics` and the panel (`/`).
-pub fn router(broker: Broker, config: AdminConfig) -> Router {
+pub fn router(desk: OperatorDesk, config: AdminConfig) -> Router {
     let state = AppState {
-        broker,
+        desk,
         token: Arc::new(auth::AdminToken::new(&config.admin_token)),
         sessions: Arc::new(panel::session::Sessions::new(
             config.session_ttl,

@@ -20,6 +20,6 @@ pub fn router() -> Router<AppState> {
 async fn render(State(state): State<AppState>) -> impl IntoResponse {
     (
         [(header::CONTENT_TYPE, CONTENT_TYPE)],
-        state.broker.metrics().render(),
+        state.desk.metrics().render(),
     )
 }

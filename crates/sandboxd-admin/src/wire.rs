@@ -10,9 +10,10 @@
 use std::collections::BTreeMap;
 
 use sandboxd_broker::{
-    Actor, Agent, AuditEntry, AuditPage, InstanceView, JanitorReport, PoolView, Project,
-    SandboxView, SettingsView, Source, SourceTls, Spawned, Task,
+    InstanceView, JanitorReport, PoolView, SandboxView, SettingsView, SourceTls, Spawned,
 };
+use sandboxd_domain::audit::{AuditEntry, AuditPage};
+use sandboxd_domain::{Actor, Agent, Project, Source, Task};
 use secrecy::ExposeSecret;
 use serde::{Deserialize, Serialize};
 use utoipa::{IntoParams, ToSchema};

@@ -7,10 +7,12 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
 use futures::future::join_all;
-use sandboxd_broker::{Agent, Backends, Broker, BrokerConfig, SecretCipher, Store};
+use sandboxd_broker::{Backends, Broker, BrokerConfig};
+use sandboxd_domain::Agent;
 use sandboxd_domain::envelope::Envelope;
 use sandboxd_domain::roles::Verb;
 use sandboxd_domain::{AgentSlug, EngineRef, ProjectSlug};
+use sandboxd_store::{SecretCipher, Store};
 use serde_json::json;
 
 use crate::cleanup::Cleanup;

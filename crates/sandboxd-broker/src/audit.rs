@@ -5,10 +5,11 @@
 use std::fmt;
 use std::time::Instant;
 
+use sandboxd_domain::Actor;
 use sandboxd_domain::ProjectSlug;
 use sandboxd_domain::envelope::ErrorCode;
 use sandboxd_domain::roles::Verb;
-use sandboxd_store::{Actor, NewAuditEntry};
+use sandboxd_store::NewAuditEntry;
 
 use crate::Broker;
 

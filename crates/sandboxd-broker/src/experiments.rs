@@ -7,6 +7,7 @@
 use std::time::{Duration, Instant};
 
 use sandboxd_backend::wire::{AgentConnection, Cut, QueryLimits, StatementError};
+use sandboxd_domain::Agent;
 use sandboxd_domain::envelope::{ErrorCode, ErrorEnvelope, OkEnvelope};
 use sandboxd_domain::error::allowed_list;
 use sandboxd_domain::roles::Verb;
@@ -15,7 +16,6 @@ use sandboxd_domain::{Instance, Protocol};
 use sandboxd_experiments::{
     Capacity, Ending, Full, GuestFiles, Policy, SqlPort, SqlRefusal, SqlRows, Unavailable,
 };
-use sandboxd_store::Agent;
 use serde_json::json;
 
 use crate::Broker;

@@ -9,8 +9,8 @@ use sandboxd_domain::envelope::{ErrorCode, ErrorEnvelope};
 use sandboxd_domain::error::{allowed_list, quote};
 use sandboxd_domain::roles::Verb;
 use sandboxd_domain::verbs::RequestSandboxArgs;
+use sandboxd_domain::{Agent, Task};
 use sandboxd_domain::{EngineRef, Feature, FeatureRequest, ProjectSizes, SourceName};
-use sandboxd_store::{Agent, Task};
 
 use crate::Broker;
 use crate::envelopes::internal;

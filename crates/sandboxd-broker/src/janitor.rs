@@ -10,10 +10,10 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
 
 use sandboxd_backend::{ListedInstance, Sweep};
+use sandboxd_domain::Actor;
 use sandboxd_domain::AgentSlug;
 use sandboxd_domain::clock::now_ms;
 use sandboxd_domain::envelope::ErrorCode;
-use sandboxd_store::Actor;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 

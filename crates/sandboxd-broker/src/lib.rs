@@ -29,11 +29,13 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use sandboxd_domain::{AgentSlug, DaemonId};
+use sandboxd_store::Store;
 
 mod audit;
 mod backends;
 mod caps;
 mod config;
+mod desks;
 mod envelopes;
 mod error;
 mod experiments;
@@ -55,6 +57,7 @@ mod verbs;
 pub use audit::{AuditAction, Outcome};
 pub use backends::Backends;
 pub use config::{BrokerConfig, SANDBOX_DB_ENABLED, parse_switch};
+pub use desks::{AgentDesk, OperatorDesk};
 pub use error::BrokerError;
 pub use experiments::ExperimentsConfig;
 pub use janitor::{JanitorReport, ReapReason};
@@ -66,10 +69,6 @@ pub use replicas::ReplicationConfig;
 pub use sandboxd_backend::FeatureProbe;
 pub use sandboxd_backend::clone::{SourceTls, SslMode};
 pub use sandboxd_domain::lifecycle::TaskState;
-pub use sandboxd_store::{
-    Actor, Agent, AuditEntry, AuditFilter, AuditPage, OutcomeFilter, Project, SecretCipher,
-    SnapshotSummary, Source, Store, StoreKind, Task, TaskNote,
-};
 pub use sources::clonable;
 
 /// The broker handle: cheap to clone, shared by every gateway.

@@ -5,13 +5,15 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
 
 use rand::RngCore;
+use sandboxd_domain::audit::{AuditFilter, AuditPage};
 use sandboxd_domain::error::{allowed_list, quote};
 use sandboxd_domain::lifecycle::TaskState;
 use sandboxd_domain::roles::Verb;
+use sandboxd_domain::{Actor, Agent, Project, Task};
 use sandboxd_domain::{
     AgentSlug, BackendKind, DaemonId, EngineRef, FeatureRequest, InputError, ProjectSlug,
 };
-use sandboxd_store::{Actor, Agent, AuditFilter, AuditPage, NewAgent, Project, Task, token_hash};
+use sandboxd_store::{NewAgent, token_hash};
 use secrecy::SecretString;
 
 use crate::Broker;

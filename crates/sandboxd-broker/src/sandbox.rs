@@ -13,8 +13,8 @@ use sandboxd_backend::{BackendError, InstanceHandle, InstanceRequest};
 use sandboxd_domain::clone::Snapshot;
 use sandboxd_domain::envelope::{ErrorCode, ErrorEnvelope, OkEnvelope};
 use sandboxd_domain::verbs::RequestSandboxArgs;
+use sandboxd_domain::{Actor, Agent};
 use sandboxd_domain::{AgentSlug, DataSize, EngineRef, FeatureRequest, Instance, ProjectSizes};
-use sandboxd_store::{Actor, Agent};
 
 use crate::Broker;
 use crate::audit::{AuditAction, AuditRecord, Outcome};

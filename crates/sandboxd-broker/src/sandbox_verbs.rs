@@ -8,13 +8,13 @@ use std::time::{Duration, Instant};
 
 use futures::future::join_all;
 use sandboxd_backend::wire::{AgentStatement, Cut, QueryLimits};
+use sandboxd_domain::Agent;
 use sandboxd_domain::clock::now_ms;
 use sandboxd_domain::envelope::{ErrorCode, ErrorEnvelope, OkEnvelope};
 use sandboxd_domain::error::allowed_list;
 use sandboxd_domain::roles::Verb;
 use sandboxd_domain::verbs::{ResetSandboxArgs, SandboxSqlArgs};
 use sandboxd_domain::{EngineRef, Instance};
-use sandboxd_store::Agent;
 use serde_json::json;
 
 use crate::Broker;

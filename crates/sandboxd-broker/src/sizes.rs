@@ -7,8 +7,8 @@
 use std::time::Instant;
 
 use sandboxd_domain::error::allowed_list;
+use sandboxd_domain::{Actor, Project};
 use sandboxd_domain::{DataSize, EngineRef, InputError, Instance, ProjectSizes, ProjectSlug};
-use sandboxd_store::{Actor, Project};
 
 use crate::Broker;
 use crate::audit::{AuditAction, AuditRecord, Outcome};

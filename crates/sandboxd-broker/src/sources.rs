@@ -12,8 +12,8 @@ use sandboxd_domain::clone::Privacy;
 use sandboxd_domain::engine::Protocol;
 use sandboxd_domain::envelope::ErrorCode;
 use sandboxd_domain::error::allowed_list;
+use sandboxd_domain::{Actor, Project, Source};
 use sandboxd_domain::{BackendKind, EngineRef, InputError, SourceName, engines};
-use sandboxd_store::{Actor, Project, Source};
 use secrecy::SecretString;
 
 use crate::Broker;

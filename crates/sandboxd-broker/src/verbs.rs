@@ -12,7 +12,7 @@ use sandboxd_domain::verbs::{
     CommentArg, EvidenceArgs, NoArgs, NoteArgs, OptionalTaskArg, RequestSandboxArgs, SummaryArg,
     TaskArg,
 };
-use sandboxd_store::{Actor, Agent, NoteKind, Task};
+use sandboxd_domain::{Actor, Agent, NoteKind, Task};
 use serde::de::DeserializeOwned;
 
 use crate::Broker;

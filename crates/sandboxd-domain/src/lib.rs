@@ -2,6 +2,8 @@
 //! agent receives, role manifests and the envelopes every verb answers with.
 //!
 //! Parts:
+//! - [`entities`]: the records every layer talks about (agents, projects, tasks, sources, who
+//!   acted); [`audit`]: the audit trail's entries and how it is read.
 //! - [`clock`]: the one clock (Unix milliseconds) and the one age format.
 //! - [`clone`]: production-faithful clones: what a snapshot holds and the pure plans that apply it.
 //! - [`names`]: newtypes built by `parse` (`AgentSlug`, `ProjectSlug`, `EnvPrefix`).
@@ -23,11 +25,13 @@
 //! functions so the outer layers can share it without sharing their dependencies.
 #![forbid(unsafe_code)]
 
+pub mod audit;
 pub mod clock;
 pub mod clone;
 pub mod credentials;
 pub mod engine;
 pub mod engines;
+pub mod entities;
 pub mod envelope;
 pub mod error;
 pub mod features;
@@ -41,6 +45,7 @@ pub mod verbs;
 pub use credentials::{Credentials, generate_secret};
 pub use engine::{Engine, Protocol};
 pub use engines::EngineRef;
+pub use entities::{Actor, Agent, NoteKind, Project, SnapshotSummary, Source, Task, TaskNote};
 pub use error::InputError;
 pub use features::{Feature, FeatureRequest};
 pub use instance::{BackendKind, Instance, ServiceEvidence};

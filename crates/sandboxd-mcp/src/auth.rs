@@ -17,14 +17,15 @@ use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use rmcp::transport::streamable_http_server::session::SessionManager;
 use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
-use sandboxd_broker::{Agent, Broker};
+use sandboxd_broker::AgentDesk;
+use sandboxd_domain::Agent;
 use secrecy::SecretString;
 
-/// What authentication needs: the broker (tokens, session owners) and the transport's sessions
+/// What authentication needs: the desk (tokens, session owners) and the transport's sessions
 /// (to close those the cap evicts).
 #[derive(Debug)]
 pub(crate) struct Auth {
-    pub broker: Broker,
+    pub desk: AgentDesk,
     pub sessions: Arc<LocalSessionManager>,
     pub sessions_per_agent: usize,
 }
@@ -69,7 +70,7 @@ pub(crate) async fn require_agent(
     let Some(token) = bearer(&request) else {
         return unauthorized("no bearer token");
     };
-    let agent = match auth.broker.authenticate(&token).await {
+    let agent = match auth.desk.authenticate(&token).await {
         Ok(Some(agent)) => agent,
         Ok(None) => return unauthorized("unknown or revoked token"),
         Err(err) => {
@@ -83,7 +84,7 @@ pub(crate) async fn require_agent(
     };
     let session = session_id(request.headers());
     if let Some(id) = &session
-        && let Some(refused) = not_live(&auth.broker, id, &agent).await
+        && let Some(refused) = not_live(&auth.desk, id, &agent).await
     {
         return refused;
     }
@@ -111,8 +112,8 @@ fn session_id(headers: &axum::http::HeaderMap) -> Option<String> {
 
 /// The 404 the transport answers for a session it does not know, for a session that expired
 /// or is another agent's; marks a live session of `agent` used. None: go on.
-async fn not_live(broker: &Broker, id: &str, agent: &Agent) -> Option<Response> {
-    match broker.touch_mcp_session(id, &agent.slug).await {
+async fn not_live(desk: &AgentDesk, id: &str, agent: &Agent) -> Option<Response> {
+    match desk.touch_mcp_session(id, &agent.slug).await {
         Ok(true) => None,
         Ok(false) => Some(
             (
@@ -137,7 +138,7 @@ fn unavailable(message: &'static str) -> Response {
 /// handed out: an unbound session would be nobody's, refused at its first use anyway.
 async fn bind(auth: &Auth, opened: &str, agent: &Agent, response: Response) -> Response {
     let bound = auth
-        .broker
+        .desk
         .bind_mcp_session(opened, &agent.slug, auth.sessions_per_agent)
         .await;
     let evicted = match bound {
@@ -149,7 +150,7 @@ async fn bind(auth: &Auth, opened: &str, agent: &Agent, response: Response) -> R
                 tracing::error!("an MCP session was not stored; it is closed");
             }
             close(auth, opened).await;
-            if let Err(err) = auth.broker.drop_mcp_session(opened).await {
+            if let Err(err) = auth.desk.drop_mcp_session(opened).await {
                 tracing::warn!(error = %err, "removing an MCP session failed");
             }
             return unavailable("sandboxd cannot record the session right now; initialize again");
@@ -170,7 +171,7 @@ async fn bind(auth: &Auth, opened: &str, agent: &Agent, response: Response) -> R
 }
 
 /// Ends session `id` in the transport: its worker and its streams (the store's row is the
-/// broker's to remove).
+/// desk's to remove).
 async fn close(auth: &Auth, id: &str) {
     if let Err(err) = auth.sessions.close_session(&Arc::from(id)).await {
         tracing::warn!(error = %err, "closing an MCP session failed");

@@ -10,16 +10,17 @@ use std::time::Duration;
 use futures::future::join_all;
 use rmcp::service::RequestContext;
 use rmcp::{ErrorData, RoleServer, ServerHandler};
-use sandboxd_broker::{Agent, Broker, Project};
+use sandboxd_broker::AgentDesk;
 use sandboxd_domain::envelope::{Envelope, ErrorCode, ErrorEnvelope};
 use sandboxd_domain::error::quote;
 use sandboxd_domain::roles::Verb;
+use sandboxd_domain::{Agent, Project};
 
 use crate::tools::{Offer, tools_for};
 
 #[derive(Debug, Clone)]
 pub struct Gateway {
-    broker: Broker,
+    desk: AgentDesk,
 }
 
 /// How long `tools/list` waits for a feature probe under way before it offers the allowlist.
@@ -51,8 +52,8 @@ pub(crate) fn server_config() -> ServerConfig {
 }
 
 impl Gateway {
-    pub fn new(broker: Broker) -> Self {
-        Self { broker }
+    pub fn new(desk: AgentDesk) -> Self {
+        Self { desk }
     }
 
     /// The agent the bearer-auth middleware resolved for this request.
@@ -77,7 +78,7 @@ impl Gateway {
         let offered = join_all(services.iter().map(|engine| async move {
             (
                 *engine,
-                self.broker.offered_names(*engine, PROBE_PATIENCE).await,
+                self.desk.offered_names(*engine, PROBE_PATIENCE).await,
             )
         }))
         .await;
@@ -114,7 +115,7 @@ impl ServerHandler for Gateway {
         let agent = self.agent(&context)?;
         // A project the store cannot read right now only loses its enum: the call itself
         // answers the real refusal.
-        let project = match self.broker.project(&agent.project).await {
+        let project = match self.desk.project_of(&agent).await {
             Ok(project) => project,
             Err(error) => {
                 tracing::warn!(%error, "reading the caller's project for tools/list");
@@ -123,7 +124,7 @@ impl ServerHandler for Gateway {
         };
         let offer = self.offer(project).await;
         let tools = self
-            .broker
+            .desk
             .manifest(&agent.role)
             .map(|role| tools_for(role, &offer))
             .unwrap_or_default();
@@ -145,11 +146,11 @@ impl ServerHandler for Gateway {
                     .arguments
                     .map(serde_json::Value::Object)
                     .unwrap_or(serde_json::Value::Null);
-                self.broker.call(&agent, verb, args).await
+                self.desk.call(&agent, verb, args).await
             }
             Err(_) => {
                 let yours: Vec<&str> = self
-                    .broker
+                    .desk
                     .manifest(&agent.role)
                     .map(|m| m.verbs.iter().map(|v| v.name()).collect())
                     .unwrap_or_default();

@@ -8,7 +8,7 @@
 //!   unknown session. A session `initialize` opens is bound to its agent, and an agent past
 //!   [`McpConfig::sessions_per_agent`] loses its least recently used session.
 //! - `gateway.rs`: the MCP server handler. `tools/list` shows exactly the caller's role's verbs
-//!   (`tools.rs`); `tools/call` hands the call to the broker, which checks the role again and
+//!   (`tools.rs`); `tools/call` hands the call to the broker's agent desk, which checks the role again and
 //!   answers an envelope, returned as the tool result's structured content (error envelopes are
 //!   flagged as tool errors).
 //! - `sessions.rs`: MCP session state kept by the broker, so a session survives a restart.
@@ -16,8 +16,8 @@
 //!   agent's token, so there is always exactly one broker; a daemon it cannot reach, or a refused
 //!   token, is the MCP error its client's `initialize` gets.
 //!
-//! The gateway never sees a backend or the store: it can only ask the broker, so no verb can
-//! reach around the guard chain.
+//! The gateway is handed an [`AgentDesk`], never the broker itself: it sees no backend, no store
+//! and no operator operation, so no verb can reach around the guard chain.
 #![forbid(unsafe_code)]
 
 use std::sync::Arc;
@@ -26,7 +26,7 @@ use axum::Router;
 use rmcp::transport::streamable_http_server::StreamableHttpServerConfig;
 use rmcp::transport::streamable_http_server::StreamableHttpService;
 use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
-use sandboxd_broker::Broker;
+use sandboxd_broker::AgentDesk;
 use tokio_util::sync::CancellationToken;
 
 mod auth;
@@ -63,7 +63,7 @@ impl McpConfig {
 pub const LOOPBACK_HOSTS: [&str; 4] = ["localhost", "127.0.0.1", "::1", "[::1]"];
 
 /// The `/mcp` route: bearer authentication, then the streamable HTTP transport.
-pub fn router(broker: Broker, config: McpConfig) -> Router {
+pub fn router(desk: AgentDesk, config: McpConfig) -> Router {
     let mut hosts: Vec<String> = LOOPBACK_HOSTS.iter().map(|h| (*h).to_owned()).collect();
     hosts.extend(config.allowed_hosts.iter().cloned());
     let mut transport = StreamableHttpServerConfig::default()
@@ -73,17 +73,17 @@ pub fn router(broker: Broker, config: McpConfig) -> Router {
     if config.allowed_origins.is_empty() {
         transport = transport.enforce_origin_validation();
     }
-    transport.session_store = Some(Arc::new(sessions::BrokerSessions::new(broker.clone())));
-    let factory_broker = broker.clone();
+    transport.session_store = Some(Arc::new(sessions::BrokerSessions::new(desk.clone())));
+    let factory_desk = desk.clone();
     // Shared with the authentication layer, which closes the sessions an agent's cap evicts.
     let sessions = Arc::new(LocalSessionManager::default());
     let service = StreamableHttpService::new(
-        move || Ok(Gateway::new(factory_broker.clone())),
+        move || Ok(Gateway::new(factory_desk.clone())),
         sessions.clone(),
         transport,
     );
     let auth = auth::Auth {
-        broker,
+        desk,
         sessions,
         sessions_per_agent: config.sessions_per_agent,
     };

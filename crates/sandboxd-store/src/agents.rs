@@ -2,6 +2,7 @@
 //! spawn. The token itself is never stored; a request is authenticated by hashing its token and
 //! looking the hash up ([`Store::agent_by_token_hash`]).
 
+use sandboxd_domain::Agent;
 use sandboxd_domain::clock::now_ms;
 use sandboxd_domain::{AgentSlug, ProjectSlug};
 use secrecy::SecretString;
@@ -14,17 +15,6 @@ use crate::error::{Result, StoreError, Violation, violation};
 /// The stored form of a bearer token: lowercase hex of its SHA-256.
 pub fn token_hash(token: &SecretString) -> String {
     sandboxd_domain::credentials::sha256_hex(token)
-}
-
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Agent {
-    pub slug: AgentSlug,
-    /// A role name of the operator's role book; the store does not interpret it.
-    pub role: String,
-    pub project: ProjectSlug,
-    /// See [`token_hash`].
-    pub token_hash: String,
-    pub created_at_ms: i64,
 }
 
 /// What [`Store::create_agent`] needs.

@@ -4,10 +4,12 @@
 //! The store cannot tell a credential from other text: callers never put one in `subject` or
 //! `detail` (the broker's audit helpers take only names, codes and counts).
 
-use std::fmt;
-
+use sandboxd_domain::Actor;
+use sandboxd_domain::ProjectSlug;
+use sandboxd_domain::audit::{
+    AuditEntry, AuditFilter, AuditPage, DEFAULT_PAGE, MAX_PAGE, OutcomeFilter,
+};
 use sandboxd_domain::clock::now_ms;
-use sandboxd_domain::{AgentSlug, ProjectSlug};
 use sqlx::Row;
 use sqlx::any::AnyRow;
 
@@ -18,51 +20,6 @@ use crate::ids::time_ordered_id;
 
 /// `detail` is cut to this many characters: it is a one-line summary, not a log.
 pub const DETAIL_MAX_CHARS: usize = 1000;
-/// Page size when the filter asks for none, and the most a page may hold.
-pub const DEFAULT_PAGE: u32 = 50;
-pub const MAX_PAGE: u32 = 1000;
-
-/// Who acted.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub enum Actor {
-    Agent(AgentSlug),
-    /// A person or orchestrator through the CLI, the admin API or the panel.
-    Operator,
-    /// The daemon on its own (janitor, startup reconciliation).
-    Daemon,
-}
-
-impl Actor {
-    /// Stored form: `agent:<slug>`, `operator`, `daemon` (the prefix keeps an agent named
-    /// "operator" apart from the operator).
-    fn encode(&self) -> String {
-        match self {
-            Actor::Agent(slug) => format!("agent:{slug}"),
-            Actor::Operator | Actor::Daemon => self.to_string(),
-        }
-    }
-
-    fn decode(text: &str) -> Option<Actor> {
-        match text {
-            "operator" => Some(Actor::Operator),
-            "daemon" => Some(Actor::Daemon),
-            _ => text
-                .strip_prefix("agent:")
-                .and_then(|slug| AgentSlug::parse(slug).ok())
-                .map(Actor::Agent),
-        }
-    }
-}
-
-impl fmt::Display for Actor {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Actor::Agent(slug) => f.write_str(slug.as_str()),
-            Actor::Operator => f.write_str("operator"),
-            Actor::Daemon => f.write_str("daemon"),
-        }
-    }
-}
 
 /// One row to append. The store stamps the id and the time.
 #[derive(Debug, Clone)]
@@ -78,57 +35,6 @@ pub struct NewAuditEntry {
     pub duration_ms: u64,
     /// A short summary; cut to [`DETAIL_MAX_CHARS`]. Never a credential.
     pub detail: String,
-}
-
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct AuditEntry {
-    /// Time-ordered: sorting by id sorts by time.
-    pub id: String,
-    pub at_ms: i64,
-    pub actor: Actor,
-    pub action: String,
-    pub subject: String,
-    pub project: Option<ProjectSlug>,
-    pub outcome: String,
-    pub duration_ms: u64,
-    pub detail: String,
-}
-
-impl AuditEntry {
-    pub fn is_ok(&self) -> bool {
-        self.outcome == "ok"
-    }
-}
-
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum OutcomeFilter {
-    Ok,
-    /// Any outcome but `ok`.
-    Failed,
-    /// Exactly this outcome (an error code).
-    Is(String),
-}
-
-/// Which entries to read. Every set field narrows the result.
-#[derive(Debug, Clone, Default)]
-pub struct AuditFilter {
-    pub actor: Option<Actor>,
-    pub project: Option<ProjectSlug>,
-    pub outcome: Option<OutcomeFilter>,
-    /// Only entries older than this id: the `next_before` of the previous page.
-    pub before: Option<String>,
-    /// Page size; 0 means [`DEFAULT_PAGE`], more than [`MAX_PAGE`] means [`MAX_PAGE`].
-    pub limit: u32,
-}
-
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct AuditPage {
-    /// Newest first.
-    pub entries: Vec<AuditEntry>,
-    /// Pass as `before` for the next (older) page; `None` on the last page.
-    pub next_before: Option<String>,
-    /// How many entries match the filter in all (ignoring `before` and `limit`).
-    pub total: u64,
 }
 
 const COLUMNS: &str = "id, at_ms, actor, action, subject, project, outcome, duration_ms, detail";
@@ -267,6 +173,7 @@ impl Store {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use sandboxd_domain::AgentSlug;
 
     #[test]
     fn actors_round_trip_and_stay_apart() {

@@ -45,15 +45,12 @@ pub mod tasks;
 use sandboxd_domain::DaemonId;
 use sqlx::AnyPool;
 
-pub use agents::{Agent, NewAgent, token_hash};
-pub use audit::{Actor, AuditEntry, AuditFilter, AuditPage, NewAuditEntry, OutcomeFilter};
+pub use agents::{NewAgent, token_hash};
+pub use audit::NewAuditEntry;
 pub use cipher::SecretCipher;
 pub use db::StoreKind;
 pub use error::{Result, StoreError};
 pub use instances::InstanceSummary;
-pub use projects::Project;
-pub use sources::{SnapshotSummary, Source};
-pub use tasks::{NoteKind, Task, TaskNote};
 
 /// A handle on the store. Cheap to clone: clones share one connection pool and one key.
 #[derive(Debug, Clone)]

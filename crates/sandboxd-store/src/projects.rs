@@ -3,6 +3,7 @@
 //! map engine → MiB). All are re-validated against the registry and the allowlists when read, so
 //! a row edited by hand cannot smuggle an engine or a feature past the types.
 
+use sandboxd_domain::Project;
 use std::collections::BTreeMap;
 
 use sandboxd_domain::clock::now_ms;
@@ -12,22 +13,6 @@ use sqlx::any::AnyRow;
 
 use crate::Store;
 use crate::error::{Result, StoreError, Violation, violation};
-
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Project {
-    pub slug: ProjectSlug,
-    /// The engines the project opted into, in the order they were given; `None` when it never
-    /// opted in. (What an empty list means is the broker's call.)
-    pub sandbox_services: Option<Vec<EngineRef>>,
-    /// Standing features per engine; `None` when none were set.
-    pub sandbox_extensions: Option<FeatureRequest>,
-    /// Engines handed out as clones of a source, and of which; empty when none.
-    pub sandbox_clones: Vec<(EngineRef, SourceName)>,
-    /// The data space of each engine that has one of its own; empty: the backends' defaults.
-    pub sandbox_sizes: ProjectSizes,
-    pub created_at_ms: i64,
-    pub updated_at_ms: i64,
-}
 
 const COLUMNS: &str = "slug, sandbox_services, sandbox_extensions, sandbox_clones, sandbox_sizes, \
                        created_at_ms, updated_at_ms";

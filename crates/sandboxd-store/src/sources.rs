@@ -6,35 +6,13 @@
 use sandboxd_domain::SourceName;
 use sandboxd_domain::clock::now_ms;
 use sandboxd_domain::clone::{Privacy, Snapshot};
+use sandboxd_domain::{SnapshotSummary, Source};
 use secrecy::{ExposeSecret, SecretString};
 use sqlx::Row;
 use sqlx::any::AnyRow;
 
 use crate::Store;
 use crate::error::{Result, StoreError, Violation, violation};
-
-/// A source as an operator sees it: everything but the DSN.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Source {
-    pub name: SourceName,
-    pub privacy: Privacy,
-    /// Seconds between snapshots; 0: on demand only.
-    pub refresh_secs: u64,
-    pub created_at_ms: i64,
-    pub updated_at_ms: i64,
-    pub last_attempt_at_ms: Option<i64>,
-    /// Why the last attempt failed; None when it succeeded (or none was made).
-    pub last_error: Option<String>,
-    pub snapshot: Option<SnapshotSummary>,
-}
-
-/// The latest snapshot, without its body.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct SnapshotSummary {
-    pub taken_at_ms: i64,
-    pub server_version: String,
-    pub took_ms: i64,
-}
 
 const COLUMNS: &str = "s.name, s.privacy, s.refresh_secs, s.created_at_ms, s.updated_at_ms, \
      s.last_attempt_at_ms, s.last_error, p.taken_at_ms, p.server_version, p.took_ms";

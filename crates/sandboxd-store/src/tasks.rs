@@ -12,6 +12,7 @@
 use sandboxd_domain::clock::now_ms;
 use sandboxd_domain::lifecycle::TaskState;
 use sandboxd_domain::{AgentSlug, ProjectSlug};
+use sandboxd_domain::{NoteKind, Task, TaskNote};
 use sqlx::Row;
 use sqlx::any::AnyRow;
 
@@ -19,56 +20,6 @@ use crate::Store;
 use crate::conditions::Conditions;
 use crate::error::{Result, StoreError, Violation, violation};
 use crate::ids::time_ordered_id;
-
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Task {
-    /// `t-<n>`, numbered in creation order across the store.
-    pub id: String,
-    pub project: ProjectSlug,
-    pub title: String,
-    pub description: String,
-    pub state: TaskState,
-    pub claimed_by: Option<AgentSlug>,
-    pub created_at_ms: i64,
-    pub updated_at_ms: i64,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum NoteKind {
-    Note,
-    Evidence,
-}
-
-impl NoteKind {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            NoteKind::Note => "note",
-            NoteKind::Evidence => "evidence",
-        }
-    }
-
-    fn parse(text: &str) -> Option<NoteKind> {
-        match text {
-            "note" => Some(NoteKind::Note),
-            "evidence" => Some(NoteKind::Evidence),
-            _ => None,
-        }
-    }
-}
-
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct TaskNote {
-    /// Time-ordered.
-    pub id: String,
-    pub task_id: String,
-    /// The author. Not checked against the agents table: a note outlives its author.
-    pub agent: AgentSlug,
-    pub kind: NoteKind,
-    /// Seen only by readers that ask for private notes (the auditor's).
-    pub private: bool,
-    pub text: String,
-    pub at_ms: i64,
-}
 
 const COLUMNS: &str =
     "id, project, title, description, state, claimed_by, created_at_ms, updated_at_ms";

@@ -8,11 +8,10 @@ use std::time::Duration;
 use anyhow::{Context, Result};
 use rand::RngCore;
 use sandboxd_backend::Backend;
-use sandboxd_broker::{
-    Backends, Broker, BrokerConfig, ReplicationConfig, SecretCipher, Store, StoreKind, parse_switch,
-};
+use sandboxd_broker::{Backends, Broker, BrokerConfig, ReplicationConfig, parse_switch};
 use sandboxd_domain::roles::RoleBook;
 use sandboxd_domain::{EngineRef, engines};
+use sandboxd_store::{SecretCipher, Store, StoreKind};
 use secrecy::SecretString;
 
 use crate::backends;

@@ -63,7 +63,7 @@ async fn guard(State(guard): State<Arc<Guard>>, request: Request, next: Next) ->
 
 pub fn app(daemon: &Daemon, settings: &Settings, shutdown: CancellationToken) -> Router {
     let mcp = sandboxd_mcp::router(
-        daemon.broker.clone(),
+        daemon.broker.agent_desk(),
         McpConfig {
             allowed_hosts: settings.server.allowed_hosts.clone(),
             allowed_origins: settings.server.allowed_origins.clone(),
@@ -72,7 +72,7 @@ pub fn app(daemon: &Daemon, settings: &Settings, shutdown: CancellationToken) ->
         },
     );
     let admin = sandboxd_admin::router(
-        daemon.broker.clone(),
+        daemon.broker.operator_desk(),
         settings.admin_config(daemon.admin_token.clone()),
     );
     let mut hosts: Vec<String> = LOOPBACK_HOSTS

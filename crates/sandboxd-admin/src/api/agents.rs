@@ -28,7 +28,7 @@ pub async fn list_agents(
         .as_deref()
         .map(ProjectSlug::parse)
         .transpose()?;
-    let agents = state.broker.agents(project.as_ref()).await?;
+    let agents = state.desk.agents(project.as_ref()).await?;
     Ok(Json(agents.into_iter().map(AgentOut::from).collect()))
 }
 
@@ -48,10 +48,7 @@ pub async fn spawn_agent(
 ) -> Result<(StatusCode, Json<SpawnedOut>), ApiError> {
     let slug = AgentSlug::parse(&body.slug)?;
     let project = ProjectSlug::parse(&body.project)?;
-    let spawned = state
-        .broker
-        .spawn_agent(&slug, &body.role, &project)
-        .await?;
+    let spawned = state.desk.spawn_agent(&slug, &body.role, &project).await?;
     Ok((StatusCode::CREATED, Json(spawned.into())))
 }
 
@@ -71,7 +68,7 @@ pub async fn get_agent(
     let slug = AgentSlug::parse(&slug)?;
     let agent =
         state
-            .broker
+            .desk
             .agent(&slug)
             .await?
             .ok_or_else(|| sandboxd_broker::BrokerError::NotFound {
@@ -95,6 +92,6 @@ pub async fn remove_agent(
     ApiPath(slug): ApiPath<String>,
 ) -> Result<StatusCode, ApiError> {
     let slug = AgentSlug::parse(&slug)?;
-    state.broker.remove_agent(&slug).await?;
+    state.desk.remove_agent(&slug).await?;
     Ok(StatusCode::NO_CONTENT)
 }

@@ -3,7 +3,8 @@
 
 use axum::Json;
 use axum::extract::State;
-use sandboxd_broker::{Actor, AuditFilter, OutcomeFilter};
+use sandboxd_domain::Actor;
+use sandboxd_domain::audit::{AuditFilter, OutcomeFilter};
 use sandboxd_domain::{AgentSlug, InputError, ProjectSlug};
 
 use super::{ApiQuery, TAG};
@@ -82,5 +83,5 @@ pub async fn list_audit(
     ApiQuery(query): ApiQuery<AuditQuery>,
 ) -> Result<Json<AuditPageOut>, ApiError> {
     let filter = filter_of(&query)?;
-    Ok(Json(state.broker.audit_log(&filter).await?.into()))
+    Ok(Json(state.desk.audit_log(&filter).await?.into()))
 }

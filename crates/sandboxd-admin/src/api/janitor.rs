@@ -15,5 +15,5 @@ use crate::wire::JanitorOut;
         (status = 401, body = ErrorBody),
     ))]
 pub async fn run_janitor(State(state): State<AppState>) -> Json<JanitorOut> {
-    Json(state.broker.run_janitor().await.into())
+    Json(state.desk.run_janitor().await.into())
 }

@@ -20,14 +20,7 @@ use crate::wire::{PoolOut, PutPool};
         (status = 401, body = ErrorBody),
     ))]
 pub async fn list_pools(State(state): State<AppState>) -> Json<Vec<PoolOut>> {
-    Json(
-        state
-            .broker
-            .pools()
-            .into_iter()
-            .map(PoolOut::from)
-            .collect(),
-    )
+    Json(state.desk.pools().into_iter().map(PoolOut::from).collect())
 }
 
 /// Resizes one warm pool; the sizes outlive a restart.
@@ -51,7 +44,7 @@ pub async fn put_pool(
         detail,
     })?;
     let pool = state
-        .broker
+        .desk
         .resize_pool(&key, body.min_idle, body.max_total)
         .await?;
     Ok(Json(pool.into()))

@@ -55,7 +55,7 @@ pub(crate) fn parse_clones(
 pub async fn list_projects(
     State(state): State<AppState>,
 ) -> Result<Json<Vec<ProjectOut>>, ApiError> {
-    let projects = state.broker.projects().await?;
+    let projects = state.desk.projects().await?;
     Ok(Json(projects.into_iter().map(ProjectOut::from).collect()))
 }
 
@@ -73,12 +73,15 @@ pub async fn get_project(
     ApiPath(slug): ApiPath<String>,
 ) -> Result<Json<ProjectOut>, ApiError> {
     let slug = ProjectSlug::parse(&slug)?;
-    let project = state.broker.project(&slug).await?.ok_or_else(|| {
-        sandboxd_broker::BrokerError::NotFound {
-            what: "project",
-            id: slug.to_string(),
-        }
-    })?;
+    let project =
+        state
+            .desk
+            .project(&slug)
+            .await?
+            .ok_or_else(|| sandboxd_broker::BrokerError::NotFound {
+                what: "project",
+                id: slug.to_string(),
+            })?;
     Ok(Json(project.into()))
 }
 
@@ -113,24 +116,21 @@ pub async fn put_project(
     // Refused before anything is stored.
     if let Some(clones) = &clones {
         state
-            .broker
+            .desk
             .check_project_clones(services.as_deref().unwrap_or_default(), clones)
             .await?;
     }
     if let Some(sizes) = &sizes {
         state
-            .broker
+            .desk
             .check_project_sizes(services.as_deref().unwrap_or_default(), sizes)?;
     }
-    let mut project = state
-        .broker
-        .set_project(&slug, services, extensions)
-        .await?;
+    let mut project = state.desk.set_project(&slug, services, extensions).await?;
     if let Some(clones) = clones {
-        project = state.broker.set_project_clones(&slug, clones).await?;
+        project = state.desk.set_project_clones(&slug, clones).await?;
     }
     if let Some(sizes) = sizes {
-        project = state.broker.set_project_sizes(&slug, sizes).await?;
+        project = state.desk.set_project_sizes(&slug, sizes).await?;
     }
     Ok(Json(project.into()))
 }

@@ -25,7 +25,7 @@ pub async fn list_sandboxes(
     ApiQuery(query): ApiQuery<SandboxesQuery>,
 ) -> Result<Json<Vec<SandboxOut>>, ApiError> {
     let all = query.all.unwrap_or(false);
-    let sandboxes = state.broker.sandboxes().await?;
+    let sandboxes = state.desk.sandboxes().await?;
     Ok(Json(
         sandboxes
             .into_iter()
@@ -50,7 +50,7 @@ pub async fn teardown_sandbox(
     ApiPath(owner): ApiPath<String>,
 ) -> Result<Json<TeardownOut>, ApiError> {
     let owner = AgentSlug::parse(&owner)?;
-    let removed = state.broker.teardown_sandbox(&owner).await?;
+    let removed = state.desk.teardown_sandbox(&owner).await?;
     Ok(Json(TeardownOut {
         owner: owner.to_string(),
         removed,

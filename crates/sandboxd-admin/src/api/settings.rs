@@ -17,7 +17,7 @@ use crate::wire::{PutSettings, Settings};
         (status = 401, body = ErrorBody),
     ))]
 pub async fn get_settings(State(state): State<AppState>) -> Result<Json<Settings>, ApiError> {
-    Ok(Json(state.broker.settings().await?.into()))
+    Ok(Json(state.desk.settings().await?.into()))
 }
 
 /// Stores `sandbox_db_enabled`; it takes effect at the next restart of sandboxd.
@@ -34,7 +34,7 @@ pub async fn put_settings(
 ) -> Result<Json<Settings>, ApiError> {
     Ok(Json(
         state
-            .broker
+            .desk
             .set_enabled(body.sandbox_db_enabled)
             .await?
             .into(),

@@ -6,7 +6,7 @@
 use axum::Json;
 use axum::extract::State;
 use axum::http::StatusCode;
-use sandboxd_broker::Source;
+use sandboxd_domain::Source;
 use sandboxd_domain::SourceName;
 use sandboxd_domain::clone::Privacy;
 use sandboxd_domain::error::InputError;
@@ -20,7 +20,7 @@ use crate::wire::{ErrorBody, PutSource, SourceOut};
 /// `source` with its TLS. A DSN that can no longer be read (registered before a rule that now
 /// refuses it) shows no TLS rather than failing the answer; the log says why.
 async fn out(state: &AppState, source: Source) -> Result<SourceOut, ApiError> {
-    let tls = match state.broker.source_tls(&source.name).await {
+    let tls = match state.desk.source_tls(&source.name).await {
         Ok(tls) => tls,
         Err(sandboxd_broker::BrokerError::Source(why)) => {
             tracing::warn!(source = %source.name, "reading the TLS of a source: {why}");
@@ -46,7 +46,7 @@ fn not_found(name: &SourceName) -> sandboxd_broker::BrokerError {
     ))]
 pub async fn list_sources(State(state): State<AppState>) -> Result<Json<Vec<SourceOut>>, ApiError> {
     let mut answer = Vec::new();
-    for source in state.broker.sources().await? {
+    for source in state.desk.sources().await? {
         answer.push(out(&state, source).await?);
     }
     Ok(Json(answer))
@@ -67,7 +67,7 @@ pub async fn get_source(
 ) -> Result<Json<SourceOut>, ApiError> {
     let name = SourceName::parse(&name)?;
     let source = state
-        .broker
+        .desk
         .source(&name)
         .await?
         .ok_or_else(|| not_found(&name))?;
@@ -103,7 +103,7 @@ pub async fn put_source(
     };
     let dsn = SecretString::from(body.dsn);
     let source = state
-        .broker
+        .desk
         .put_source(&name, &dsn, privacy, body.refresh_secs.unwrap_or(0))
         .await?;
     Ok(Json(out(&state, source).await?))
@@ -124,7 +124,7 @@ pub async fn remove_source(
     ApiPath(name): ApiPath<String>,
 ) -> Result<StatusCode, ApiError> {
     let name = SourceName::parse(&name)?;
-    if state.broker.remove_source(&name).await? {
+    if state.desk.remove_source(&name).await? {
         Ok(StatusCode::NO_CONTENT)
     } else {
         Err(not_found(&name).into())
@@ -149,8 +149,8 @@ pub async fn snapshot_source(
 ) -> Result<Json<SourceOut>, ApiError> {
     let name = SourceName::parse(&name)?;
     let source = state
-        .broker
-        .snapshot_source(&name, sandboxd_broker::Actor::Operator)
+        .desk
+        .snapshot_source(&name, sandboxd_domain::Actor::Operator)
         .await?;
     Ok(Json(out(&state, source).await?))
 }

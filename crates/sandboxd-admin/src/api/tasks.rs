@@ -30,7 +30,7 @@ pub async fn list_tasks(
         .map(ProjectSlug::parse)
         .transpose()?;
     let task_state = query.state.as_deref().map(parse_task_state).transpose()?;
-    let tasks = state.broker.tasks(project.as_ref(), task_state).await?;
+    let tasks = state.desk.tasks(project.as_ref(), task_state).await?;
     Ok(Json(tasks.into_iter().map(TaskOut::from).collect()))
 }
 
@@ -49,7 +49,7 @@ pub async fn add_task(
 ) -> Result<(StatusCode, Json<TaskOut>), ApiError> {
     let project = ProjectSlug::parse(&body.project)?;
     let task = state
-        .broker
+        .desk
         .add_task(&project, &body.title, &body.description)
         .await?;
     Ok((StatusCode::CREATED, Json(task.into())))

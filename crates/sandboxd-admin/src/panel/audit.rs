@@ -6,7 +6,7 @@ use axum::extract::State;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use maud::{Markup, html};
-use sandboxd_broker::AuditPage;
+use sandboxd_domain::audit::AuditPage;
 
 use super::layout::{self, Section, outcome, time};
 use super::session::PanelSession;
@@ -98,7 +98,7 @@ pub async fn show(
         f
     });
     let (status, page, error) = match filter {
-        Ok(filter) => match state.broker.audit_log(&filter).await {
+        Ok(filter) => match state.desk.audit_log(&filter).await {
             Ok(page) => (StatusCode::OK, Some(page), None),
             Err(err) => {
                 let (status, _, message) = ApiError::Broker(err).parts();

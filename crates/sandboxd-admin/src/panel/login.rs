@@ -110,7 +110,7 @@ async fn limited(state: &AppState, client: Client, limited: Limited) -> Response
             state.config.login_window.as_secs()
         );
         tracing::warn!(%client, retry_after_secs = retry, "panel: login rate limit reached");
-        state.broker.audit_login_limited("panel", detail).await;
+        state.desk.audit_login_limited("panel", detail).await;
     }
     let message = format!(
         "Too many wrong tokens from your address: they are refused for {retry} s. The admin \
@@ -135,7 +135,7 @@ pub async fn submit(
         if let Err(refused) = state.login_throttle.charge(client) {
             return limited(&state, client, refused).await;
         }
-        state.broker.audit_login("panel", false).await;
+        state.desk.audit_login("panel", false).await;
         tracing::warn!(%client, "panel: a login with a wrong admin token");
         return page(
             &state,
@@ -143,7 +143,7 @@ pub async fn submit(
             Some("That is not the admin token."),
         );
     }
-    state.broker.audit_login("panel", true).await;
+    state.desk.audit_login("panel", true).await;
     state.login_throttle.succeeded(client);
     let session = state.sessions.create();
     let secure = state.config.secure_cookies;

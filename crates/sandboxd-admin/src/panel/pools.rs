@@ -20,7 +20,7 @@ pub async fn list(
     Extension(session): Extension<PanelSession>,
 ) -> Response {
     let flash = state.sessions.take_flash(&session.id);
-    let pools = state.broker.pools();
+    let pools = state.desk.pools();
     let body = html! {
         section class="card" {
             h2 { "Warm pools" }
@@ -118,7 +118,7 @@ pub async fn resize(
     };
     let outcome = match (PoolKey::parse(&pool), size("min_idle"), size("max_total")) {
         (Ok(key), Some(min_idle), Some(max_total)) => state
-            .broker
+            .desk
             .resize_pool(&key, min_idle, max_total)
             .await
             .map(|pool| {

@@ -14,9 +14,10 @@ use axum::extract::State;
 use axum::response::{IntoResponse, Response};
 use futures::future::join_all;
 use maud::{Markup, html};
-use sandboxd_broker::{BrokerError, FeatureProbe, Project, Source};
+use sandboxd_broker::{BrokerError, FeatureProbe};
 use sandboxd_domain::engine::FeatureKind;
 use sandboxd_domain::{DataSize, EngineRef, ProjectSizes, ProjectSlug, SourceName, engines};
+use sandboxd_domain::{Project, Source};
 
 use sandboxd_domain::clock::format_age_since;
 
@@ -58,7 +59,7 @@ pub async fn list(
     Extension(session): Extension<PanelSession>,
 ) -> Response {
     let flash = state.sessions.take_flash(&session.id);
-    let projects = match state.broker.projects().await {
+    let projects = match state.desk.projects().await {
         Ok(projects) => projects,
         Err(err) => return failure(&session, Section::Projects, "Projects", err),
     };
@@ -112,7 +113,7 @@ pub async fn create(
         Err(err) => return done(&state, &session, "/projects", false, err.to_string()),
     };
     let target = format!("/projects/{slug}");
-    match state.broker.project(&slug).await {
+    match state.desk.project(&slug).await {
         Ok(Some(_)) => done(
             &state,
             &session,
@@ -120,7 +121,7 @@ pub async fn create(
             false,
             format!("Project {slug} already exists."),
         ),
-        Ok(None) => match state.broker.set_project(&slug, None, None).await {
+        Ok(None) => match state.desk.set_project(&slug, None, None).await {
             Ok(_) => done(
                 &state,
                 &session,
@@ -194,7 +195,7 @@ const PROBE_PATIENCE: Duration = Duration::from_secs(10);
 
 async fn offered(state: &AppState) -> Offered {
     let probes = engines::with_features()
-        .map(|engine| async move { (engine, state.broker.offered(engine, PROBE_PATIENCE).await) });
+        .map(|engine| async move { (engine, state.desk.offered(engine, PROBE_PATIENCE).await) });
     join_all(probes)
         .await
         .into_iter()
@@ -356,7 +357,7 @@ pub async fn show(
         Ok(slug) => slug,
         Err(err) => return failure(&session, Section::Projects, "Project", err),
     };
-    let project = match state.broker.project(&slug).await {
+    let project = match state.desk.project(&slug).await {
         Ok(Some(project)) => project,
         Ok(None) => {
             return failure(
@@ -372,9 +373,9 @@ pub async fn show(
         Err(err) => return failure(&session, Section::Projects, "Project", err),
     };
     let (agents, tasks, sources) = match tokio::join!(
-        state.broker.agents(Some(&slug)),
-        state.broker.tasks(Some(&slug), None),
-        state.broker.sources(),
+        state.desk.agents(Some(&slug)),
+        state.desk.tasks(Some(&slug), None),
+        state.desk.sources(),
     ) {
         (Ok(agents), Ok(tasks), Ok(sources)) => (agents, tasks, sources),
         (Err(err), _, _) | (_, Err(err), _) | (_, _, Err(err)) => {
@@ -384,8 +385,8 @@ pub async fn show(
     let offered = offered(&state).await;
     let body = html! {
         (sandbox_card(&session, &project, &offered, &sources, &Space {
-            default: state.broker.default_sandbox_size(),
-            ceiling: state.broker.max_sandbox_size(),
+            default: state.desk.default_sandbox_size(),
+            ceiling: state.desk.max_sandbox_size(),
         }))
         div class="columns" {
             section class="card" {
@@ -450,7 +451,7 @@ pub async fn save(
         Err(err) => return failure(&session, Section::Projects, "Project", err),
     };
     let target = format!("/projects/{slug}");
-    match state.broker.project(&slug).await {
+    match state.desk.project(&slug).await {
         Ok(Some(_)) => {}
         Ok(None) => {
             return failure(
@@ -513,16 +514,16 @@ pub async fn save(
     };
     // Refused before anything is stored, as the API does.
     let opted = services.as_deref().unwrap_or_default();
-    let checked = match state.broker.check_project_clones(opted, &clones).await {
-        Ok(()) => state.broker.check_project_sizes(opted, &sizes),
+    let checked = match state.desk.check_project_clones(opted, &clones).await {
+        Ok(()) => state.desk.check_project_sizes(opted, &sizes),
         Err(err) => Err(err),
     };
     if let Err(err) = checked {
         return save_failed(&state, &session, &target, err);
     }
-    let saved = match state.broker.set_project(&slug, services, extensions).await {
-        Ok(_) => match state.broker.set_project_clones(&slug, clones).await {
-            Ok(_) => state.broker.set_project_sizes(&slug, sizes).await,
+    let saved = match state.desk.set_project(&slug, services, extensions).await {
+        Ok(_) => match state.desk.set_project_clones(&slug, clones).await {
+            Ok(_) => state.desk.set_project_sizes(&slug, sizes).await,
             Err(err) => Err(err),
         },
         Err(err) => Err(err),

@@ -23,7 +23,7 @@ pub async fn list(
     Extension(session): Extension<PanelSession>,
 ) -> Response {
     let flash = state.sessions.take_flash(&session.id);
-    let sandboxes = match state.broker.sandboxes().await {
+    let sandboxes = match state.desk.sandboxes().await {
         Ok(sandboxes) => sandboxes,
         Err(err) => return failure(&session, Section::Sandboxes, "Sandboxes", err),
     };
@@ -36,7 +36,7 @@ pub async fn list(
                 p class="muted" {
                     (own.len()) " sandbox" (if own.len() == 1 { "" } else { "es" })
                     ", " (instances) " instance" (if instances == 1 { "" } else { "s" })
-                    " made by this sandboxd (" code id="daemon-id" { (state.broker.daemon_id()) } ")"
+                    " made by this sandboxd (" code id="daemon-id" { (state.desk.daemon_id()) } ")"
                 }
                 form method="post" action="/sandboxes/janitor" {
                     (csrf_field(&session))
@@ -140,7 +140,7 @@ pub async fn teardown(
         Ok(owner) => owner,
         Err(err) => return done(&state, &session, "/sandboxes", false, err.to_string()),
     };
-    match state.broker.teardown_sandbox(&owner).await {
+    match state.desk.teardown_sandbox(&owner).await {
         Ok(removed) => done(
             &state,
             &session,
@@ -169,7 +169,7 @@ pub async fn run_janitor(
     State(state): State<AppState>,
     VerifiedForm { session, .. }: VerifiedForm,
 ) -> Response {
-    let report = state.broker.run_janitor().await;
+    let report = state.desk.run_janitor().await;
     done(
         &state,
         &session,

@@ -16,7 +16,7 @@ pub async fn show(
     Extension(session): Extension<PanelSession>,
 ) -> Response {
     let flash = state.sessions.take_flash(&session.id);
-    let settings = match state.broker.settings().await {
+    let settings = match state.desk.settings().await {
         Ok(settings) => settings,
         Err(err) => return super::failure(&session, Section::Settings, "Settings", err),
     };
@@ -100,7 +100,7 @@ pub async fn set_switch(
             );
         }
     };
-    match state.broker.set_enabled(enabled).await {
+    match state.desk.set_enabled(enabled).await {
         Ok(_) => done(
             &state,
             &session,

@@ -9,10 +9,11 @@ use axum::Extension;
 use axum::extract::State;
 use axum::response::{IntoResponse, Response};
 use maud::{Markup, html};
-use sandboxd_broker::{Actor, Source, SourceTls};
+use sandboxd_broker::SourceTls;
 use sandboxd_domain::SourceName;
 use sandboxd_domain::clock::format_age_since;
 use sandboxd_domain::clone::Privacy;
+use sandboxd_domain::{Actor, Source};
 use secrecy::SecretString;
 
 use super::layout::{self, Section, badge, csrf_field};
@@ -167,7 +168,7 @@ pub async fn list(
     Extension(session): Extension<PanelSession>,
 ) -> Response {
     let flash = state.sessions.take_flash(&session.id);
-    let (sources, projects) = match tokio::join!(state.broker.sources(), state.broker.projects()) {
+    let (sources, projects) = match tokio::join!(state.desk.sources(), state.desk.projects()) {
         (Ok(sources), Ok(projects)) => (sources, projects),
         (Err(err), _) | (_, Err(err)) => {
             return failure(&session, Section::Sources, "Sources", err);
@@ -175,7 +176,7 @@ pub async fn list(
     };
     let mut tls = Vec::with_capacity(sources.len());
     for source in &sources {
-        tls.push(match state.broker.source_tls(&source.name).await {
+        tls.push(match state.desk.source_tls(&source.name).await {
             Ok(found) => found,
             Err(sandboxd_broker::BrokerError::Source(why)) => {
                 tracing::warn!(source = %source.name, "reading the TLS of a source: {why}");
@@ -267,12 +268,12 @@ pub async fn save(
     // Not trimmed: a DSN is taken as typed.
     let dsn = SecretString::from(fields.get("dsn").unwrap_or_default().to_owned());
     match state
-        .broker
+        .desk
         .put_source(&name, &dsn, privacy, refresh_secs)
         .await
     {
         Ok(source) => {
-            let warning = match state.broker.source_tls(&source.name).await {
+            let warning = match state.desk.source_tls(&source.name).await {
                 Ok(Some(tls)) => tls.warning(),
                 _ => None,
             };
@@ -309,7 +310,7 @@ pub async fn snapshot(
         Ok(name) => name,
         Err(err) => return failure(&session, Section::Sources, "Sources", err),
     };
-    match state.broker.snapshot_source(&name, Actor::Operator).await {
+    match state.desk.snapshot_source(&name, Actor::Operator).await {
         Ok(source) => {
             let version = source
                 .snapshot
@@ -345,7 +346,7 @@ pub async fn remove(
         Ok(name) => name,
         Err(err) => return failure(&session, Section::Sources, "Sources", err),
     };
-    match state.broker.remove_source(&name).await {
+    match state.desk.remove_source(&name).await {
         Ok(true) => done(
             &state,
             &session,

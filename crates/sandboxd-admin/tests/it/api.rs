@@ -396,7 +396,7 @@ async fn sources_take_a_dsn_and_never_give_it_back() {
 
             let audit = app
                 .broker()
-                .audit_log(&sandboxd_broker::AuditFilter {
+                .audit_log(&sandboxd_domain::audit::AuditFilter {
                     limit: 1000,
                     ..Default::default()
                 })

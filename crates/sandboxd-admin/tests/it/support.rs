@@ -14,12 +14,12 @@ use futures::FutureExt;
 use sandboxd_admin::AdminConfig;
 use sandboxd_backend::process::{ProcessBackend, ProcessConfig};
 use sandboxd_backend::{Backend, ListedInstance};
-use sandboxd_broker::{
-    Agent, Backends, Broker, BrokerConfig, PoolConfig, Project, SecretCipher, Store,
-};
+use sandboxd_broker::{Backends, Broker, BrokerConfig, PoolConfig};
 use sandboxd_domain::envelope::{Envelope, OkEnvelope};
 use sandboxd_domain::roles::Verb;
+use sandboxd_domain::{Agent, Project};
 use sandboxd_domain::{AgentSlug, ProjectSlug};
+use sandboxd_store::{SecretCipher, Store};
 use secrecy::SecretString;
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
@@ -84,21 +84,24 @@ async fn serve(broker: Broker, posted_origins: Arc<Mutex<Vec<String>>>) -> (Stri
         .expect("bind 127.0.0.1:0");
     let addr: SocketAddr = listener.local_addr().expect("local addr");
     let origins = posted_origins.clone();
-    let router = sandboxd_admin::router(broker, AdminConfig::new(SecretString::from(ADMIN_TOKEN)))
-        .layer(axum::middleware::from_fn(
-            move |request: axum::extract::Request, next: axum::middleware::Next| {
-                if request.method() == axum::http::Method::POST {
-                    let origin = request
-                        .headers()
-                        .get("origin")
-                        .and_then(|o| o.to_str().ok())
-                        .unwrap_or("(none)")
-                        .to_owned();
-                    origins.lock().expect("lock").push(origin);
-                }
-                next.run(request)
-            },
-        ));
+    let router = sandboxd_admin::router(
+        broker.operator_desk(),
+        AdminConfig::new(SecretString::from(ADMIN_TOKEN)),
+    )
+    .layer(axum::middleware::from_fn(
+        move |request: axum::extract::Request, next: axum::middleware::Next| {
+            if request.method() == axum::http::Method::POST {
+                let origin = request
+                    .headers()
+                    .get("origin")
+                    .and_then(|o| o.to_str().ok())
+                    .unwrap_or("(none)")
+                    .to_owned();
+                origins.lock().expect("lock").push(origin);
+            }
+            next.run(request)
+        },
+    ));
     let (shutdown, stop) = oneshot::channel::<()>();
     let task = tokio::spawn(async move {
         let service = router.into_make_service_with_connect_info::<SocketAddr>();

@@ -6,7 +6,7 @@ use std::io::Write;
 use std::sync::{Arc, Mutex};
 
 use sandboxd_backend::Backend;
-use sandboxd_broker::AuditFilter;
+use sandboxd_domain::audit::AuditFilter;
 use sandboxd_domain::roles::Verb;
 use serde_json::json;
 

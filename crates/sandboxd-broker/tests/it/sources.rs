@@ -10,9 +10,10 @@ use sandboxd_backend::{Backend, InstanceRequest};
 use std::time::{Duration, Instant};
 
 use sandboxd_broker::{
-    Actor, AuditFilter, BrokerConfig, BrokerError, PoolConfig, PoolKey, PoolTuning, PoolView,
-    SslMode,
+    BrokerConfig, BrokerError, PoolConfig, PoolKey, PoolTuning, PoolView, SslMode,
 };
+use sandboxd_domain::Actor;
+use sandboxd_domain::audit::AuditFilter;
 use sandboxd_domain::clone::Privacy;
 use sandboxd_domain::{AgentSlug, EngineRef, Instance, SourceName};
 use secrecy::{ExposeSecret, SecretString};

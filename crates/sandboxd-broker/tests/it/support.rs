@@ -17,13 +17,15 @@ use sandboxd_backend::{
     Backend, BackendError, DoctorCheck, FeatureProbe, IdleMember, InstanceHandle, InstanceRequest,
     ListedInstance, Sweep,
 };
-use sandboxd_broker::{Agent, Backends, Broker, BrokerConfig, SecretCipher, Store};
+use sandboxd_broker::{Backends, Broker, BrokerConfig};
+use sandboxd_domain::Agent;
 use sandboxd_domain::envelope::{Envelope, ErrorEnvelope, OkEnvelope};
 use sandboxd_domain::roles::Verb;
 use sandboxd_domain::{
     AgentSlug, BackendKind, DaemonId, DataSize, EngineRef, Feature, FeatureRequest, Instance,
     ProjectSlug,
 };
+use sandboxd_store::{SecretCipher, Store};
 
 pub use sandboxd_testkit::{docker_or_skip, show_logs, test_dir, unique};
 use tokio::task::JoinHandle;

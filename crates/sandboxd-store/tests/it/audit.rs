@@ -1,6 +1,8 @@
 //! The audit log: newest first, cursor paging, filters.
 
-use sandboxd_store::{Actor, AuditFilter, NewAuditEntry, OutcomeFilter, SecretCipher};
+use sandboxd_domain::Actor;
+use sandboxd_domain::audit::{AuditFilter, OutcomeFilter};
+use sandboxd_store::{NewAuditEntry, SecretCipher};
 
 use crate::support::{agent, on_both, project};
 

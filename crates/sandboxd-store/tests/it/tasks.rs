@@ -4,8 +4,9 @@ use std::collections::BTreeSet;
 use std::sync::Arc;
 
 use sandboxd_domain::AgentSlug;
+use sandboxd_domain::NoteKind;
 use sandboxd_domain::lifecycle::TaskState;
-use sandboxd_store::{NoteKind, SecretCipher, Store, StoreError};
+use sandboxd_store::{SecretCipher, Store, StoreError};
 use tokio::sync::Barrier;
 
 use crate::support::{agent, on_both, project, seed_agent};

@@ -10,8 +10,8 @@ use std::path::Path;
 use std::sync::Mutex;
 
 use reqwest::header;
-use sandboxd_broker::{SecretCipher, Store};
 use sandboxd_domain::engine::AdminAccess;
+use sandboxd_store::{SecretCipher, Store};
 use secrecy::ExposeSecret;
 use serde_json::{Value, json};
 
