@@ -2,6 +2,7 @@
 //! `request_sandbox` cold and as a cache hit (answered from a live sandbox, re-verified), its
 //! release, and N agents requesting postgres+redis at once.
 
+use sandboxd_domain::call::Call;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -82,13 +83,16 @@ impl World {
         self.broker
             .add_task(&self.project, &format!("task {}", self.counter), "bench")
             .await?;
-        ok(self.broker.call(&agent, Verb::GiveMeWork, json!({})).await)?;
+        ok(self
+            .broker
+            .call(&agent, Call::parse(Verb::GiveMeWork, json!({})))
+            .await)?;
         Ok(agent)
     }
 
     async fn timed(&self, agent: &Agent, verb: Verb) -> Result<Duration> {
         let started = Instant::now();
-        let envelope = self.broker.call(agent, verb, json!({})).await;
+        let envelope = self.broker.call(agent, Call::parse(verb, json!({}))).await;
         let elapsed = started.elapsed();
         ok(envelope)?;
         Ok(elapsed)

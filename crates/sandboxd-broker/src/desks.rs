@@ -12,10 +12,11 @@ use std::time::Duration;
 use sandboxd_backend::FeatureProbe;
 use sandboxd_backend::clone::SourceTls;
 use sandboxd_domain::audit::{AuditFilter, AuditPage};
+use sandboxd_domain::call::{Call, Malformed};
 use sandboxd_domain::clone::Privacy;
 use sandboxd_domain::envelope::Envelope;
 use sandboxd_domain::lifecycle::TaskState;
-use sandboxd_domain::roles::{RoleSpec, Verb};
+use sandboxd_domain::roles::RoleSpec;
 use sandboxd_domain::{
     Actor, Agent, AgentSlug, DaemonId, DataSize, EngineRef, FeatureRequest, Project, ProjectSizes,
     ProjectSlug, Source, SourceName, Task,
@@ -112,10 +113,10 @@ impl AgentDesk {
         self.broker.offered_names(engine, patience).await
     }
 
-    /// Runs one verb for an authenticated agent and answers its envelope. Every call is
-    /// audited; none can fail with anything but an envelope.
-    pub async fn call(&self, agent: &Agent, verb: Verb, args: serde_json::Value) -> Envelope {
-        self.broker.call(agent, verb, args).await
+    /// Runs one call for an authenticated agent, as the gateway parsed it, and answers its
+    /// envelope. The manifest is checked first; every call is audited.
+    pub async fn call(&self, agent: &Agent, call: Result<Call, Malformed>) -> Envelope {
+        self.broker.call(agent, call).await
     }
 }
 

@@ -1,9 +1,8 @@
 //! The error envelopes several verbs share: internal failures (logged here and shown to the agent
-//! as nothing internal), out-of-order moves, and arguments that do not fit a verb's schema. A
-//! verb's own refusal is a plain `ErrorEnvelope::new`.
+//! as nothing internal) and out-of-order moves. A verb's own refusal is a plain
+//! `ErrorEnvelope::new`; arguments that do not fit are refused by `sandboxd_domain::call`.
 
 use sandboxd_domain::envelope::{ErrorCode, ErrorEnvelope};
-use sandboxd_domain::error::quote;
 use sandboxd_domain::lifecycle::OutOfOrder;
 
 /// An internal failure: the cause goes to the log, the agent gets a generic retryable error.
@@ -18,15 +17,4 @@ pub fn internal(operation: &str, cause: &dyn std::fmt::Display) -> ErrorEnvelope
 
 pub fn out_of_order(err: OutOfOrder) -> ErrorEnvelope {
     ErrorEnvelope::new(ErrorCode::OutOfOrder, err.message, err.remediate)
-}
-
-/// Arguments that do not fit the verb's schema. The parser's text may quote the caller's input,
-/// so it is escaped and cut.
-pub fn bad_arguments(verb: &str, err: &dyn std::fmt::Display) -> ErrorEnvelope {
-    let detail = quote(&err.to_string());
-    ErrorEnvelope::new(
-        ErrorCode::InvalidArgument,
-        format!("the arguments of {verb} do not fit its schema: {detail}"),
-        format!("call {verb} again with arguments matching the schema in tools/list"),
-    )
 }

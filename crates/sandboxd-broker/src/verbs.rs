@@ -3,33 +3,21 @@
 
 use std::time::Instant;
 
+use sandboxd_domain::call::{Call, Malformed};
 use sandboxd_domain::envelope::{Envelope, ErrorCode, ErrorEnvelope, OkEnvelope};
 use sandboxd_domain::error::quote;
 use sandboxd_domain::lifecycle::TaskState;
 use sandboxd_domain::lifecycle::{self, Move};
 use sandboxd_domain::roles::{RoleSpec, Verb};
-use sandboxd_domain::verbs::{
-    CommentArg, EvidenceArgs, NoArgs, NoteArgs, OptionalTaskArg, RequestSandboxArgs, SummaryArg,
-    TaskArg,
-};
+use sandboxd_domain::verbs::{EvidenceArgs, NoteArgs};
 use sandboxd_domain::{Actor, Agent, NoteKind, Task};
-use serde::de::DeserializeOwned;
 
 use crate::Broker;
 use crate::audit::{AuditAction, AuditRecord, Outcome};
-use crate::envelopes::{bad_arguments, internal, out_of_order};
+use crate::envelopes::{internal, out_of_order};
 
 /// Text an agent may record is capped, so a note cannot flood the store or the panel.
 const MAX_TEXT: usize = 16 * 1024;
-
-fn parse<T: DeserializeOwned>(verb: Verb, args: serde_json::Value) -> Result<T, ErrorEnvelope> {
-    let args = if args.is_null() {
-        serde_json::Value::Object(Default::default())
-    } else {
-        args
-    };
-    serde_json::from_value(args).map_err(|e| bad_arguments(verb.name(), &e))
-}
 
 fn check_text(verb: Verb, text: &str) -> Result<(), ErrorEnvelope> {
     if text.len() > MAX_TEXT {
@@ -56,6 +44,13 @@ fn audit_line(message: &str) -> String {
     }
 }
 
+fn verb_of(call: &Result<Call, Malformed>) -> Verb {
+    match call {
+        Ok(call) => call.verb(),
+        Err(malformed) => malformed.verb,
+    }
+}
+
 fn briefing(task: &Task) -> String {
     format!("Task {}: {}\n{}", task.id, task.title, task.description)
         .trim_end()
@@ -63,12 +58,14 @@ fn briefing(task: &Task) -> String {
 }
 
 impl Broker {
-    /// Runs one verb for an authenticated agent and answers its envelope. Every call is
-    /// audited; none can fail with anything but an envelope.
-    #[tracing::instrument(name = "verb", skip_all, fields(agent = %agent.slug, verb = verb.name()))]
-    pub async fn call(&self, agent: &Agent, verb: Verb, args: serde_json::Value) -> Envelope {
+    /// Runs one call for an authenticated agent, as the gateway parsed it, and answers its
+    /// envelope. The manifest is checked before the arguments' fit, and every call is audited,
+    /// malformed ones too; none can fail with anything but an envelope.
+    #[tracing::instrument(name = "verb", skip_all, fields(agent = %agent.slug, verb = verb_of(&call).name()))]
+    pub async fn call(&self, agent: &Agent, call: Result<Call, Malformed>) -> Envelope {
         let started = Instant::now();
-        let outcome = self.dispatch(agent, verb, args).await;
+        let verb = verb_of(&call);
+        let outcome = self.dispatch(agent, verb, call).await;
         let (result, subject, detail) = match &outcome {
             Ok((ok, detail)) => (
                 Outcome::Ok,
@@ -118,7 +115,7 @@ impl Broker {
         &self,
         agent: &Agent,
         verb: Verb,
-        args: serde_json::Value,
+        call: Result<Call, Malformed>,
     ) -> Result<(OkEnvelope, String), ErrorEnvelope> {
         let role = self.manifest(&agent.role).ok_or_else(|| {
             ErrorEnvelope::new(
@@ -138,13 +135,9 @@ impl Broker {
                 format!("use only your verbs: {}", yours.join(", ")),
             ));
         }
-        match verb {
-            Verb::RequestSandbox => {
-                let args: RequestSandboxArgs = parse(verb, args)?;
-                self.request_sandbox(agent, args).await
-            }
-            Verb::ReleaseSandbox => {
-                let _: NoArgs = parse(verb, args)?;
+        match call.map_err(|malformed| malformed.refusal)? {
+            Call::RequestSandbox(args) => self.request_sandbox(agent, args).await,
+            Call::ReleaseSandbox => {
                 let released = self
                     .release(&agent.slug)
                     .await
@@ -158,16 +151,13 @@ impl Broker {
                     format!("{released} instance(s) released"),
                 ))
             }
-            Verb::ResetSandbox => self.reset_sandbox(agent, parse(verb, args)?).await,
-            Verb::SandboxSql => self.sandbox_sql(agent, parse(verb, args)?).await,
-            Verb::RunExperiment => self.run_experiment(agent, parse(verb, args)?).await,
-            Verb::SandboxInfo => {
-                let _: NoArgs = parse(verb, args)?;
-                self.sandbox_info(agent).await
-            }
-            Verb::Note => self.note(agent, role, verb, parse(verb, args)?).await,
-            Verb::Evidence => self.evidence(agent, role, verb, parse(verb, args)?).await,
-            _ => self.lifecycle(agent, role, verb, args).await,
+            Call::ResetSandbox(args) => self.reset_sandbox(agent, args).await,
+            Call::SandboxSql(args) => self.sandbox_sql(agent, args).await,
+            Call::RunExperiment(args) => self.run_experiment(agent, args).await,
+            Call::SandboxInfo => self.sandbox_info(agent).await,
+            Call::Note(args) => self.note(agent, role, verb, args).await,
+            Call::Evidence(args) => self.evidence(agent, role, verb, args).await,
+            lifecycle_call => self.lifecycle(agent, role, lifecycle_call).await,
         }
     }
 
@@ -175,19 +165,15 @@ impl Broker {
         &self,
         agent: &Agent,
         role: &RoleSpec,
-        verb: Verb,
-        args: serde_json::Value,
+        call: Call,
     ) -> Result<(OkEnvelope, String), ErrorEnvelope> {
-        // Parse first: a malformed call changes nothing.
-        let (named_task, text) = match verb {
-            Verb::IWillWorkOn => (Some(parse::<TaskArg>(verb, args)?.task), None),
-            Verb::ClaimReview => (parse::<OptionalTaskArg>(verb, args)?.task, None),
-            Verb::IAmDone | Verb::IDocumented => (None, parse::<SummaryArg>(verb, args)?.summary),
-            Verb::PassReview | Verb::FailReview => (None, parse::<CommentArg>(verb, args)?.comment),
-            _ => {
-                let _: NoArgs = parse(verb, args)?;
-                (None, None)
-            }
+        let verb = call.verb();
+        let (named_task, text) = match call {
+            Call::IWillWorkOn(args) => (Some(args.task), None),
+            Call::ClaimReview(args) => (args.task, None),
+            Call::IAmDone(args) | Call::IDocumented(args) => (None, args.summary),
+            Call::PassReview(args) | Call::FailReview(args) => (None, args.comment),
+            _ => (None, None),
         };
         if let Some(text) = &text {
             check_text(verb, text)?;

@@ -19,13 +19,15 @@
 //!   memory cap grows with it.
 //! - [`lifecycle`]: the task state machine of the lifecycle verbs (§3.3).
 //! - [`envelope`]: the ok / error envelopes (§3.2).
-//! - [`verbs`]: the arguments of every verb, with their JSON schemas and descriptions.
+//! - [`verbs`]: the arguments of every verb, with their JSON schemas and descriptions; [`call`]:
+//!   one agent call parsed into a variant per verb, so JSON stops at the gateway.
 //!
 //! This crate does no I/O: no tokio, no Docker, no SQL driver. Everything here is data and pure
 //! functions so the outer layers can share it without sharing their dependencies.
 #![forbid(unsafe_code)]
 
 pub mod audit;
+pub mod call;
 pub mod clock;
 pub mod clone;
 pub mod credentials;

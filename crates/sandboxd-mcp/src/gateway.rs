@@ -11,6 +11,7 @@ use futures::future::join_all;
 use rmcp::service::RequestContext;
 use rmcp::{ErrorData, RoleServer, ServerHandler};
 use sandboxd_broker::AgentDesk;
+use sandboxd_domain::call::Call;
 use sandboxd_domain::envelope::{Envelope, ErrorCode, ErrorEnvelope};
 use sandboxd_domain::error::quote;
 use sandboxd_domain::roles::Verb;
@@ -146,7 +147,7 @@ impl ServerHandler for Gateway {
                     .arguments
                     .map(serde_json::Value::Object)
                     .unwrap_or(serde_json::Value::Null);
-                self.desk.call(&agent, verb, args).await
+                self.desk.call(&agent, Call::parse(verb, args)).await
             }
             Err(_) => {
                 let yours: Vec<&str> = self

@@ -2,6 +2,7 @@
 //! errors (clear 4xx, state read back unchanged), spawn tokens, teardown through the API.
 
 use reqwest::{Method, StatusCode};
+use sandboxd_domain::call::Call;
 use sandboxd_domain::roles::Verb;
 use secrecy::SecretString;
 use serde_json::{Value, json};
@@ -705,7 +706,7 @@ async fn sandboxes_are_listed_without_credentials_and_torn_down_through_the_api(
             let dev = app.working_developer(&project).await;
             let answer = ok(app
                 .broker()
-                .call(&dev, Verb::RequestSandbox, json!({}))
+                .call(&dev, Call::parse(Verb::RequestSandbox, json!({})))
                 .await);
             let passwords: Vec<String> = answer
                 .evidence
@@ -792,7 +793,7 @@ async fn the_audit_log_pages_and_filters() {
             let slug = &agent.slug;
             let refusal = app
                 .broker()
-                .call(&agent, Verb::RequestSandbox, json!({}))
+                .call(&agent, Call::parse(Verb::RequestSandbox, json!({})))
                 .await;
             assert!(refusal.is_error());
 

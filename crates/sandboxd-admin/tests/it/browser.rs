@@ -4,6 +4,7 @@
 //! local images) appear, tear it down from the panel, and see it gone from Docker. Screenshots
 //! go to `artifacts/screenshots/`.
 
+use sandboxd_domain::call::Call;
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -400,7 +401,7 @@ async fn flow(app: &App, client: &Client) {
     let dev = app.working_developer(&project).await;
     let answer = ok(app
         .broker()
-        .call(&dev, Verb::RequestSandbox, json!({}))
+        .call(&dev, Call::parse(Verb::RequestSandbox, json!({})))
         .await);
     let postgres = answer
         .evidence

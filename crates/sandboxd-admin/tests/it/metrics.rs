@@ -1,5 +1,6 @@
 //! /metrics after a scripted agent flow shows exactly what happened.
 
+use sandboxd_domain::call::Call;
 use std::collections::BTreeMap;
 
 use reqwest::{Method, StatusCode};
@@ -46,10 +47,10 @@ async fn counters_and_histograms_show_exactly_the_scripted_flow() {
         // spawn + give_me_work
         let dev = app.working_developer(&project).await;
         // request_sandbox twice: a miss, then a hit
-        ok(app.broker().call(&dev, Verb::RequestSandbox, json!({})).await);
+        ok(app.broker().call(&dev, Call::parse(Verb::RequestSandbox, json!({}))).await);
         ok(app
             .broker()
-            .call(&dev, Verb::RequestSandbox, json!({"services": ["redis"]}))
+            .call(&dev, Call::parse(Verb::RequestSandbox, json!({"services": ["redis"]})))
             .await);
 
         let response = app.anonymous(Method::GET, "/metrics").send().await.expect("metrics");
@@ -60,7 +61,7 @@ async fn counters_and_histograms_show_exactly_the_scripted_flow() {
         );
         let during = samples(&response.text().await.expect("body"));
 
-        ok(app.broker().call(&dev, Verb::ReleaseSandbox, json!({})).await);
+        ok(app.broker().call(&dev, Call::parse(Verb::ReleaseSandbox, json!({}))).await);
         let text = scrape(&app).await;
         let after = samples(&text);
 
@@ -149,7 +150,7 @@ async fn refusals_are_counted_by_reason() {
             for _ in 0..2 {
                 let answer = app
                     .broker()
-                    .call(&dev, Verb::RequestSandbox, json!({}))
+                    .call(&dev, Call::parse(Verb::RequestSandbox, json!({})))
                     .await;
                 assert!(answer.is_error());
             }

@@ -2,6 +2,7 @@
 //! cookies, CSRF, no script anywhere, escaping, saving the Sandbox card, and the Sources page
 //! (on Docker: a real source registered, snapshotted, cloned by a project and removed).
 
+use sandboxd_domain::call::Call;
 use std::collections::BTreeMap;
 use std::sync::Mutex;
 
@@ -800,8 +801,10 @@ async fn foreign_sandboxes_are_shown_apart_with_their_maker_and_cannot_be_torn_d
                 app.broker()
                     .call(
                         &dev,
-                        sandboxd_domain::roles::Verb::RequestSandbox,
-                        serde_json::json!({}),
+                        Call::parse(
+                            sandboxd_domain::roles::Verb::RequestSandbox,
+                            serde_json::json!({}),
+                        ),
                     )
                     .await,
             );
@@ -897,8 +900,10 @@ async fn the_sources_page_registers_snapshots_and_removes_a_source_and_never_sho
             app.broker()
                 .call(
                     &dev,
-                    sandboxd_domain::roles::Verb::RequestSandbox,
-                    serde_json::json!({}),
+                    Call::parse(
+                        sandboxd_domain::roles::Verb::RequestSandbox,
+                        serde_json::json!({}),
+                    ),
                 )
                 .await,
         );
@@ -1054,8 +1059,10 @@ async fn the_sources_page_registers_snapshots_and_removes_a_source_and_never_sho
             app.broker()
                 .call(
                     &dev,
-                    sandboxd_domain::roles::Verb::ReleaseSandbox,
-                    serde_json::json!({}),
+                    Call::parse(
+                        sandboxd_domain::roles::Verb::ReleaseSandbox,
+                        serde_json::json!({}),
+                    ),
                 )
                 .await,
         );

@@ -3,6 +3,7 @@
 //! 127.0.0.1:0. Everything an app created is torn down and checked gone when the test ends,
 //! even when it panics.
 
+use sandboxd_domain::call::Call;
 use std::future::Future;
 use std::net::SocketAddr;
 use std::panic::AssertUnwindSafe;
@@ -252,7 +253,7 @@ impl App {
             .await
             .expect("task");
         ok(broker
-            .call(&agent, Verb::GiveMeWork, serde_json::json!({}))
+            .call(&agent, Call::parse(Verb::GiveMeWork, serde_json::json!({})))
             .await);
         agent
     }

@@ -130,7 +130,14 @@ async fn provisioner_unavailable_is_the_one_retryable_guard() {
             // A broker starts even when its backend is down.
             let broker = w.restarted_with(std::sync::Arc::new(unreachable)).await;
             let dev = w.working_agent("developer").await;
-            let err = refused(broker.call(&dev, Verb::RequestSandbox, json!({})).await);
+            let err = refused(
+                broker
+                    .call(
+                        &dev,
+                        sandboxd_domain::call::Call::parse(Verb::RequestSandbox, json!({})),
+                    )
+                    .await,
+            );
             assert_eq!(err.error, ErrorCode::ProvisionerUnavailable);
             assert!(err.retryable);
         })

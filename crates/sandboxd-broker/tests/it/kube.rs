@@ -3,6 +3,7 @@
 //! a live one with its credentials, the janitor reaps an orphan Pod of its own at once and never
 //! touches another maker's — with nothing changed in the broker for it.
 
+use sandboxd_domain::call::Call;
 use std::time::Duration;
 
 use sandboxd_backend::InstanceRequest;
@@ -37,7 +38,9 @@ async fn a_dead_pod_is_replaced_and_a_restart_keeps_a_live_sandbox() {
 
             // A restart: the same store and cluster, a new broker; the sandbox is adopted.
             let restarted = w.restarted().await;
-            let adopted = ok(restarted.call(&dev, Verb::RequestSandbox, json!({})).await);
+            let adopted = ok(restarted
+                .call(&dev, Call::parse(Verb::RequestSandbox, json!({})))
+                .await);
             assert_eq!(passwords(&first), passwords(&adopted), "same credentials");
             assert_eq!(
                 w.backend.total(),
@@ -62,7 +65,9 @@ async fn a_dead_pod_is_replaced_and_a_restart_keeps_a_live_sandbox() {
                 "--force",
             ])
             .expect("delete the Pod out of band");
-            let replaced = ok(restarted.call(&dev, Verb::RequestSandbox, json!({})).await);
+            let replaced = ok(restarted
+                .call(&dev, Call::parse(Verb::RequestSandbox, json!({})))
+                .await);
             assert_ne!(
                 passwords(&first).get("postgres"),
                 passwords(&replaced).get("postgres"),
@@ -72,7 +77,9 @@ async fn a_dead_pod_is_replaced_and_a_restart_keeps_a_live_sandbox() {
             pg_query(evidence_of(&replaced, "postgres"), "SELECT 1")
                 .await
                 .expect("the replacement answers");
-            ok(restarted.call(&dev, Verb::ReleaseSandbox, json!({})).await);
+            ok(restarted
+                .call(&dev, Call::parse(Verb::ReleaseSandbox, json!({})))
+                .await);
             assert!(w.listed(&dev.slug).await.is_empty(), "released");
         })
         .await;

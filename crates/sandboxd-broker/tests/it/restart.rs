@@ -2,6 +2,7 @@
 //! their credentials; dead ones are dropped and re-provisioned. Credentials are never stored,
 //! logged or audited in plaintext.
 
+use sandboxd_domain::call::Call;
 use std::io::Write;
 use std::sync::{Arc, Mutex};
 
@@ -30,7 +31,9 @@ async fn a_crash_keeps_live_sandboxes(kind: Kind) {
             // The crash: a second broker on the same store and backend; the first never tore
             // anything down (a restart does exactly the same).
             let restarted = w.restarted().await;
-            let after = ok(restarted.call(&dev, Verb::RequestSandbox, json!({})).await);
+            let after = ok(restarted
+                .call(&dev, Call::parse(Verb::RequestSandbox, json!({})))
+                .await);
             assert_eq!(passwords(&before), passwords(&after), "same credentials");
             assert_eq!(
                 w.backend.total(),
@@ -82,7 +85,9 @@ async fn dead_sandboxes_are_dropped_at_restart_and_reprovisioned() {
                     .iter()
                     .all(|s| s.owner != dev.slug)
             );
-            let after = ok(restarted.call(&dev, Verb::RequestSandbox, json!({})).await);
+            let after = ok(restarted
+                .call(&dev, Call::parse(Verb::RequestSandbox, json!({})))
+                .await);
             assert_ne!(
                 passwords(&before)["postgres"],
                 passwords(&after)["postgres"]

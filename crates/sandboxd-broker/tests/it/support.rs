@@ -403,7 +403,9 @@ impl World {
     }
 
     pub async fn call(&self, agent: &Agent, verb: Verb, args: serde_json::Value) -> Envelope {
-        self.broker.call(agent, verb, args).await
+        self.broker
+            .call(agent, sandboxd_domain::call::Call::parse(verb, args))
+            .await
     }
 
     /// Makes every write of sandbox instances to the store fail (a trigger that aborts the
