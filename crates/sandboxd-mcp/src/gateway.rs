@@ -46,7 +46,7 @@ fn envelope_result(envelope: &Envelope) -> CallToolResult {
 }
 
 /// What sandboxd says about itself at `initialize`.
-pub(crate) fn server_config() -> ServerConfig {
+pub fn server_config() -> ServerConfig {
     ServerConfig::new(ServerCapabilities::builder().enable_tools().build())
         .with_server_info(Implementation::new("sandboxd", env!("CARGO_PKG_VERSION")))
         .with_instructions(INSTRUCTIONS)

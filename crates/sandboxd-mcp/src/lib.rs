@@ -1,5 +1,6 @@
 //! The agent gateway: each agent's role-scoped verbs as MCP tools, over streamable HTTP at
-//! `/mcp` and over stdio (`sandboxd mcp`, the token in `SANDBOXD_AGENT_TOKEN`).
+//! `/mcp`. (Over stdio, `sandboxd mcp` is a client of this gateway that relays to it: it lives
+//! in the binary crate.)
 //!
 //! Parts:
 //! - `auth.rs`: the bearer token of every HTTP request resolves to an agent before any MCP
@@ -12,9 +13,6 @@
 //!   answers an envelope, returned as the tool result's structured content (error envelopes are
 //!   flagged as tool errors).
 //! - `sessions.rs`: MCP session state kept by the broker, so a session survives a restart.
-//! - `stdio.rs`: `sandboxd mcp`, a stdio MCP server relaying to the daemon's `/mcp` with the
-//!   agent's token, so there is always exactly one broker; a daemon it cannot reach, or a refused
-//!   token, is the MCP error its client's `initialize` gets.
 //!
 //! The gateway is handed an [`AgentDesk`], never the broker itself: it sees no backend, no store
 //! and no operator operation, so no verb can reach around the guard chain.
@@ -32,11 +30,9 @@ use tokio_util::sync::CancellationToken;
 mod auth;
 mod gateway;
 mod sessions;
-mod stdio;
 mod tools;
 
-pub use gateway::Gateway;
-pub use stdio::serve_stdio;
+pub use gateway::{Gateway, server_config};
 pub use tools::{Offer, tools_for};
 
 /// Where the gateway answers, and who may reach it.

@@ -8,6 +8,8 @@
 //! - [`http`]: the daemon's one listener: `/mcp`, `/v1`, the panel, `/metrics`, behind a
 //!   Host/Origin guard.
 //! - [`client`]: the operator commands' client for a running daemon's admin API.
+//! - [`stdio_relay`]: `sandboxd mcp`, a stdio MCP server relaying to the daemon's `/mcp` with the
+//!   agent's token, so there is always exactly one broker.
 //! - [`logging`]: the log filter per `-v` level and the redactor every log line passes through.
 //!
 //! This crate holds no domain logic: it parses, wires and prints.
@@ -22,3 +24,4 @@ pub mod daemon;
 pub mod http;
 pub mod logging;
 pub mod output;
+pub mod stdio_relay;

@@ -32,7 +32,7 @@ pub async fn run(args: Args, settings: &Settings) -> ExitCode {
     let url = args
         .url
         .unwrap_or_else(|| format!("http://{}", settings.server.listen));
-    match sandboxd_mcp::serve_stdio(&url, SecretString::from(args.token)).await {
+    match crate::stdio_relay::serve_stdio(&url, SecretString::from(args.token)).await {
         Ok(()) => ExitCode::SUCCESS,
         Err(err) => {
             eprintln!("error: {err}");

@@ -23,7 +23,7 @@ use rmcp::{ErrorData, RoleClient, RoleServer, ServerHandler, ServiceExt};
 use secrecy::{ExposeSecret, SecretString};
 use tokio::sync::OnceCell;
 
-use crate::gateway::server_config;
+use sandboxd_mcp::server_config;
 
 /// How long opening the session with the daemon may take before the client is told it failed.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(15);
@@ -154,7 +154,7 @@ fn http_status_401(err: &(dyn StdError + 'static)) -> bool {
 
 /// Whether a TCP connection to `url`'s host and port opens; why not when it does not.
 async fn reachable(url: &str) -> Result<(), String> {
-    let uri: http::Uri = url.parse().map_err(|e| format!("not a URL: {e}"))?;
+    let uri: axum::http::Uri = url.parse().map_err(|e| format!("not a URL: {e}"))?;
     let host = uri.host().ok_or("the URL has no host")?;
     let host = host.trim_start_matches('[').trim_end_matches(']');
     let port = uri
