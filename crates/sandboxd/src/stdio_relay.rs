@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, ErrorCode, InitializeRequestParams, InitializeResult,
-    ListToolsResult, PaginatedRequestParams, ServerConfig,
+    ListToolsResult, PaginatedRequestParams, ResultType, ServerConfig,
 };
 use rmcp::service::{ClientInitializeError, RequestContext, RunningService, ServerInitializeError};
 use rmcp::transport::StreamableHttpClientTransport;
@@ -47,6 +47,8 @@ enum Unavailable {
     TokenRefused { url: String },
     /// Something answered, but no MCP session came of it.
     Failed { url: String, detail: String },
+    /// No agent token was given: nothing is sent to the daemon.
+    NoToken,
 }
 
 impl Unavailable {
@@ -77,6 +79,7 @@ impl Unavailable {
             Self::Unreachable { .. } => "daemon_unreachable",
             Self::TokenRefused { .. } => "token_refused",
             Self::Failed { .. } => "daemon_failed",
+            Self::NoToken => "no_token",
         }
     }
 
@@ -91,6 +94,7 @@ impl Unavailable {
             Self::Failed { url, detail } => {
                 format!("cannot open an MCP session with sandboxd at {url}: {detail}")
             }
+            Self::NoToken => "`sandboxd mcp` was started without an agent token".to_owned(),
         }
     }
 
@@ -109,6 +113,11 @@ impl Unavailable {
                 "check that `--url` / SANDBOXD_URL is sandboxd's address (`sandboxd listening on \
                  http://…`) and read the daemon's log, then restart this server"
             }
+            Self::NoToken => {
+                "set SANDBOXD_AGENT_TOKEN in this server's environment (the MCP client's `env` \
+                 for it) to the token `sandboxd agents spawn` printed for this agent, then \
+                 restart this server"
+            }
         }
     }
 
@@ -120,7 +129,7 @@ impl Unavailable {
             "error": self.code(),
             "message": self.message(),
             "remediate": self.remediate(),
-            "retryable": !matches!(self, Self::TokenRefused { .. }),
+            "retryable": !matches!(self, Self::TokenRefused { .. } | Self::NoToken),
         });
         ErrorData::new(ErrorCode::INTERNAL_ERROR, message, Some(envelope))
     }
@@ -194,8 +203,9 @@ fn chain(err: &(dyn StdError + 'static)) -> String {
 /// Opens the MCP session with the daemon's `/mcp` as the agent.
 async fn connect(
     url: &str,
-    token: &SecretString,
+    token: Option<&SecretString>,
 ) -> Result<RunningService<RoleClient, ()>, Unavailable> {
+    let token = token.ok_or(Unavailable::NoToken)?;
     let transport = StreamableHttpClientTransport::from_config(
         StreamableHttpClientTransportConfig::with_uri(url.to_owned())
             .auth_header(token.expose_secret().to_owned()),
@@ -212,10 +222,18 @@ async fn connect(
 
 struct Relay {
     url: String,
-    token: SecretString,
+    /// None when none was given: the client's first request is told what to set.
+    token: Option<SecretString>,
     /// Set once, by the first request that needs the daemon (normally `initialize`); an async
     /// once-cell so concurrent first requests open one session, not several.
     upstream: OnceCell<RunningService<RoleClient, ()>>,
+}
+
+/// The relay's session with the daemon may speak an older revision than the client, whose
+/// results carry no `resultType`; a 2026-07-28 client requires it. rmcp strips it again for a
+/// client on an older revision, so the client sees what `/mcp` would have answered it.
+fn complete(result_type: &mut Option<ResultType>) {
+    result_type.get_or_insert(ResultType::COMPLETE);
 }
 
 fn relayed(err: rmcp::ServiceError) -> ErrorData {
@@ -225,7 +243,7 @@ fn relayed(err: rmcp::ServiceError) -> ErrorData {
 impl Relay {
     async fn upstream(&self) -> Result<&RunningService<RoleClient, ()>, ErrorData> {
         self.upstream
-            .get_or_try_init(|| connect(&self.url, &self.token))
+            .get_or_try_init(|| connect(&self.url, self.token.as_ref()))
             .await
             .map_err(|unavailable| {
                 // Logged before the client hears it: a client may kill this process as soon as
@@ -257,11 +275,14 @@ impl ServerHandler for Relay {
         request: Option<PaginatedRequestParams>,
         _context: RequestContext<RoleServer>,
     ) -> Result<ListToolsResult, ErrorData> {
-        self.upstream()
+        let mut tools = self
+            .upstream()
             .await?
             .list_tools(request)
             .await
-            .map_err(relayed)
+            .map_err(relayed)?;
+        complete(&mut tools.result_type);
+        Ok(tools)
     }
 
     async fn call_tool(
@@ -269,19 +290,21 @@ impl ServerHandler for Relay {
         request: CallToolRequestParams,
         _context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, ErrorData> {
-        self.upstream()
+        let mut result = self
+            .upstream()
             .await?
             .call_tool(request)
             .await
-            .map(CallToolResponse::Complete)
-            .map_err(relayed)
+            .map_err(relayed)?;
+        complete(&mut result.result_type);
+        Ok(CallToolResponse::Complete(result))
     }
 }
 
 /// Serves one agent over stdin/stdout, relaying to the daemon at `base_url`, until the client
 /// closes the stream. When the daemon cannot be reached or refuses the token, the client's
 /// `initialize` is answered with an error saying so, and this returns that error.
-pub async fn serve_stdio(base_url: &str, token: SecretString) -> Result<(), StdioError> {
+pub async fn serve_stdio(base_url: &str, token: Option<SecretString>) -> Result<(), StdioError> {
     let relay = Relay {
         url: format!("{}/mcp", base_url.trim_end_matches('/')),
         token,

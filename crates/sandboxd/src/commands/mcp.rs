@@ -14,16 +14,17 @@ pub const AGENT_TOKEN_ENV: &str = "SANDBOXD_AGENT_TOKEN";
 #[derive(Debug, clap::Args)]
 pub struct Args {
     /// The agent token issued at spawn. Prefer the environment variable: a command-line argument
-    /// is visible to every user of the machine.
+    /// is visible to every user of the machine. Without one, the MCP client's first request is
+    /// answered with an error saying what to set.
     #[arg(long, env = AGENT_TOKEN_ENV, hide_env_values = true)]
-    pub token: String,
+    pub token: Option<String>,
     /// The daemon's base URL (default: http://<server.listen>).
     #[arg(long, env = "SANDBOXD_URL")]
     pub url: Option<String>,
 }
 
 pub async fn run(args: Args, settings: &Settings) -> ExitCode {
-    if std::env::var(AGENT_TOKEN_ENV).ok().as_deref() != Some(args.token.as_str()) {
+    if args.token.is_some() && std::env::var(AGENT_TOKEN_ENV).ok() != args.token {
         eprintln!(
             "warning: the agent token is on the command line, where `ps` shows it to every user; \
              set {AGENT_TOKEN_ENV} instead"
@@ -32,7 +33,7 @@ pub async fn run(args: Args, settings: &Settings) -> ExitCode {
     let url = args
         .url
         .unwrap_or_else(|| format!("http://{}", settings.server.listen));
-    match crate::stdio_relay::serve_stdio(&url, SecretString::from(args.token)).await {
+    match crate::stdio_relay::serve_stdio(&url, args.token.map(SecretString::from)).await {
         Ok(()) => ExitCode::SUCCESS,
         Err(err) => {
             eprintln!("error: {err}");

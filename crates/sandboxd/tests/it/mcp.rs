@@ -485,7 +485,7 @@ async fn the_same_verbs_over_stdio() {
 }
 
 /// `sandboxd mcp` launched as an MCP client launches it, with `token` in the environment
-/// (or on the command line), relaying to `url`; its stderr is piped.
+/// (or on the command line; an empty one: none at all), relaying to `url`; its stderr is piped.
 fn stdio_server(
     url: &str,
     token: &str,
@@ -497,7 +497,9 @@ fn stdio_server(
     let mut cmd = tokio::process::Command::new(env!("CARGO_BIN_EXE_sandboxd"));
     cmd.args(["mcp", "--url", url])
         .env_remove("SANDBOXD_CONFIG");
-    if on_argv {
+    if token.is_empty() {
+        cmd.env_remove("SANDBOXD_AGENT_TOKEN");
+    } else if on_argv {
         cmd.args(["--token", token])
             .env_remove("SANDBOXD_AGENT_TOKEN");
     } else {
@@ -581,6 +583,19 @@ async fn sandboxd_mcp_answers_initialize_with_what_failed_and_how_to_fix_it() {
     }
     assert_eq!(data["retryable"], false);
     assert!(stderr.contains("refused the agent token"), "{stderr}");
+
+    // No token at all: the client still gets a JSON-RPC answer naming what to set, not a
+    // closed pipe after clap's usage text.
+    let (error, stderr) = refused_initialize(&daemon.url, "").await;
+    let data = error.data.clone().expect("sandboxd's envelope");
+    assert_eq!(data["error"], "no_token", "{error:?}");
+    assert!(
+        error.message.contains("SANDBOXD_AGENT_TOKEN"),
+        "{}",
+        error.message
+    );
+    assert_eq!(data["retryable"], false);
+    assert!(!stderr.contains("Usage:"), "{stderr}");
 
     // `--token` still works, with a warning that `ps` shows it.
     let (transport, stderr) = stdio_server(&daemon.url, &token, true);

@@ -1,7 +1,9 @@
-//! The official MCP Python SDK, the client many agents run, against the real daemon: 2.x in the
-//! stateless 2026-07-28 revision and in the 2025-11-25 session revision, 1.x in its session
-//! revision. Each lists annotated tools whose answers validate against their output schemas,
-//! gets a working Postgres, releases it, and closes without a warning.
+//! The official MCP Python SDK, the client many agents run, against the real daemon over
+//! streamable HTTP and over stdio (`sandboxd mcp`, launched by the SDK as a configured command):
+//! 2.x in its default `auto` mode, pinned to the stateless 2026-07-28 revision and in the
+//! 2025-11-25 session revision, 1.x in its session revision. Each lists annotated tools whose
+//! answers validate against their output schemas, gets a working Postgres, releases it, and
+//! closes without a warning: the same on both transports.
 //!
 //! The SDKs live in virtualenvs `scripts/python-sdks.sh` makes (the test command runs it).
 
@@ -19,18 +21,22 @@ use crate::support::{
 const SCRIPT: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/python/mcp_agent.py");
 
 /// Runs the agent flow script with a fresh developer of a fresh project holding a task.
-async fn run_flow(daemon: &TestDaemon, python: &Path, mode: &str) -> Value {
+async fn run_flow(daemon: &TestDaemon, python: &Path, mode: &str, transport: Transport) -> Value {
     let project = unique("py");
     daemon.project(&project, &["postgres", "redis"]).await;
     daemon.task(&project).await;
     let (token, _) = daemon.spawn_agent("developer", &project).await;
     let url = format!("{}/mcp", daemon.url);
     let python = python.to_owned();
-    let mode = mode.to_owned();
+    let mut args = vec![SCRIPT.to_owned(), url, mode.to_owned()];
+    if transport == Transport::Stdio {
+        args.push(env!("CARGO_BIN_EXE_sandboxd").to_owned());
+    }
     let output = tokio::task::spawn_blocking(move || {
         Command::new(python)
-            .args([SCRIPT, &url, &mode])
+            .args(&args)
             .env("SANDBOXD_AGENT_TOKEN", &token)
+            .env_remove("SANDBOXD_CONFIG")
             .output()
             .expect("python")
     })
@@ -39,6 +45,12 @@ async fn run_flow(daemon: &TestDaemon, python: &Path, mode: &str) -> Value {
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(output.status.success(), "{stderr}");
     serde_json::from_slice(&output.stdout).unwrap_or_else(|e| panic!("{e}: {stderr}"))
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Transport {
+    Http,
+    Stdio,
 }
 
 fn call<'a>(report: &'a Value, index: usize, verb: &str) -> &'a Value {
@@ -108,8 +120,8 @@ fn judge(report: &Value, protocol: &str) {
     );
 }
 
-#[tokio::test]
-async fn python_sdk_2_stateless_and_with_a_session_and_python_sdk_1() {
+/// Every SDK and revision the SDKs speak, through `transport`.
+async fn every_sdk_and_revision(transport: Transport) {
     let (Some(two), Some(one)) = (python_venv("mcp-2.3.0"), python_venv("mcp-1.30.0")) else {
         return;
     };
@@ -117,14 +129,15 @@ async fn python_sdk_2_stateless_and_with_a_session_and_python_sdk_1() {
     let daemon = spawn_daemon(&home);
     let outcome = AssertUnwindSafe(async {
         for (python, mode, protocol, sdk) in [
+            (&two, "auto", "2026-07-28", "2."),
             (&two, "2026-07-28", "2026-07-28", "2."),
             (&two, "legacy", "2025-11-25", "2."),
             (&one, "legacy", "2025-11-25", "1."),
         ] {
-            let report = run_flow(&daemon, python, mode).await;
+            let report = run_flow(&daemon, python, mode, transport).await;
             assert!(
                 report["sdk"].as_str().is_some_and(|v| v.starts_with(sdk)),
-                "{report}"
+                "{transport:?} {mode}: {report}"
             );
             judge(&report, protocol);
         }
@@ -136,4 +149,14 @@ async fn python_sdk_2_stateless_and_with_a_session_and_python_sdk_1() {
     .catch_unwind()
     .await;
     stop_and_clean_up(daemon, &home, outcome);
+}
+
+#[tokio::test]
+async fn python_sdk_2_auto_stateless_and_with_a_session_and_python_sdk_1_over_http() {
+    every_sdk_and_revision(Transport::Http).await;
+}
+
+#[tokio::test]
+async fn python_sdk_2_auto_stateless_and_with_a_session_and_python_sdk_1_over_stdio() {
+    every_sdk_and_revision(Transport::Stdio).await;
 }

@@ -1,10 +1,13 @@
 """An agent's whole sandbox flow through the official MCP Python SDK (1.x or 2.x), as a real
 client would run it. Prints one JSON report on stdout for the Rust test to judge.
 
-    SANDBOXD_AGENT_TOKEN=... python mcp_agent.py URL MODE
+    SANDBOXD_AGENT_TOKEN=... python mcp_agent.py URL MODE [SANDBOXD_BINARY]
 
-MODE is "legacy" (the 2025-11-25 handshake, with a session) or "2026-07-28" (stateless: no
-initialize, no session id). The 1.x SDK speaks only the legacy revision.
+MODE is "legacy" (the 2025-11-25 handshake, with a session), "2026-07-28" (stateless: no
+initialize, no session id) or "auto" (the 2.x SDK's default: discover, else initialize). The 1.x
+SDK speaks only the legacy revision. With SANDBOXD_BINARY the client launches
+`SANDBOXD_BINARY mcp --url <daemon>` and speaks MCP over its stdio, as MCP clients configured
+with a command do; else it speaks streamable HTTP to URL.
 """
 
 import asyncio
@@ -16,6 +19,7 @@ import sys
 import jsonschema
 
 URL, MODE = sys.argv[1], sys.argv[2]
+BINARY = sys.argv[3] if len(sys.argv) > 3 else None
 TOKEN = os.environ["SANDBOXD_AGENT_TOKEN"]
 HEADERS = {"Authorization": f"Bearer {TOKEN}"}
 
@@ -99,9 +103,33 @@ def mcp_version():
     return version("mcp")
 
 
+def stdio_server():
+    """`sandboxd mcp` as a client's configuration launches it: the token in its environment."""
+    from mcp.client.stdio import StdioServerParameters
+
+    base = URL.removesuffix("/mcp")
+    return StdioServerParameters(
+        command=BINARY, args=["mcp", "--url", base], env={"SANDBOXD_AGENT_TOKEN": TOKEN}
+    )
+
+
 async def main():
     major = int(mcp_version().split(".")[0])
-    if major >= 2:
+    if BINARY and major >= 2:
+        from mcp import Client
+        from mcp.client.stdio import stdio_client
+
+        async with Client(stdio_client(stdio_server()), mode=MODE) as client:
+            report = await flow(client.session, client.protocol_version)
+    elif BINARY:
+        from mcp import ClientSession
+        from mcp.client.stdio import stdio_client
+
+        async with stdio_client(stdio_server()) as (read, write):
+            async with ClientSession(read, write) as session:
+                initialized = await session.initialize()
+                report = await flow(session, initialized.protocolVersion)
+    elif major >= 2:
         import httpx2
         from mcp import Client
         from mcp.client.streamable_http import streamable_http_client
