@@ -12,6 +12,7 @@ use sandboxd_backend::clone::{Fidelity, provision_clone};
 use sandboxd_backend::{BackendError, InstanceHandle, InstanceRequest};
 use sandboxd_domain::clone::Snapshot;
 use sandboxd_domain::envelope::{ErrorCode, ErrorEnvelope, OkEnvelope};
+use sandboxd_domain::roles::Verb;
 use sandboxd_domain::verbs::RequestSandboxArgs;
 use sandboxd_domain::{Actor, Agent};
 use sandboxd_domain::{AgentSlug, DataSize, EngineRef, FeatureRequest, Instance, ProjectSizes};
@@ -196,7 +197,7 @@ impl Broker {
         }
         let ok = OkEnvelope::new(
             Some(granted.task.id.clone()),
-            "run your tests against the sandbox; call i_am_done when your work is finished",
+            self.after_the_sandbox(agent),
             briefing,
         )
         .with_evidence(serde_json::Value::Array(evidence));
@@ -210,6 +211,21 @@ impl Broker {
             served.join(",")
         );
         Ok((ok, detail))
+    }
+
+    /// `request_sandbox`'s `next`: the verb that ends the caller's work, of its own role.
+    fn after_the_sandbox(&self, agent: &Agent) -> &'static str {
+        let allows = |verb| {
+            self.manifest(&agent.role)
+                .is_some_and(|role| role.allows(verb))
+        };
+        if allows(Verb::IAmDone) {
+            "run your tests against the sandbox; call i_am_done when your work is finished"
+        } else if allows(Verb::PassReview) {
+            "run your tests against the sandbox; then call pass_review or fail_review"
+        } else {
+            "run your tests against the sandbox; call release_sandbox when you no longer need it"
+        }
     }
 
     /// The latest snapshot of each source the granted services are clones of; a source without

@@ -294,9 +294,17 @@ impl Broker {
             .task_in_project(
                 agent,
                 id,
-                format!(
-                    "call {verb} with a task id of your project, or without one to take the next"
-                ),
+                if verb == Verb::ClaimReview {
+                    format!(
+                        "call {verb} with a task id of your project, or without one to take the \
+                         next"
+                    )
+                } else {
+                    format!(
+                        "call {verb} with a task id of your project, or give_me_work to take the \
+                         next"
+                    )
+                },
             )
             .await?;
         let taken = || {

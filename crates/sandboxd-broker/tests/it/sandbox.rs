@@ -318,7 +318,10 @@ async fn lifecycle_exits_release_the_sandbox_and_never_fail() {
             // A qa takes the review, asks for its own sandbox, fails the review: released too.
             let qa = w.agent("qa").await;
             ok(w.call(&qa, Verb::ClaimReview, json!({})).await);
-            ok(w.call(&qa, Verb::RequestSandbox, json!({})).await);
+            let handed = ok(w.call(&qa, Verb::RequestSandbox, json!({})).await);
+            // `next` names only verbs of the qa's own manifest.
+            assert!(handed.next.contains("pass_review"), "{handed:?}");
+            assert!(!handed.next.contains("i_am_done"), "{handed:?}");
             ok(w.call(&qa, Verb::FailReview, json!({"comment": "flaky"}))
                 .await);
             assert!(
