@@ -2,8 +2,9 @@
 //! request from the authenticated HTTP request, so a revoked agent stops at its next call.
 
 use rmcp::model::{
-    CallToolRequestParams, CallToolResponse, CallToolResult, Implementation, ListToolsResult,
-    PaginatedRequestParams, ServerCapabilities, ServerConfig,
+    CallToolRequestParams, CallToolResponse, CallToolResult, DiscoverResult, Implementation,
+    InitializeRequestParams, InitializeResult, ListToolsResult, PaginatedRequestParams,
+    ServerCapabilities, ServerConfig,
 };
 use std::time::Duration;
 
@@ -14,7 +15,7 @@ use sandboxd_broker::AgentDesk;
 use sandboxd_domain::call::Call;
 use sandboxd_domain::envelope::{Envelope, ErrorCode, ErrorEnvelope};
 use sandboxd_domain::error::quote;
-use sandboxd_domain::roles::Verb;
+use sandboxd_domain::roles::{RoleSpec, Verb};
 use sandboxd_domain::{Agent, Project};
 
 use crate::tools::{Offer, tools_for};
@@ -28,9 +29,36 @@ pub struct Gateway {
 const PROBE_PATIENCE: Duration = Duration::from_secs(10);
 
 const INSTRUCTIONS: &str = "sandboxd gives you, on demand, a throwaway database for your task's \
-tests. Start with give_me_work (or claim_review); every answer says what to call next in `next`, \
-and every refusal says how to fix the call in `remediate`. request_sandbox returns credentials \
-and an env dict per service: use only those, never any other database credentials.";
+tests. Every answer says what to call next in `next`, and every refusal says how to fix the \
+call in `remediate`. request_sandbox returns credentials and an env dict per service: use only \
+those, never any other database credentials.";
+
+/// The instructions an agent of `role` reads: where its work starts, in its own verbs.
+pub fn instructions_for(role: Option<&RoleSpec>) -> String {
+    let Some(role) = role else {
+        return "Your role is not configured on this sandboxd: ask the operator to fix the role \
+                configuration; no verb can run meanwhile."
+            .to_owned();
+    };
+    let start = [Verb::GiveMeWork, Verb::ClaimReview]
+        .into_iter()
+        .filter(|verb| role.allows(*verb))
+        .map(Verb::name)
+        .collect::<Vec<_>>();
+    let first = match start.as_slice() {
+        [] => "Your role records notes and reads evidence: call note or evidence.".to_owned(),
+        [one] => format!("Start with {one}."),
+        many => format!("Start with {}.", many.join(" or ")),
+    };
+    let text = if role.allows(Verb::RequestSandbox) {
+        INSTRUCTIONS.to_owned()
+    } else {
+        "sandboxd hands out your tasks. Every answer says what to call next in `next`, and every \
+         refusal says how to fix the call in `remediate`."
+            .to_owned()
+    };
+    format!("{first} {text}")
+}
 
 fn unauthenticated() -> ErrorData {
     ErrorData::invalid_request("the caller is not an authenticated agent", None)
@@ -108,6 +136,31 @@ impl ServerHandler for Gateway {
         server_config()
     }
 
+    async fn initialize(
+        &self,
+        request: InitializeRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<InitializeResult, ErrorData> {
+        context.peer.set_peer_info(request.clone());
+        let mut info = self.negotiate_initialize(&request)?;
+        let agent = self.agent(&context)?;
+        info.instructions = Some(instructions_for(self.desk.manifest(&agent.role)));
+        Ok(info)
+    }
+
+    async fn discover(
+        &self,
+        context: RequestContext<RoleServer>,
+    ) -> Result<DiscoverResult, ErrorData> {
+        let agent = self.agent(&context)?;
+        let mut info = self.get_info();
+        info.instructions = Some(instructions_for(self.desk.manifest(&agent.role)));
+        Ok(DiscoverResult::from_server_info(
+            self.supported_protocol_versions().into_owned(),
+            info,
+        ))
+    }
+
     async fn list_tools(
         &self,
         _request: Option<PaginatedRequestParams>,
@@ -163,5 +216,38 @@ impl ServerHandler for Gateway {
             }
         };
         Ok(CallToolResponse::Complete(envelope_result(&envelope)))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use sandboxd_domain::roles::RoleBook;
+
+    use super::*;
+
+    /// The verbs `text` names, as whole words.
+    fn named(text: &str) -> Vec<Verb> {
+        let words: Vec<&str> = text
+            .split(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+            .collect();
+        Verb::ALL
+            .into_iter()
+            .filter(|verb| words.contains(&verb.name()))
+            .collect()
+    }
+
+    #[test]
+    fn instructions_name_only_the_roles_own_verbs() {
+        let book = RoleBook::default();
+        for name in book.names() {
+            let role = book.get(name).expect("a role of the book");
+            let text = instructions_for(Some(role));
+            let verbs = named(&text);
+            assert!(!verbs.is_empty(), "{name}: {text}");
+            for verb in verbs {
+                assert!(role.allows(verb), "{name} is told to call {verb}: {text}");
+            }
+        }
+        assert!(named(&instructions_for(None)).is_empty());
     }
 }

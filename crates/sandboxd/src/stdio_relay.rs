@@ -11,8 +11,8 @@ use std::error::Error as StdError;
 use std::time::Duration;
 
 use rmcp::model::{
-    CallToolRequestParams, CallToolResponse, ErrorCode, InitializeRequestParams, InitializeResult,
-    ListToolsResult, PaginatedRequestParams, ResultType, ServerConfig,
+    CallToolRequestParams, CallToolResponse, DiscoverResult, ErrorCode, InitializeRequestParams,
+    InitializeResult, ListToolsResult, PaginatedRequestParams, ResultType, ServerConfig,
 };
 use rmcp::service::{ClientInitializeError, RequestContext, RunningService, ServerInitializeError};
 use rmcp::transport::StreamableHttpClientTransport;
@@ -236,6 +236,13 @@ fn complete(result_type: &mut Option<ResultType>) {
     result_type.get_or_insert(ResultType::COMPLETE);
 }
 
+/// The daemon's instructions for this agent's role, as `/mcp` gave them.
+fn instructions(upstream: &RunningService<RoleClient, ()>) -> Option<String> {
+    upstream
+        .peer_info()
+        .and_then(|info| info.instructions.clone())
+}
+
 fn relayed(err: rmcp::ServiceError) -> ErrorData {
     ErrorData::internal_error(format!("sandboxd did not answer: {err}"), None)
 }
@@ -265,9 +272,24 @@ impl ServerHandler for Relay {
         request: InitializeRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<InitializeResult, ErrorData> {
-        self.upstream().await?;
+        let upstream = self.upstream().await?;
         context.peer.set_peer_info(request.clone());
-        self.negotiate_initialize(&request)
+        let mut info = self.negotiate_initialize(&request)?;
+        info.instructions = instructions(upstream);
+        Ok(info)
+    }
+
+    async fn discover(
+        &self,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<DiscoverResult, ErrorData> {
+        let upstream = self.upstream().await?;
+        let mut info = self.get_info();
+        info.instructions = instructions(upstream);
+        Ok(DiscoverResult::from_server_info(
+            self.supported_protocol_versions().into_owned(),
+            info,
+        ))
     }
 
     async fn list_tools(
