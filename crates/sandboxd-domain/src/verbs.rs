@@ -74,6 +74,7 @@ pub struct SandboxSqlArgs {
     pub statement: String,
     /// At most this many rows back (default and maximum 1000).
     #[serde(default)]
+    #[schemars(range(min = 1, max = 1000))]
     pub max_rows: Option<u32>,
 }
 

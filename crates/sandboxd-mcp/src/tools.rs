@@ -48,31 +48,49 @@ fn object(value: serde_json::Value) -> JsonObject {
     }
 }
 
+/// An array of `offered` names; an empty offer is `maxItems: 0`, not `enum: []`, which some
+/// function-calling validators reject.
+fn names_array(offered: &[&str], nothing_offered: &str) -> serde_json::Value {
+    if offered.is_empty() {
+        serde_json::json!({"type": "array", "maxItems": 0, "description": nothing_offered})
+    } else {
+        serde_json::json!({
+            "type": "array",
+            "items": {"type": "string", "enum": offered},
+            "uniqueItems": true,
+        })
+    }
+}
+
 fn input_schema(verb: Verb, offer: &Offer) -> JsonObject {
     let mut schema = verbs::schema(verb);
-    if verb == Verb::RequestSandbox
-        && let Some(services) = &offer.services
-    {
-        let names: Vec<&str> = services.iter().map(|engine| engine.name).collect();
-        let properties = &mut schema["properties"];
-        properties["services"]["items"] = serde_json::json!({"type": "string", "enum": names});
-        let per_engine: serde_json::Map<String, serde_json::Value> = services
-            .iter()
-            .map(|engine| {
-                let offered = offer.features.get(engine).cloned().unwrap_or_default();
-                (
-                    engine.name.to_owned(),
-                    serde_json::json!({
-                        "type": "array",
-                        "items": {"type": "string", "enum": offered},
-                        "uniqueItems": true,
-                    }),
-                )
-            })
-            .collect();
-        let extensions = &mut properties["extensions"];
-        extensions["properties"] = serde_json::Value::Object(per_engine);
-        extensions["additionalProperties"] = serde_json::Value::Bool(false);
+    let Some(services) = &offer.services else {
+        return object(schema);
+    };
+    let names: Vec<&str> = services.iter().map(|engine| engine.name).collect();
+    let properties = &mut schema["properties"];
+    match verb {
+        Verb::RequestSandbox => {
+            properties["services"]["items"] = serde_json::json!({"type": "string", "enum": names});
+            let per_engine: serde_json::Map<String, serde_json::Value> = services
+                .iter()
+                .map(|engine| {
+                    let offered = offer.features.get(engine).cloned().unwrap_or_default();
+                    let none = format!("no {} features are offered here", engine.name);
+                    (engine.name.to_owned(), names_array(&offered, &none))
+                })
+                .collect();
+            let extensions = &mut properties["extensions"];
+            extensions["properties"] = serde_json::Value::Object(per_engine);
+            extensions["additionalProperties"] = serde_json::Value::Bool(false);
+        }
+        Verb::ResetSandbox => {
+            properties["services"]["items"] = serde_json::json!({"type": "string", "enum": names});
+        }
+        Verb::SandboxSql | Verb::RunExperiment => {
+            properties["service"]["enum"] = serde_json::json!(names);
+        }
+        _ => {}
     }
     object(schema)
 }
@@ -113,4 +131,58 @@ pub fn tools_for(role: &RoleSpec, offer: &Offer) -> Vec<Tool> {
         .filter(|verb| role.allows(*verb))
         .map(|verb| tool(verb, offer, &output))
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use sandboxd_domain::engines;
+
+    use super::*;
+
+    fn offer() -> Offer {
+        let postgres = EngineRef::parse("postgres").expect("postgres");
+        let redis = EngineRef::parse("redis").expect("redis");
+        Offer {
+            services: Some(vec![postgres, redis]),
+            features: [(postgres, vec!["citext"]), (redis, vec![])].into(),
+            standing: BTreeMap::new(),
+        }
+    }
+
+    #[test]
+    fn every_service_argument_is_an_enum_of_the_projects_engines() {
+        let offer = offer();
+        let names = serde_json::json!(["postgres", "redis"]);
+        let sql = input_schema(Verb::SandboxSql, &offer);
+        assert_eq!(sql["properties"]["service"]["enum"], names);
+        let experiment = input_schema(Verb::RunExperiment, &offer);
+        assert_eq!(experiment["properties"]["service"]["enum"], names);
+        let reset = input_schema(Verb::ResetSandbox, &offer);
+        assert_eq!(reset["properties"]["services"]["items"]["enum"], names);
+        let request = input_schema(Verb::RequestSandbox, &offer);
+        assert_eq!(request["properties"]["services"]["items"]["enum"], names);
+    }
+
+    #[test]
+    fn an_engine_without_offered_features_has_no_empty_enum() {
+        let request = input_schema(Verb::RequestSandbox, &offer());
+        let extensions = &request["properties"]["extensions"]["properties"];
+        assert_eq!(
+            extensions["postgres"]["items"]["enum"],
+            serde_json::json!(["citext"])
+        );
+        assert!(extensions["redis"].get("items").is_none(), "{extensions}");
+        assert_eq!(extensions["redis"]["maxItems"], 0);
+        let text = serde_json::to_string(&request).expect("json");
+        assert!(!text.contains("\"enum\":[]"), "{text}");
+        assert!(engines::all().count() >= 2);
+    }
+
+    #[test]
+    fn max_rows_says_the_range_it_accepts() {
+        let sql = input_schema(Verb::SandboxSql, &Offer::default());
+        let max_rows = &sql["properties"]["max_rows"];
+        assert_eq!(max_rows["minimum"], 1, "{max_rows}");
+        assert_eq!(max_rows["maximum"], 1000, "{max_rows}");
+    }
 }
