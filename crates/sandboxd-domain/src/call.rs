@@ -6,7 +6,7 @@
 use serde::de::DeserializeOwned;
 
 use crate::envelope::{ErrorCode, ErrorEnvelope};
-use crate::error::quote;
+use crate::error::quote_up_to;
 use crate::roles::Verb;
 use crate::verbs::{
     CommentArg, EvidenceArgs, NoArgs, NoteArgs, OptionalTaskArg, RequestSandboxArgs,
@@ -43,9 +43,9 @@ pub struct Malformed {
 }
 
 /// Arguments that do not fit the verb's schema. The parser's text may quote the caller's input,
-/// so it is escaped and cut.
+/// so it is escaped and cut, with room for the fields the schema allows.
 pub fn bad_arguments(verb: Verb, err: &dyn std::fmt::Display) -> ErrorEnvelope {
-    let detail = quote(&err.to_string());
+    let detail = quote_up_to(&err.to_string(), 240);
     ErrorEnvelope::new(
         ErrorCode::InvalidArgument,
         format!("the arguments of {verb} do not fit its schema: {detail}"),

@@ -26,9 +26,20 @@ pub enum InputError {
 /// and markup brackets, so no consumer can render it as HTML), quoted, and cut to a length that
 /// cannot flood a log line.
 pub fn quote(untrusted: &str) -> String {
-    const MAX_CHARS: usize = 64;
-    let mut shown: String = untrusted.chars().take(MAX_CHARS).collect();
+    quote_up_to(untrusted, 64)
+}
+
+/// [`quote`] with room for `max_chars`: a cut falls between words where one ends in the last
+/// quarter, so what is shown never ends mid-word when it need not.
+pub fn quote_up_to(untrusted: &str, max_chars: usize) -> String {
+    let mut shown: String = untrusted.chars().take(max_chars).collect();
     let cut = shown.len() < untrusted.len();
+    if cut
+        && let Some(space) = shown.rfind(char::is_whitespace)
+        && shown[..space].chars().count() >= max_chars * 3 / 4
+    {
+        shown.truncate(space);
+    }
     shown = shown
         .escape_default()
         .to_string()
@@ -63,6 +74,21 @@ mod tests {
         assert!(!shown.contains('\u{1b}'));
         assert!(!shown.contains('<') && !shown.contains('>'), "{shown}");
         assert!(shown.starts_with('"'));
+    }
+
+    #[test]
+    fn a_longer_quote_cuts_between_words() {
+        let text = format!(
+            "unknown field `x`, expected one of {}",
+            "`services`, ".repeat(30)
+        );
+        let shown = quote_up_to(&text, 120);
+        assert!(shown.ends_with("`,\"…"), "{shown}");
+        let short = "unknown field `sneaky`, expected `task`";
+        assert_eq!(
+            quote_up_to(short, 120),
+            format!("\"{}\"", short.escape_default())
+        );
     }
 
     #[test]

@@ -506,17 +506,29 @@ pub struct PoolSettings {
     /// Idle members kept ready, started, proven and prepared, without any agent account.
     pub min_idle: usize,
     /// Most members the pool holds at once, idle or starting; it grows towards this when
-    /// requests find it empty and shrinks back to `min_idle` when they stop.
-    pub max_total: usize,
+    /// requests find it empty and shrinks back to `min_idle` when they stop. Unset: 4, or
+    /// `min_idle` when that is more (a `min_idle` alone raises the ceiling with it).
+    pub max_total: Option<usize>,
     /// Features every member has active (allowlisted names of the engine).
     pub features: Vec<String>,
+}
+
+impl PoolSettings {
+    /// The ceiling when the file sets none.
+    pub const DEFAULT_MAX_TOTAL: usize = 4;
+
+    /// The pool's ceiling: as set, else [`Self::DEFAULT_MAX_TOTAL`] raised to `min_idle`.
+    pub fn max_total(&self) -> usize {
+        self.max_total
+            .unwrap_or(Self::DEFAULT_MAX_TOTAL.max(self.min_idle))
+    }
 }
 
 impl Default for PoolSettings {
     fn default() -> Self {
         Self {
             min_idle: 1,
-            max_total: 4,
+            max_total: None,
             features: Vec::new(),
         }
     }
@@ -738,7 +750,7 @@ impl Settings {
                     clone_of: key.clone_of,
                     features,
                     min_idle: pool.min_idle,
-                    max_total: pool.max_total,
+                    max_total: pool.max_total(),
                 };
                 config.validate().map_err(ConfigError::Invalid)?;
                 Ok(config)
@@ -957,6 +969,36 @@ mod tests {
             assert!(err.to_string().contains("admin.max_sessions"), "{err}");
             Ok(())
         });
+    }
+
+    #[test]
+    fn a_min_idle_alone_raises_the_pools_ceiling_and_a_set_one_is_kept() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("sandboxd.toml");
+        let pool = |toml: &str| {
+            std::fs::write(&path, toml).expect("write");
+            Settings::load(Some(&path))
+                .expect("valid file")
+                .pool_configs()
+                .map(|pools| (pools[0].min_idle, pools[0].max_total))
+        };
+        assert_eq!(
+            pool("[pools.postgres]\nmin_idle = 6\n").expect("ok"),
+            (6, 6)
+        );
+        assert_eq!(
+            pool("[pools.postgres]\nmin_idle = 2\n").expect("ok"),
+            (2, 4)
+        );
+        assert_eq!(
+            pool("[pools.postgres]\nmin_idle = 2\nmax_total = 9\n").expect("ok"),
+            (2, 9)
+        );
+        let err = pool("[pools.postgres]\nmin_idle = 6\nmax_total = 4\n").expect_err("refused");
+        assert!(
+            err.to_string().contains("must not exceed max_total"),
+            "{err}"
+        );
     }
 
     #[test]

@@ -149,7 +149,8 @@ async fn pools(settings: &Settings) -> Vec<DoctorCheck> {
                     format!(
                         "configured: min_idle {}, max_total {} (no running daemon answered; \
                          `sandboxd pools` shows its state)",
-                        configured.min_idle, configured.max_total
+                        configured.min_idle,
+                        configured.max_total()
                     ),
                 ),
             }
