@@ -37,11 +37,12 @@ pub const LOG_ENV: &str = "SANDBOXD_LOG";
 pub const REDACTED: &str = "[redacted]";
 
 /// Our crates: the only targets `-v` raises.
-const OURS: [&str; 7] = [
+const OURS: [&str; 8] = [
     "sandboxd",
     "sandboxd_domain",
     "sandboxd_backend",
     "sandboxd_store",
+    "sandboxd_experiments",
     "sandboxd_broker",
     "sandboxd_mcp",
     "sandboxd_admin",

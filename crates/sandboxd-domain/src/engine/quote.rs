@@ -1,5 +1,7 @@
-//! Quoting for the statements engines' setup steps build. Only ever applied to values the daemon
-//! generated (hex passwords, verifiers) or validated (names), but quoted anyway.
+//! Quoting for the statements the daemon builds. Applied to values it generated (hex passwords,
+//! verifiers) and validated (names), and also to text it did not write: names and statistics
+//! read from a clone source, names of databases and roles an agent made. Those are why the
+//! quoting is complete (every quote character doubled), not a formality.
 
 /// Quotes an SQL string literal (standard-conforming: doubled single quotes).
 pub fn sql_literal(value: &str) -> String {
