@@ -3,13 +3,11 @@
 
 use std::process::ExitCode;
 
-use reqwest::Method;
-use sandboxd_admin::wire::{AgentOut, AgentsQuery, SpawnAgent, SpawnedOut};
+use sandboxd_admin::wire::{AgentsQuery, SpawnAgent, SpawnedOut};
 use sandboxd_domain::clock::format_age_since;
 use serde_json::json;
 
 use crate::client::{AdminClient, Remote};
-use crate::commands::projects::encode;
 use crate::config::Settings;
 use crate::output;
 
@@ -79,46 +77,35 @@ pub async fn run(args: Args, settings: &Settings) -> ExitCode {
                 role,
                 project,
             };
-            match client
-                .send::<SpawnedOut>(Method::POST, "/v1/agents", Some(&body))
-                .await
-            {
+            match client.spawn_agent(&body).await {
                 Ok(reply) => reply.print(args.remote.json, show_spawned),
                 Err(err) => return err.fail(),
             }
         }
-        Command::Rm { slug } => {
-            let path = format!("/v1/agents/{}", encode(&slug));
-            match client.send::<()>(Method::DELETE, &path, None::<&()>).await {
-                Ok(_) if args.remote.json => {
-                    println!("{}", output::json(&json!({"removed": slug})))
-                }
-                Ok(_) => println!("removed {slug}"),
-                Err(err) => return err.fail(),
+        Command::Rm { slug } => match client.remove_agent(&slug).await {
+            Ok(_) if args.remote.json => {
+                println!("{}", output::json(&json!({"removed": slug})))
             }
-        }
-        Command::Ls { project } => {
-            match client
-                .get::<Vec<AgentOut>>("/v1/agents", &AgentsQuery { project })
-                .await
-            {
-                Ok(agents) => output::print_list(
-                    &agents,
-                    args.remote.json,
-                    "no agents",
-                    &["agent", "role", "project", "age"],
-                    |a| {
-                        vec![
-                            a.slug.clone(),
-                            a.role.clone(),
-                            a.project.clone(),
-                            format_age_since(a.created_at_ms),
-                        ]
-                    },
-                ),
-                Err(err) => return err.fail(),
-            }
-        }
+            Ok(_) => println!("removed {slug}"),
+            Err(err) => return err.fail(),
+        },
+        Command::Ls { project } => match client.agents(&AgentsQuery { project }).await {
+            Ok(agents) => output::print_list(
+                &agents,
+                args.remote.json,
+                "no agents",
+                &["agent", "role", "project", "age"],
+                |a| {
+                    vec![
+                        a.slug.clone(),
+                        a.role.clone(),
+                        a.project.clone(),
+                        format_age_since(a.created_at_ms),
+                    ]
+                },
+            ),
+            Err(err) => return err.fail(),
+        },
     }
     ExitCode::SUCCESS
 }

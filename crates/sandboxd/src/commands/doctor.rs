@@ -10,7 +10,7 @@ use sandboxd_backend::{Backend, DoctorCheck, FeatureProbe, ListedInstance, Sweep
 use sandboxd_domain::instance::BackendKind;
 use sandboxd_domain::{AgentSlug, DaemonId, EngineRef, engines};
 
-use sandboxd_admin::wire::{PoolOut, SourceOut};
+use sandboxd_admin::wire::SourceOut;
 
 use crate::backends;
 use crate::config::Settings;
@@ -111,11 +111,7 @@ async fn pools(settings: &Settings) -> Vec<DoctorCheck> {
     }
     let remote = running_daemon();
     let running = match crate::client::AdminClient::new(&remote, settings) {
-        Ok(client) => client
-            .get::<Vec<PoolOut>>("/v1/pools", &())
-            .await
-            .ok()
-            .map(|reply| reply.value),
+        Ok(client) => client.pools().await.ok().map(|reply| reply.value),
         Err(_) => None,
     };
     settings
@@ -176,7 +172,7 @@ async fn sources(settings: &Settings) -> Vec<DoctorCheck> {
     let Ok(client) = crate::client::AdminClient::new(&remote, settings) else {
         return vec![];
     };
-    let Ok(reply) = client.get::<Vec<SourceOut>>("/v1/sources", &()).await else {
+    let Ok(reply) = client.sources().await else {
         return vec![];
     };
     reply

@@ -2,7 +2,6 @@
 
 use std::process::ExitCode;
 
-use reqwest::Method;
 use sandboxd_admin::wire::JanitorOut;
 
 use crate::client::{AdminClient, Remote};
@@ -40,10 +39,7 @@ pub async fn run(args: Args, settings: &Settings) -> ExitCode {
         Err(err) => return err.fail(),
     };
     let Command::Run = args.command;
-    match client
-        .send::<JanitorOut>(Method::POST, "/v1/janitor/run", None::<&()>)
-        .await
-    {
+    match client.run_janitor().await {
         Ok(reply) => reply.print(args.remote.json, show),
         Err(err) => return err.fail(),
     }

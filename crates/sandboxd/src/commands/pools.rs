@@ -4,7 +4,6 @@
 
 use std::process::ExitCode;
 
-use reqwest::Method;
 use sandboxd_admin::wire::{PoolOut, PutPool};
 
 use crate::client::{AdminClient, Remote};
@@ -100,7 +99,7 @@ pub async fn run(args: Args, settings: &Settings) -> ExitCode {
         Err(err) => return err.fail(),
     };
     match args.command {
-        None => match client.get::<Vec<PoolOut>>("/v1/pools", &()).await {
+        None => match client.pools().await {
             Ok(reply) => reply.print(args.remote.json, |pools| show(pools)),
             Err(err) => return err.fail(),
         },
@@ -113,11 +112,7 @@ pub async fn run(args: Args, settings: &Settings) -> ExitCode {
                 min_idle,
                 max_total,
             };
-            let path = format!("/v1/pools/{pool}");
-            match client
-                .send::<PoolOut>(Method::PUT, &path, Some(&body))
-                .await
-            {
+            match client.resize_pool(&pool, &body).await {
                 Ok(reply) => reply.print(args.remote.json, |pool| show(std::slice::from_ref(pool))),
                 Err(err) => return err.fail(),
             }

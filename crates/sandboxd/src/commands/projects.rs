@@ -5,7 +5,6 @@
 use std::collections::BTreeMap;
 use std::process::ExitCode;
 
-use reqwest::Method;
 use sandboxd_admin::wire::{ProjectOut, PutProject};
 use sandboxd_domain::clock::format_age_since;
 
@@ -194,18 +193,14 @@ pub async fn run(args: Args, settings: &Settings) -> ExitCode {
                 sandbox_clones: (no_clones || !clones.is_empty()).then_some(clones),
                 sandbox_sizes: (default_sizes || !sizes.is_empty()).then_some(sizes),
             };
-            let path = format!("/v1/projects/{}", encode(&slug));
-            match client
-                .send::<ProjectOut>(Method::PUT, &path, Some(&body))
-                .await
-            {
+            match client.put_project(&slug, &body).await {
                 Ok(reply) => reply.print(args.remote.json, |project| {
                     println!("{}", output::table(&HEADER, vec![row(project)]))
                 }),
                 Err(err) => return err.fail(),
             }
         }
-        Command::Ls => match client.get::<Vec<ProjectOut>>("/v1/projects", &()).await {
+        Command::Ls => match client.projects().await {
             Ok(projects) => {
                 output::print_list(&projects, args.remote.json, "no projects", &HEADER, row)
             }
@@ -213,19 +208,6 @@ pub async fn run(args: Args, settings: &Settings) -> ExitCode {
         },
     }
     ExitCode::SUCCESS
-}
-
-/// A path segment, percent-encoded: the daemon judges the slug, the URL must stay one segment.
-pub fn encode(segment: &str) -> String {
-    let mut out = String::new();
-    for byte in segment.bytes() {
-        if byte.is_ascii_alphanumeric() || matches!(byte, b'-' | b'_' | b'.' | b'~') {
-            out.push(char::from(byte));
-        } else {
-            out.push_str(&format!("%{byte:02X}"));
-        }
-    }
-    out
 }
 
 #[cfg(test)]
@@ -255,11 +237,5 @@ mod tests {
         assert_eq!(map["mariadb"], "1G");
         assert_eq!(map["mongo"], "512M");
         assert!(size_map(&["2G".into()]).is_err());
-    }
-
-    #[test]
-    fn path_segments_are_encoded() {
-        assert_eq!(encode("a-b"), "a-b");
-        assert_eq!(encode("a/../b c"), "a%2F..%2Fb%20c");
     }
 }

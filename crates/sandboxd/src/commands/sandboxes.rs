@@ -5,12 +5,10 @@
 
 use std::process::ExitCode;
 
-use reqwest::Method;
-use sandboxd_admin::wire::{SandboxOut, SandboxesQuery, TeardownOut};
+use sandboxd_admin::wire::{SandboxOut, SandboxesQuery};
 use sandboxd_domain::clock::format_age_since;
 
 use crate::client::{AdminClient, Remote};
-use crate::commands::projects::encode;
 use crate::config::Settings;
 use crate::output;
 
@@ -53,10 +51,7 @@ pub async fn run(args: Args, settings: &Settings) -> ExitCode {
         Err(err) => return err.fail(),
     };
     match args.command {
-        Command::Ls { all } => match client
-            .get::<Vec<SandboxOut>>("/v1/sandboxes", &SandboxesQuery { all: Some(all) })
-            .await
-        {
+        Command::Ls { all } => match client.sandboxes(&SandboxesQuery { all: Some(all) }).await {
             Ok(sandboxes) => output::print_list(
                 &sandboxes,
                 args.remote.json,
@@ -93,19 +88,13 @@ pub async fn run(args: Args, settings: &Settings) -> ExitCode {
             ),
             Err(err) => return err.fail(),
         },
-        Command::Rm { owner } => {
-            let path = format!("/v1/sandboxes/{}", encode(&owner));
-            match client
-                .send::<TeardownOut>(Method::DELETE, &path, None::<&()>)
-                .await
-            {
-                Ok(reply) => reply.print(args.remote.json, |out| match out.removed {
-                    0 => println!("nothing to tear down for {owner}"),
-                    n => println!("tore down {n} instance(s) of {owner}"),
-                }),
-                Err(err) => return err.fail(),
-            }
-        }
+        Command::Rm { owner } => match client.teardown_sandbox(&owner).await {
+            Ok(reply) => reply.print(args.remote.json, |out| match out.removed {
+                0 => println!("nothing to tear down for {owner}"),
+                n => println!("tore down {n} instance(s) of {owner}"),
+            }),
+            Err(err) => return err.fail(),
+        },
     }
     ExitCode::SUCCESS
 }

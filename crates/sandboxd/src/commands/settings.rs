@@ -3,7 +3,6 @@
 
 use std::process::ExitCode;
 
-use reqwest::Method;
 use sandboxd_admin::wire::{PutSettings, Settings as SettingsOut};
 use sandboxd_broker::{SANDBOX_DB_ENABLED, parse_switch};
 
@@ -68,7 +67,7 @@ pub async fn run(args: Args, settings: &Settings) -> ExitCode {
         Err(err) => return err.fail(),
     };
     let answer = match args.command {
-        None => client.get::<SettingsOut>("/v1/settings", &()).await,
+        None => client.settings().await,
         Some(Command::Set { assignment }) => {
             let (key, value) = assignment.split_once('=').unwrap_or((&assignment, ""));
             if key.trim() != SANDBOX_DB_ENABLED {
@@ -84,9 +83,7 @@ pub async fn run(args: Args, settings: &Settings) -> ExitCode {
             let body = PutSettings {
                 sandbox_db_enabled: enabled,
             };
-            client
-                .send::<SettingsOut>(Method::PUT, "/v1/settings", Some(&body))
-                .await
+            client.put_settings(&body).await
         }
     };
     match answer {

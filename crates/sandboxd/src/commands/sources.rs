@@ -7,14 +7,12 @@
 use std::io::BufRead;
 use std::process::ExitCode;
 
-use reqwest::Method;
 use sandboxd_admin::wire::{PutSource, SourceOut};
 use sandboxd_domain::clock::format_age_since;
 use serde_json::json;
 
 use crate::cli::EXIT_INPUT;
 use crate::client::{AdminClient, Remote};
-use crate::commands::projects::encode;
 use crate::config::Settings;
 use crate::output;
 
@@ -151,11 +149,7 @@ pub async fn run(args: Args, settings: &Settings) -> ExitCode {
                 privacy: Some(privacy),
                 refresh_secs: Some(refresh_secs),
             };
-            let path = format!("/v1/sources/{}", encode(&name));
-            match client
-                .send::<SourceOut>(Method::PUT, &path, Some(&body))
-                .await
-            {
+            match client.put_source(&name, &body).await {
                 Ok(reply) => {
                     reply.print(args.remote.json, show);
                     warn(&reply.value);
@@ -163,33 +157,24 @@ pub async fn run(args: Args, settings: &Settings) -> ExitCode {
                 Err(err) => return err.fail(),
             }
         }
-        Command::Ls => match client.get::<Vec<SourceOut>>("/v1/sources", &()).await {
+        Command::Ls => match client.sources().await {
             Ok(sources) => {
                 output::print_list(&sources, args.remote.json, "no sources", &HEADER, row);
                 sources.value.iter().for_each(warn);
             }
             Err(err) => return err.fail(),
         },
-        Command::Rm { name } => {
-            let path = format!("/v1/sources/{}", encode(&name));
-            match client.send::<()>(Method::DELETE, &path, None::<&()>).await {
-                Ok(_) if args.remote.json => {
-                    println!("{}", output::json(&json!({"removed": name})))
-                }
-                Ok(_) => println!("removed {name}"),
-                Err(err) => return err.fail(),
+        Command::Rm { name } => match client.remove_source(&name).await {
+            Ok(_) if args.remote.json => {
+                println!("{}", output::json(&json!({"removed": name})))
             }
-        }
-        Command::Snapshot { name } => {
-            let path = format!("/v1/sources/{}/snapshot", encode(&name));
-            match client
-                .send::<SourceOut>(Method::POST, &path, None::<&()>)
-                .await
-            {
-                Ok(reply) => reply.print(args.remote.json, show),
-                Err(err) => return err.fail(),
-            }
-        }
+            Ok(_) => println!("removed {name}"),
+            Err(err) => return err.fail(),
+        },
+        Command::Snapshot { name } => match client.snapshot_source(&name).await {
+            Ok(reply) => reply.print(args.remote.json, show),
+            Err(err) => return err.fail(),
+        },
     }
     ExitCode::SUCCESS
 }

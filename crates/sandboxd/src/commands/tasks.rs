@@ -2,8 +2,7 @@
 
 use std::process::ExitCode;
 
-use reqwest::Method;
-use sandboxd_admin::wire::{NewTask, TaskOut, TasksQuery};
+use sandboxd_admin::wire::{NewTask, TasksQuery};
 use sandboxd_domain::clock::format_age_since;
 
 use crate::client::{AdminClient, Remote};
@@ -55,10 +54,7 @@ pub async fn run(args: Args, settings: &Settings) -> ExitCode {
                 title,
                 description,
             };
-            match client
-                .send::<TaskOut>(Method::POST, "/v1/tasks", Some(&body))
-                .await
-            {
+            match client.add_task(&body).await {
                 Ok(reply) => reply.print(args.remote.json, |task| {
                     println!("added {} to {} ({})", task.id, task.project, task.state)
                 }),
@@ -66,10 +62,7 @@ pub async fn run(args: Args, settings: &Settings) -> ExitCode {
             }
         }
         Command::Ls { project, state } => {
-            match client
-                .get::<Vec<TaskOut>>("/v1/tasks", &TasksQuery { project, state })
-                .await
-            {
+            match client.tasks(&TasksQuery { project, state }).await {
                 Ok(tasks) => output::print_list(
                     &tasks,
                     args.remote.json,

@@ -7,6 +7,8 @@
 //! `<state_dir>/admin.token`); the client only reads it, it never creates one. Plain HTTP: the
 //! daemon listens on loopback (put a TLS proxy in front for anything else).
 
+mod routes;
+
 use std::process::ExitCode;
 
 use reqwest::{Method, StatusCode};
@@ -181,7 +183,7 @@ impl AdminClient {
     }
 
     /// A `GET` with a query (`&()` for none), decoded into its wire type.
-    pub async fn get<T: DeserializeOwned>(
+    async fn get<T: DeserializeOwned>(
         &self,
         path: &str,
         query: &(impl Serialize + ?Sized),
@@ -192,7 +194,7 @@ impl AdminClient {
 
     /// Any other request, with an optional JSON body, decoded into its wire type (`()` for an
     /// empty answer).
-    pub async fn send<T: DeserializeOwned>(
+    async fn send<T: DeserializeOwned>(
         &self,
         method: Method,
         path: &str,
