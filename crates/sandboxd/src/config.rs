@@ -972,33 +972,35 @@ mod tests {
     }
 
     #[test]
+    #[allow(clippy::result_large_err)] // figment's Jail decides the closure's error type
     fn a_min_idle_alone_raises_the_pools_ceiling_and_a_set_one_is_kept() {
-        let dir = tempfile::tempdir().expect("tempdir");
-        let path = dir.path().join("sandboxd.toml");
-        let pool = |toml: &str| {
-            std::fs::write(&path, toml).expect("write");
-            Settings::load(Some(&path))
-                .expect("valid file")
-                .pool_configs()
-                .map(|pools| (pools[0].min_idle, pools[0].max_total))
-        };
-        assert_eq!(
-            pool("[pools.postgres]\nmin_idle = 6\n").expect("ok"),
-            (6, 6)
-        );
-        assert_eq!(
-            pool("[pools.postgres]\nmin_idle = 2\n").expect("ok"),
-            (2, 4)
-        );
-        assert_eq!(
-            pool("[pools.postgres]\nmin_idle = 2\nmax_total = 9\n").expect("ok"),
-            (2, 9)
-        );
-        let err = pool("[pools.postgres]\nmin_idle = 6\nmax_total = 4\n").expect_err("refused");
-        assert!(
-            err.to_string().contains("must not exceed max_total"),
-            "{err}"
-        );
+        // In a Jail: other tests set SANDBOXD_* variables, which `load` reads.
+        figment::Jail::expect_with(|jail| {
+            let pool = |toml: &str| {
+                jail.create_file("s.toml", toml).expect("write");
+                Settings::load(Some(std::path::Path::new("s.toml")))
+                    .and_then(|settings| settings.pool_configs())
+                    .map(|pools| (pools[0].min_idle, pools[0].max_total))
+            };
+            assert_eq!(
+                pool("[pools.postgres]\nmin_idle = 6\n").expect("ok"),
+                (6, 6)
+            );
+            assert_eq!(
+                pool("[pools.postgres]\nmin_idle = 2\n").expect("ok"),
+                (2, 4)
+            );
+            assert_eq!(
+                pool("[pools.postgres]\nmin_idle = 2\nmax_total = 9\n").expect("ok"),
+                (2, 9)
+            );
+            let err = pool("[pools.postgres]\nmin_idle = 6\nmax_total = 4\n").expect_err("refused");
+            assert!(
+                err.to_string().contains("must not exceed max_total"),
+                "{err}"
+            );
+            Ok(())
+        });
     }
 
     #[test]
