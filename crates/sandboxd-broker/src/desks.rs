@@ -108,7 +108,8 @@ impl AgentDesk {
         self.broker.manifest(role)
     }
 
-    /// The names of [`Self::offered`], or the whole allowlist while the probe does not answer.
+    /// The names of the features the backend provides of `engine`'s allowlist, or the whole
+    /// allowlist while the probe does not answer.
     pub async fn offered_names(&self, engine: EngineRef, patience: Duration) -> Vec<&'static str> {
         self.broker.offered_names(engine, patience).await
     }

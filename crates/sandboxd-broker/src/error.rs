@@ -2,7 +2,8 @@
 //! `envelopes.rs`): an agent never sees these.
 
 use sandboxd_backend::BackendError;
-use sandboxd_domain::{DaemonId, InputError};
+use sandboxd_domain::error::allowed_list;
+use sandboxd_domain::{DaemonId, EngineRef, InputError};
 use sandboxd_store::StoreError;
 
 #[derive(Debug, thiserror::Error)]
@@ -68,4 +69,22 @@ impl BrokerError {
                 | Self::FeatureUnavailable(_)
         )
     }
+}
+
+/// A project setting (`sandbox_sizes`, …) names `engine`, which the project did not opt into;
+/// `thing` is what it gave for it ("a size for").
+pub(crate) fn not_opted_in(
+    what: &'static str,
+    thing: &str,
+    engine: EngineRef,
+    opted: &[EngineRef],
+) -> BrokerError {
+    InputError::Malformed {
+        what,
+        detail: format!(
+            "{thing} {engine}, which is not in sandbox_services; opted in: {}",
+            allowed_list(opted.iter().map(|e| e.name))
+        ),
+    }
+    .into()
 }

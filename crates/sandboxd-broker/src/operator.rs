@@ -19,7 +19,7 @@ use secrecy::SecretString;
 use crate::Broker;
 use crate::audit::{AuditAction, AuditRecord, Outcome};
 use crate::config::SANDBOX_DB_ENABLED;
-use crate::error::BrokerError;
+use crate::error::{BrokerError, not_opted_in};
 use crate::janitor::JanitorReport;
 use crate::pools::{PoolKey, PoolView, ResizeError};
 
@@ -307,14 +307,12 @@ impl Broker {
         if let Some(extensions) = &extensions {
             let opted: BTreeSet<EngineRef> = deduped.iter().copied().collect();
             if let Some(stray) = extensions.engines().find(|e| !opted.contains(e)) {
-                return Err(InputError::Malformed {
-                    what: "sandbox_extensions",
-                    detail: format!(
-                        "extensions for {stray}, which is not in sandbox_services; opted in: {}",
-                        allowed_list(deduped.iter().map(|e| e.name))
-                    ),
-                }
-                .into());
+                return Err(not_opted_in(
+                    "sandbox_extensions",
+                    "extensions for",
+                    stray,
+                    &deduped,
+                ));
             }
         }
         for feature in extensions.iter().flat_map(|e| e.features()) {

@@ -6,13 +6,12 @@
 
 use std::time::Instant;
 
-use sandboxd_domain::error::allowed_list;
 use sandboxd_domain::{Actor, Project};
 use sandboxd_domain::{DataSize, EngineRef, InputError, Instance, ProjectSizes, ProjectSlug};
 
 use crate::Broker;
 use crate::audit::{AuditAction, AuditRecord, Outcome};
-use crate::error::BrokerError;
+use crate::error::{BrokerError, not_opted_in};
 
 impl Broker {
     /// The operator's ceiling on one engine's data space.
@@ -37,14 +36,12 @@ impl Broker {
         let ceiling = self.max_sandbox_size();
         for (engine, size) in sizes.iter() {
             if !services.contains(&engine) {
-                return Err(InputError::Malformed {
-                    what: "sandbox_sizes",
-                    detail: format!(
-                        "a size for {engine}, which is not in sandbox_services; opted in: {}",
-                        allowed_list(services.iter().map(|e| e.name))
-                    ),
-                }
-                .into());
+                return Err(not_opted_in(
+                    "sandbox_sizes",
+                    "a size for",
+                    engine,
+                    services,
+                ));
             }
             if size > ceiling {
                 return Err(InputError::Malformed {

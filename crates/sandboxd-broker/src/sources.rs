@@ -18,7 +18,7 @@ use secrecy::SecretString;
 
 use crate::Broker;
 use crate::audit::{AuditAction, AuditRecord, Outcome};
-use crate::error::BrokerError;
+use crate::error::{BrokerError, not_opted_in};
 
 /// The engine a source's clones run: the registry's Postgres-protocol engine.
 pub(crate) fn clone_engine() -> Option<EngineRef> {
@@ -344,14 +344,12 @@ impl Broker {
                 .into());
             }
             if !services.contains(engine) {
-                return Err(InputError::Malformed {
-                    what: "sandbox_clones",
-                    detail: format!(
-                        "a clone for {engine}, which is not in sandbox_services; opted in: {}",
-                        allowed_list(services.iter().map(|e| e.name))
-                    ),
-                }
-                .into());
+                return Err(not_opted_in(
+                    "sandbox_clones",
+                    "a clone for",
+                    *engine,
+                    services,
+                ));
             }
             if self.store().get_source(source).await?.is_none() {
                 let known: Vec<String> = self

@@ -44,7 +44,7 @@ pub struct Malformed {
 
 /// Arguments that do not fit the verb's schema. The parser's text may quote the caller's input,
 /// so it is escaped and cut, with room for the fields the schema allows.
-pub fn bad_arguments(verb: Verb, err: &dyn std::fmt::Display) -> ErrorEnvelope {
+fn bad_arguments(verb: Verb, err: &dyn std::fmt::Display) -> ErrorEnvelope {
     let detail = quote_up_to(&err.to_string(), 240);
     ErrorEnvelope::new(
         ErrorCode::InvalidArgument,

@@ -47,8 +47,7 @@ pub fn instructions_for(role: Option<&RoleSpec>) -> String {
         .collect::<Vec<_>>();
     let first = match start.as_slice() {
         [] => "Your role records notes and reads evidence: call note or evidence.".to_owned(),
-        [one] => format!("Start with {one}."),
-        many => format!("Start with {}.", many.join(" or ")),
+        verbs => format!("Start with {}.", verbs.join(" or ")),
     };
     let text = if role.allows(Verb::RequestSandbox) {
         INSTRUCTIONS.to_owned()

@@ -3,7 +3,7 @@
 
 use std::fs;
 use std::io;
-use std::os::unix::fs::{DirBuilderExt, PermissionsExt, symlink};
+use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt, symlink};
 use std::path::Path;
 
 use nix::unistd::{Gid, Uid, chown};
@@ -25,11 +25,28 @@ pub fn private_dir(path: &Path, mode: u32, owner: Owner) -> io::Result<()> {
     give_to(path, owner)
 }
 
+/// Creates (or empties) `path` for writing, owned by `owner`, refusing a symlink in its place:
+/// root writes it in a directory another account could write to first, so the mode and owner
+/// are set on the open file, never by path.
+pub fn fresh_file(path: &Path, mode: u32, owner: Owner) -> io::Result<fs::File> {
+    let file = fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(mode)
+        .custom_flags(nix::libc::O_NOFOLLOW)
+        .open(path)?;
+    file.set_permissions(fs::Permissions::from_mode(mode))?;
+    if let Some((uid, gid)) = owner {
+        std::os::unix::fs::fchown(&file, Some(uid.as_raw()), Some(gid.as_raw()))?;
+    }
+    Ok(file)
+}
+
 /// Writes a file readable only by its owner.
 pub fn private_file(path: &Path, content: &[u8], owner: Owner) -> io::Result<()> {
-    fs::write(path, content)?;
-    fs::set_permissions(path, fs::Permissions::from_mode(0o600))?;
-    give_to(path, owner)
+    let mut file = fresh_file(path, 0o600, owner)?;
+    io::Write::write_all(&mut file, content)
 }
 
 /// Copies `src` into `dst`, keeping modes and symlinks, owned by `owner`. `dst` may already exist

@@ -150,12 +150,11 @@ async fn build(
     };
     let plan = plan_template(&ctx);
     let log_path = build_dir.join("template.log");
+    // Steps run as the builder account in a directory it writes: a name it made (a symlink)
+    // must not make root write or chown another file.
     let open = |path: &Path| {
-        let file = std::fs::File::create(path)
-            .map_err(|e| BackendError::io("creating", path.display().to_string(), e))?;
-        files::give_to(path, owner)
-            .map_err(|e| BackendError::io("chown", path.display().to_string(), e))?;
-        Ok::<_, BackendError>(file)
+        files::fresh_file(path, 0o644, owner)
+            .map_err(|e| BackendError::io("creating", path.display().to_string(), e))
     };
     let steps = plan
         .outputs

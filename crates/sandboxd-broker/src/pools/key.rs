@@ -128,7 +128,7 @@ pub(crate) fn parse_sizes(value: &str) -> Option<(usize, usize)> {
 mod tests {
     use super::*;
 
-    pub(super) fn config(min_idle: usize, max_total: usize) -> PoolConfig {
+    fn config(min_idle: usize, max_total: usize) -> PoolConfig {
         PoolConfig {
             engine: sandboxd_domain::engines::all().next().expect("an engine"),
             clone_of: None,
@@ -139,7 +139,7 @@ mod tests {
     }
 
     #[test]
-    pub(super) fn sizes_are_validated_with_the_rule_named() {
+    fn sizes_are_validated_with_the_rule_named() {
         assert!(config(2, 4).validate().is_ok());
         assert!(config(0, 1).validate().is_ok());
         assert!(
@@ -157,7 +157,7 @@ mod tests {
     }
 
     #[test]
-    pub(super) fn stored_sizes_parse_back() {
+    fn stored_sizes_parse_back() {
         assert_eq!(parse_sizes("2,6"), Some((2, 6)));
         assert_eq!(parse_sizes(" 0 , 1 "), Some((0, 1)));
         assert_eq!(parse_sizes("2"), None);

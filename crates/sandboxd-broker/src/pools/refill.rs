@@ -17,7 +17,7 @@ use crate::metrics::Metrics;
 
 impl Pools {
     /// Starts the members each pool lacks, within its backoff; returns the starts begun.
-    pub(super) fn fill(self: &Arc<Self>, metrics: &Arc<Metrics>) -> Vec<JoinHandle<()>> {
+    fn fill(self: &Arc<Self>, metrics: &Arc<Metrics>) -> Vec<JoinHandle<()>> {
         let mut started = Vec::new();
         let now = Instant::now();
         for pool in &self.pools {
@@ -81,7 +81,7 @@ impl Pools {
         started
     }
 
-    pub(super) async fn start_member(
+    async fn start_member(
         &self,
         pool: &Pool,
         request: InstanceRequest,
@@ -139,7 +139,7 @@ impl Pools {
 
     /// Asks every idle member whether it still answers; quarantines the ones that do not, and
     /// shrinks pools that saw no demand since the last check back towards `min_idle`.
-    pub(super) async fn check(&self, metrics: &Metrics) {
+    async fn check(&self, metrics: &Metrics) {
         for pool in &self.pools {
             let config = pool.config();
             let count = pool.state().idle.len();
@@ -193,7 +193,7 @@ impl Pools {
         }
     }
 
-    pub(super) async fn remove_members(&self, members: Vec<IdleMember>) {
+    async fn remove_members(&self, members: Vec<IdleMember>) {
         let handles: Vec<_> = members.iter().map(IdleMember::handle).collect();
         drop(members);
         let names: Vec<String> = handles.iter().map(|h| h.name.clone()).collect();
@@ -245,7 +245,7 @@ impl Pools {
         })
     }
 
-    pub(super) fn next_retry(&self) -> Option<Duration> {
+    fn next_retry(&self) -> Option<Duration> {
         let now = Instant::now();
         self.pools
             .iter()

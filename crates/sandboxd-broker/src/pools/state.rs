@@ -52,7 +52,7 @@ pub(super) struct PoolState {
     /// never competes with the hand-out an agent is waiting for.
     pub(super) handing: usize,
     /// Members out of `idle` for their health check's round trip: a take waits for one
-    /// ([`CHECKED_MEMBER_WAIT`]) rather than missing it.
+    /// (`take::CHECKED_MEMBER_WAIT`) rather than missing it.
     pub(super) checking: usize,
     /// Member names this pool holds or is starting or handing out: never the janitor's.
     pub(super) held: HashSet<String>,
@@ -90,7 +90,7 @@ pub(super) struct Pool {
 }
 
 /// Two snapshots are one when they are of one source, taken at one time.
-pub(super) fn same_snapshot(a: &Snapshot, b: &Snapshot) -> bool {
+fn same_snapshot(a: &Snapshot, b: &Snapshot) -> bool {
     a.source == b.source && a.taken_at_ms == b.taken_at_ms
 }
 
@@ -151,7 +151,7 @@ mod tests {
     use super::*;
 
     #[test]
-    pub(super) fn the_backoff_doubles_up_to_its_ceiling() {
+    fn the_backoff_doubles_up_to_its_ceiling() {
         let tuning = PoolTuning {
             backoff_base: Duration::from_millis(100),
             backoff_max: Duration::from_secs(1),

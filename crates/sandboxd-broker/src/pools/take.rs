@@ -14,7 +14,7 @@ use crate::metrics::Metrics;
 
 /// How long a take waits for a member out for its health check before it counts a miss: the
 /// check is one round trip (milliseconds); a cold start is far longer.
-pub(super) const CHECKED_MEMBER_WAIT: Duration = Duration::from_millis(100);
+const CHECKED_MEMBER_WAIT: Duration = Duration::from_millis(100);
 
 impl Pools {
     /// An idle member for `engine` (a clone of `clone`'s source, made from that very

@@ -27,7 +27,8 @@ fn documented(workspace: &Path) -> Graph {
     graph
 }
 
-fn actual(workspace: &Path) -> Graph {
+/// What `cargo metadata` says of the workspace's own packages.
+fn cargo_metadata(workspace: &Path) -> serde_json::Value {
     let output = std::process::Command::new(env!("CARGO"))
         .args([
             "metadata",
@@ -44,7 +45,11 @@ fn actual(workspace: &Path) -> Graph {
         "{}",
         String::from_utf8_lossy(&output.stderr)
     );
-    let meta: serde_json::Value = serde_json::from_slice(&output.stdout).expect("json");
+    serde_json::from_slice(&output.stdout).expect("json")
+}
+
+fn actual(workspace: &Path) -> Graph {
+    let meta = cargo_metadata(workspace);
     let mut graph = Graph::new();
     for package in meta["packages"].as_array().expect("packages") {
         let name = package["name"].as_str().expect("name").to_owned();
@@ -209,23 +214,7 @@ fn heavy_dependencies_stay_in_their_one_crate() {
         ("wasmtime", BTreeSet::from(["sandboxd-experiments"])),
     ]
     .into();
-    let output = std::process::Command::new(env!("CARGO"))
-        .args([
-            "metadata",
-            "--format-version",
-            "1",
-            "--no-deps",
-            "--offline",
-        ])
-        .current_dir(workspace())
-        .output()
-        .expect("cargo metadata");
-    assert!(
-        output.status.success(),
-        "{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    let meta: serde_json::Value = serde_json::from_slice(&output.stdout).expect("json");
+    let meta = cargo_metadata(workspace());
     let mut actual: BTreeMap<&str, BTreeSet<&str>> =
         expected.keys().map(|k| (*k, BTreeSet::new())).collect();
     for package in meta["packages"].as_array().expect("packages") {
