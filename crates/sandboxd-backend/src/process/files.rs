@@ -149,4 +149,25 @@ mod tests {
         assert_eq!(mode(&dst.join("sub")), 0o750);
         assert_eq!(mode(&dst.join("sub/f")), 0o600);
     }
+
+    #[test]
+    fn a_planted_symlink_is_refused_and_its_target_untouched() {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let target = tmp.path().join("precious");
+        fs::write(&target, b"keep me").expect("target");
+        let planted = tmp.path().join("template.log");
+        symlink(&target, &planted).expect("symlink");
+        assert!(
+            fresh_file(&planted, 0o644, None).is_err(),
+            "a symlink is not followed"
+        );
+        assert!(private_file(&planted, b"x", None).is_err());
+        assert_eq!(fs::read(&target).expect("target"), b"keep me");
+        let fresh = tmp.path().join("fresh");
+        fs::write(&fresh, b"old").expect("old");
+        drop(fresh_file(&fresh, 0o600, None).expect("a regular file is emptied"));
+        assert!(fs::read(&fresh).expect("fresh").is_empty());
+        let mode = fs::metadata(&fresh).expect("meta").permissions().mode() & 0o777;
+        assert_eq!(mode, 0o600);
+    }
 }
