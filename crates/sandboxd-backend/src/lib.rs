@@ -3,6 +3,8 @@
 //! - [`docker`]: hardened sibling containers through the Docker Engine API (production).
 //! - [`process`]: local child processes from the host's packages (the embedded default).
 //! - [`kube`]: Pods on a Kubernetes cluster (kube-rs), for fleets beyond one host.
+//! - `labels`: the label schema Docker and Kubernetes write on what they make, each under its
+//!   own namespace.
 //! - [`wire`]: one client per protocol family (Postgres, Redis, MySQL, MongoDB) for setup,
 //!   readiness probes and feature activation.
 //! - [`clone`]: production-faithful clones: a snapshot read from a source, applied to a fresh
@@ -23,6 +25,7 @@ pub mod docker;
 pub mod error;
 mod image_tags;
 pub mod kube;
+mod labels;
 pub mod probe;
 pub mod process;
 pub mod readiness;

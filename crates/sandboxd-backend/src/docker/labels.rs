@@ -1,19 +1,13 @@
-//! The labels every container carries, under a configurable namespace (`sandboxd` by default).
-//! They are how instances are found again after any restart: `list`, the janitor and stale-name
-//! checks read them, never an in-memory id. No label ever holds a credential.
+//! The labels every container (and every network sandboxd makes) carries, under a configurable
+//! namespace (`sandboxd` by default): the schema's (`crate::labels`) as `<ns>.name`, and
+//! Docker's own extras for networks.
 
 use std::collections::HashMap;
 
 use sandboxd_domain::{AgentSlug, DaemonId, EngineRef};
 
-const SANDBOX: &str = "sandbox";
-const OWNER: &str = "owner";
-/// The maker: a daemon's store id, or `cli`.
-const DAEMON: &str = "daemon";
-const ENGINE: &str = "engine";
-const CREATED: &str = "created";
-/// The engine's port inside the container.
-const PORT: &str = "port";
+use crate::labels::{CREATED, DAEMON, Keys, created_at_ms};
+
 /// The network the container joined, when it publishes nothing.
 const NETWORK: &str = "network";
 /// Marks a network sandboxd made (which also carries daemon and created): a daemon's own, or
@@ -24,7 +18,7 @@ const INSTANCE_NETWORK: &str = "instance-network";
 
 /// What the labels of one container say.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(super) struct Parsed {
+pub(crate) struct Parsed {
     pub engine: EngineRef,
     pub owner: AgentSlug,
     /// `unknown` for a container from before makers were labeled.
@@ -36,24 +30,24 @@ pub(super) struct Parsed {
 }
 
 #[derive(Debug, Clone)]
-pub(super) struct Labels {
-    namespace: String,
+pub(crate) struct Labels {
+    keys: Keys,
 }
 
 impl Labels {
     pub fn new(namespace: &str) -> Self {
         Self {
-            namespace: namespace.to_owned(),
+            keys: Keys::dotted(namespace),
         }
     }
 
     fn key(&self, name: &str) -> String {
-        format!("{}.{name}", self.namespace)
+        self.keys.key(name)
     }
 
     /// `<ns>.sandbox=1`: the label every sandboxd container carries, for list filters.
     pub fn marker(&self) -> String {
-        format!("{}=1", self.key(SANDBOX))
+        self.keys.marker()
     }
 
     /// The list filter selecting every sandboxd container.
@@ -70,14 +64,8 @@ impl Labels {
         network: Option<&str>,
         own_network: Option<&str>,
     ) -> HashMap<String, String> {
-        let mut labels = HashMap::from([
-            (self.key(SANDBOX), "1".to_owned()),
-            (self.key(OWNER), owner.to_string()),
-            (self.key(DAEMON), maker.to_string()),
-            (self.key(ENGINE), engine.name.to_owned()),
-            (self.key(CREATED), created_at_ms.to_string()),
-            (self.key(PORT), engine.port.to_string()),
-        ]);
+        let mut labels: HashMap<String, String> =
+            self.keys.for_instance(engine, owner, maker, created_at_ms);
         if let Some(network) = network {
             labels.insert(self.key(NETWORK), network.to_owned());
         }
@@ -162,39 +150,26 @@ impl Labels {
         {
             return None;
         }
-        Some(get(CREATED).and_then(|v| v.parse().ok()).unwrap_or(0))
+        Some(created_at_ms(get(CREATED).map(String::as_str)))
     }
 
     /// True when the container carries `<ns>.sandbox=1`.
     pub fn is_ours(&self, labels: Option<&HashMap<String, String>>) -> bool {
-        labels
-            .and_then(|l| l.get(&self.key(SANDBOX)))
-            .is_some_and(|v| v == "1")
+        labels.is_some_and(|l| self.keys.is_marked(|key| l.get(key).map(String::as_str)))
     }
 
     /// Reads the labels back; None when they are not ours or do not name a registered engine
     /// and a valid owner.
     pub fn parse(&self, labels: Option<&HashMap<String, String>>) -> Option<Parsed> {
-        if !self.is_ours(labels) {
-            return None;
-        }
         let labels = labels?;
-        let get = |name: &str| labels.get(&self.key(name));
-        let engine = EngineRef::parse(get(ENGINE)?).ok()?;
-        let owner = AgentSlug::parse(get(OWNER)?).ok()?;
-        let maker = match get(DAEMON) {
-            Some(value) => DaemonId::parse(value).ok()?,
-            None => DaemonId::unknown(),
-        };
+        let read = self.keys.read(|key| labels.get(key).map(String::as_str))?;
         Some(Parsed {
-            engine,
-            owner,
-            maker,
-            created_at_ms: get(CREATED).and_then(|v| v.parse().ok()).unwrap_or(0),
-            port: get(PORT)
-                .and_then(|v| v.parse().ok())
-                .unwrap_or_else(|| engine.port),
-            network: get(NETWORK).cloned(),
+            engine: read.engine,
+            owner: read.owner,
+            maker: read.maker.unwrap_or_else(DaemonId::unknown),
+            created_at_ms: read.created_at_ms,
+            port: read.port.unwrap_or(read.engine.port),
+            network: labels.get(&self.key(NETWORK)).cloned(),
         })
     }
 }

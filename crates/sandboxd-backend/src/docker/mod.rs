@@ -38,7 +38,7 @@ use crate::startup::Account;
 mod client;
 pub mod config;
 mod images;
-mod labels;
+pub(crate) mod labels;
 mod list;
 mod network;
 mod provision;

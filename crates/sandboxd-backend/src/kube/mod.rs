@@ -3,7 +3,7 @@
 //! - [`config`]: `KubeConfig`, every default documented.
 //! - `client`: the connection (a kubeconfig, or the cluster sandboxd runs in), error mapping.
 //! - `spec`: an engine's recipe turned into the instance's objects — owner ConfigMap, Secret,
-//!   Pod, NetworkPolicy, Service — and the labels that find them again (pure, unit-tested).
+//!   Pod, NetworkPolicy, Service (pure, unit-tested); `labels`: the labels that find them again.
 //! - `provision`, `list`, `teardown`: the lifecycle verbs, in the step names every backend uses;
 //!   `state`: what a Pod's status says; `doctor`: the API, the permissions, the images.
 //!
@@ -31,6 +31,7 @@ use crate::startup::Account;
 mod client;
 pub mod config;
 mod doctor;
+pub(crate) mod labels;
 mod list;
 mod provision;
 mod spec;
@@ -40,7 +41,7 @@ mod tools;
 
 pub use config::KubeConfig;
 
-use spec::Labels;
+use labels::Labels;
 
 pub struct KubeBackend {
     config: KubeConfig,

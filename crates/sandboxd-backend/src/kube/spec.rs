@@ -31,9 +31,9 @@ use k8s_openapi::api::networking::v1::{
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta, OwnerReference};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+use sandboxd_domain::AgentSlug;
 use sandboxd_domain::engine::ContainerRecipe;
 use sandboxd_domain::space::tmpfs_ceiling_mb;
-use sandboxd_domain::{AgentSlug, DaemonId, EngineRef};
 use secrecy::{ExposeSecret, SecretString};
 
 /// Where the superuser's password is mounted, and its key in the Secret.
@@ -43,95 +43,6 @@ const SECRET_KEY: &str = "superuser";
 const TMP_MB: u64 = 16;
 /// The container's name in every Pod.
 pub(super) const CONTAINER: &str = "server";
-
-const SANDBOX: &str = "sandbox";
-const OWNER: &str = "owner";
-const DAEMON: &str = "daemon";
-const ENGINE: &str = "engine";
-const CREATED: &str = "created";
-const PORT: &str = "port";
-/// The instance's own name, for the selectors of its NetworkPolicy and Service.
-const INSTANCE: &str = "instance";
-
-/// What the labels of one object say.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(super) struct Parsed {
-    pub engine: EngineRef,
-    pub owner: AgentSlug,
-    pub maker: DaemonId,
-    /// Unix milliseconds; 0 when missing or malformed (treated as old).
-    pub created_at_ms: i64,
-    pub port: u16,
-}
-
-/// The labels every object carries, under the configured prefix (`sandboxd.dev/…`). They are
-/// how instances are found again after any restart; none holds a credential.
-#[derive(Debug, Clone)]
-pub(super) struct Labels {
-    prefix: String,
-}
-
-impl Labels {
-    pub fn new(prefix: &str) -> Self {
-        Self {
-            prefix: prefix.to_owned(),
-        }
-    }
-
-    fn key(&self, name: &str) -> String {
-        format!("{}/{name}", self.prefix)
-    }
-
-    /// `<prefix>/sandbox=1`: the selector of every sandboxd object.
-    pub fn selector(&self) -> String {
-        format!("{}=1", self.key(SANDBOX))
-    }
-
-    pub fn owner_key(&self) -> String {
-        self.key(OWNER)
-    }
-
-    pub fn for_instance(
-        &self,
-        name: &str,
-        engine: EngineRef,
-        owner: &AgentSlug,
-        maker: &DaemonId,
-        created_at_ms: i64,
-    ) -> BTreeMap<String, String> {
-        BTreeMap::from([
-            (self.key(SANDBOX), "1".to_owned()),
-            (self.key(OWNER), owner.to_string()),
-            (self.key(DAEMON), maker.to_string()),
-            (self.key(ENGINE), engine.name.to_owned()),
-            (self.key(CREATED), created_at_ms.to_string()),
-            (self.key(PORT), engine.port.to_string()),
-            (self.key(INSTANCE), name.to_owned()),
-        ])
-    }
-
-    /// The selector of one instance's Pod.
-    pub fn instance(&self, name: &str) -> BTreeMap<String, String> {
-        BTreeMap::from([(self.key(INSTANCE), name.to_owned())])
-    }
-
-    /// Engine, owner, maker, creation and port; None when any is missing or invalid (not an
-    /// object this backend made).
-    pub fn parse(&self, labels: Option<&BTreeMap<String, String>>) -> Option<Parsed> {
-        let labels = labels?;
-        let get = |name: &str| labels.get(&self.key(name)).map(String::as_str);
-        if get(SANDBOX) != Some("1") {
-            return None;
-        }
-        Some(Parsed {
-            engine: EngineRef::parse(get(ENGINE)?).ok()?,
-            owner: AgentSlug::parse(get(OWNER)?).ok()?,
-            maker: DaemonId::parse(get(DAEMON)?).ok()?,
-            created_at_ms: get(CREATED).and_then(|c| c.parse().ok()).unwrap_or(0),
-            port: get(PORT)?.parse().ok()?,
-        })
-    }
-}
 
 fn meta(
     name: &str,
@@ -475,9 +386,10 @@ pub(super) fn service(
 #[cfg(test)]
 mod tests {
     use sandboxd_domain::instance::instance_name;
-    use sandboxd_domain::{Credentials, DataSize, engines};
+    use sandboxd_domain::{Credentials, DaemonId, DataSize, engines};
 
     use super::*;
+    use crate::kube::labels::Labels;
 
     fn built(engine: &str) -> (Pod, Credentials) {
         let engine = engines::lookup(engine).expect("registered");
@@ -577,22 +489,6 @@ mod tests {
                 .is_some_and(|o| o[0].kind == "ConfigMap"),
             "owned by the owner object"
         );
-    }
-
-    #[test]
-    fn labels_read_back_and_others_do_not() {
-        let labels = Labels::new("sandboxd.dev");
-        let engine = engines::lookup("redis").expect("registered");
-        let owner = AgentSlug::parse("qa-7").expect("slug");
-        let maker = DaemonId::parse("d00d").expect("id");
-        let set = labels.for_instance("n", engine, &owner, &maker, 1234);
-        let parsed = labels.parse(Some(&set)).expect("ours");
-        assert_eq!(parsed.owner, owner);
-        assert_eq!(parsed.maker, maker);
-        assert_eq!(parsed.created_at_ms, 1234);
-        assert_eq!(parsed.port, engine.port);
-        assert_eq!(Labels::new("other.dev").parse(Some(&set)), None);
-        assert_eq!(labels.selector(), "sandboxd.dev/sandbox=1");
     }
 
     #[test]
