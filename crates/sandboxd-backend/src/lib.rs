@@ -14,6 +14,7 @@
 //! - [`set`]: whole-set provisioning, all or nothing.
 //! - [`readiness`]: polling an authenticated round trip up to a deadline.
 //! - [`versions`]: server version numbers as `doctor` reports and compares them.
+//! - [`duration_serde`]: `*_secs` / `*_ms` settings keys read as `Duration`s.
 //!
 //! This crate keeps no state of its own beyond what it writes beside instances (labels,
 //! metadata files): it does not know about agents, tasks, the store or the guard chain.
@@ -22,6 +23,7 @@
 pub mod backend;
 pub mod clone;
 pub mod docker;
+pub mod duration_serde;
 pub mod error;
 mod image_tags;
 pub mod kube;

@@ -2,13 +2,12 @@
 //! image the request needs is present, else processes; Kubernetes only when asked for.
 
 use std::sync::Arc;
-use std::time::Duration;
 
-use sandboxd_backend::docker::{DockerBackend, DockerConfig};
+use sandboxd_backend::docker::DockerBackend;
 use sandboxd_backend::kube::KubeBackend;
 use sandboxd_backend::process::{ProcessBackend, Progress};
 use sandboxd_backend::{Backend, BackendError};
-use sandboxd_domain::{EngineRef, engines};
+use sandboxd_domain::EngineRef;
 
 use crate::config::{BackendChoice, Settings};
 
@@ -50,29 +49,7 @@ pub fn process(settings: &Settings, progress: Progress) -> Result<ProcessBackend
 /// The Docker backend from the `[docker]` settings and the per-engine images and deadlines.
 /// It connects on first use.
 pub fn docker(settings: &Settings) -> Result<DockerBackend, BackendError> {
-    let docker = &settings.docker;
-    DockerBackend::new(DockerConfig {
-        socket: docker.socket.clone(),
-        network: docker.network.clone(),
-        subnet_pool: docker.subnet_pool.clone(),
-        subnet_prefix: docker.subnet_prefix,
-        instance_subnet_prefix: docker.instance_subnet_prefix,
-        network_settle: DockerConfig::default().network_settle,
-        label_namespace: docker.label_namespace.clone(),
-        uid_base: docker.uid_base,
-        uid_count: docker.uid_count,
-        memory_mb: docker.memory_mb,
-        cpus: docker.cpus,
-        pids_limit: docker.pids_limit,
-        nofile_limit: docker.nofile_limit,
-        nproc_limit: docker.nproc_limit,
-        grace: Duration::from_secs(docker.grace_secs),
-        stop_timeout: Duration::from_secs(docker.stop_timeout_secs),
-        images: engines::all()
-            .map(|engine| (engine.name.to_owned(), settings.images_for(engine)))
-            .collect(),
-        deadlines: settings.deadlines(),
-    })
+    DockerBackend::new(settings.docker_config())
 }
 
 /// The backend for provisioning `engines`.

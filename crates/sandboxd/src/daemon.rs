@@ -3,12 +3,11 @@
 
 use std::path::Path;
 use std::sync::Arc;
-use std::time::Duration;
 
 use anyhow::{Context, Result};
 use rand::RngCore;
 use sandboxd_backend::Backend;
-use sandboxd_broker::{Backends, Broker, BrokerConfig, ReplicationConfig, parse_switch};
+use sandboxd_broker::{Backends, Broker, parse_switch};
 use sandboxd_domain::roles::RoleBook;
 use sandboxd_domain::{EngineRef, engines};
 use sandboxd_store::{SecretCipher, Store, StoreKind};
@@ -49,27 +48,10 @@ pub async fn start(settings: &Settings) -> Result<Daemon> {
             })?),
             Err(_) => None,
         };
-    let config = BrokerConfig {
-        env_prefix: settings.env_prefix.clone(),
-        roles: roles(settings)?,
-        grace: Duration::from_secs(settings.broker.grace_secs),
-        max_lifetime: settings.broker.max_lifetime_secs.map(Duration::from_secs),
-        idle_ttl: settings.broker.idle_ttl_secs.map(Duration::from_secs),
-        janitor_interval: Duration::from_secs(settings.broker.janitor_interval_secs.max(1)),
-        mcp_session_ttl: Duration::from_secs(settings.broker.mcp_session_ttl_secs),
-        enabled_override,
-        pools: settings.pool_configs()?,
-        pool_tuning: settings.pool_tuning(),
-        feature_probe_recheck: Duration::from_secs(settings.broker.feature_probe_recheck_secs),
-        experiments: settings.experiments_config()?,
-        max_heavy_calls_per_agent: settings.broker.max_heavy_calls_per_agent,
-        max_sandbox_size_mb: settings.broker.max_sandbox_size_mb,
-        // A PostgreSQL store may be shared by replicas: leases coordinate them. SQLite is one
-        // daemon's file.
-        replication: (store.kind() == StoreKind::Postgres).then(|| ReplicationConfig {
-            lease_ttl: Duration::from_secs(settings.broker.lease_ttl_secs.max(1)),
-        }),
-    };
+    // A PostgreSQL store may be shared by replicas: leases coordinate them. SQLite is one
+    // daemon's file.
+    let replicated = store.kind() == StoreKind::Postgres;
+    let config = settings.broker_config(roles(settings)?, enabled_override, replicated)?;
     let backends = daemon_backends(settings).await?;
     let primary = backends.primary().kind().as_str();
     let mut images = Vec::new();

@@ -12,7 +12,6 @@ mod listener;
 pub use listener::{ConnectionLimits, serve};
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use axum::Router;
 use axum::extract::{DefaultBodyLimit, Request, State};
@@ -68,7 +67,7 @@ pub fn app(daemon: &Daemon, settings: &Settings, shutdown: CancellationToken) ->
             allowed_hosts: settings.server.allowed_hosts.clone(),
             allowed_origins: settings.server.allowed_origins.clone(),
             shutdown,
-            sessions_per_agent: settings.broker.mcp_sessions_per_agent,
+            sessions_per_agent: settings.broker.mcp_sessions_per_agent.get(),
         },
     );
     let admin = sandboxd_admin::router(
@@ -85,8 +84,8 @@ pub fn app(daemon: &Daemon, settings: &Settings, shutdown: CancellationToken) ->
         origins: settings.server.allowed_origins.clone(),
     });
     let limits = body::BodyLimits {
-        max_bytes: settings.server.max_body_bytes,
-        timeout: Duration::from_secs(settings.server.body_timeout_secs),
+        max_bytes: settings.server.max_body_bytes.get(),
+        timeout: settings.server.body_timeout,
     };
     Router::new()
         .merge(mcp)
@@ -102,8 +101,8 @@ pub fn app(daemon: &Daemon, settings: &Settings, shutdown: CancellationToken) ->
 /// The listener's bounds from the settings.
 pub fn connection_limits(settings: &Settings) -> ConnectionLimits {
     ConnectionLimits {
-        header_timeout: Duration::from_secs(settings.server.header_timeout_secs),
-        max_connections: settings.server.max_connections,
+        header_timeout: settings.server.header_timeout,
+        max_connections: settings.server.max_connections.get(),
     }
 }
 

@@ -1,15 +1,19 @@
-//! Settings of the Docker backend. Every field has a documented default; the CLI fills them from
-//! its one settings tree.
+//! Settings of the Docker backend. Every field has a documented default; it is the `[docker]`
+//! section of the binary's one settings tree as it stands (durations in whole seconds there:
+//! `grace_secs`, `stop_timeout_secs`), and the binary adds the per-engine images and deadlines.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
 
 use sandboxd_domain::EngineRef;
+use serde::{Deserialize, Serialize};
 
+use crate::duration_serde;
 use crate::error::BackendError;
 
 /// Settings of the Docker backend.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
 pub struct DockerConfig {
     /// The Engine API socket: `unix:///var/run/docker.sock`, or Podman's compatible socket
     /// (`unix:///run/podman/podman.sock`). A bare path works too.
@@ -30,7 +34,8 @@ pub struct DockerConfig {
     /// cannot turn inter-container traffic off (Podman): /28 gives 4096 instances in a /16.
     pub instance_subnet_prefix: u8,
     /// A daemon network without containers is removed by the janitor only past this age: a
-    /// provision may be between creating it and creating its first container.
+    /// provision may be between creating it and creating its first container. Not a setting.
+    #[serde(skip)]
     pub network_settle: Duration,
     /// Labels are `<ns>.sandbox`, `<ns>.owner`, `<ns>.engine`, `<ns>.created`, …
     pub label_namespace: String,
@@ -54,13 +59,18 @@ pub struct DockerConfig {
     /// process of the container's uid on the host, so it stays well above `pids_limit`.
     pub nproc_limit: u64,
     /// A same-named container younger than this is never cleared.
+    #[serde(rename = "grace_secs", with = "duration_serde::secs")]
     pub grace: Duration,
     /// How long `docker stop` waits before the engine kills the container at teardown.
+    #[serde(rename = "stop_timeout_secs", with = "duration_serde::secs")]
     pub stop_timeout: Duration,
     /// Images per engine name, in the order they are tried (the first present on the engine
-    /// runs); an engine not named here tries its own list (`Engine::images`).
+    /// runs); an engine not named here tries its own list (`Engine::images`). The binary fills
+    /// them from `[engines]`.
+    #[serde(skip)]
     pub images: BTreeMap<String, Vec<String>>,
-    /// Readiness deadlines per engine name, overriding the engine's own.
+    /// Readiness deadlines per engine name, overriding the engine's own (from `[engines]`).
+    #[serde(skip)]
     pub deadlines: BTreeMap<String, Duration>,
 }
 

@@ -1,17 +1,26 @@
-//! Settings of the Kubernetes backend. Every field has a documented default; the CLI fills them
-//! from its one settings tree (`[kubernetes]`).
+//! Settings of the Kubernetes backend. Every field has a documented default; it is the
+//! `[kubernetes]` section of the binary's one settings tree as it stands (durations in whole
+//! seconds there: `grace_secs`, `start_timeout_secs`), and the binary adds the per-engine images
+//! and deadlines.
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::time::Duration;
 
 use sandboxd_domain::EngineRef;
+use serde::{Deserialize, Serialize};
 
+use crate::duration_serde;
 use crate::error::BackendError;
 
 /// Settings of the Kubernetes backend.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
 pub struct KubeConfig {
+    /// Build this backend even when it is not the one that provisions, so `ls`, `teardown`, the
+    /// janitor and a restarted daemon see its instances. The binary decides on it; the backend
+    /// itself does not read it.
+    pub enabled: bool,
     /// A kubeconfig file. None: the cluster sandboxd runs in (its service account), else
     /// `$KUBECONFIG` or `~/.kube/config`.
     pub kubeconfig: Option<PathBuf>,
@@ -58,20 +67,26 @@ pub struct KubeConfig {
     /// `IfNotPresent` (default), `Always` or `Never` (local images only).
     pub image_pull_policy: String,
     /// A same-named Pod younger than this is never cleared.
+    #[serde(rename = "grace_secs", with = "duration_serde::secs")]
     pub grace: Duration,
     /// How long a Pod may take to be scheduled and started before the provision fails (the
     /// engine's readiness deadline starts after it).
+    #[serde(rename = "start_timeout_secs", with = "duration_serde::secs")]
     pub start_timeout: Duration,
     /// Images per engine name, in the order they are tried (the first any node has runs; with
-    /// none cached, the first is pulled); an engine not named here tries its own list.
+    /// none cached, the first is pulled); an engine not named here tries its own list. The
+    /// binary fills them from `[engines]`.
+    #[serde(skip)]
     pub images: BTreeMap<String, Vec<String>>,
-    /// Readiness deadlines per engine name, overriding the engine's own.
+    /// Readiness deadlines per engine name, overriding the engine's own (from `[engines]`).
+    #[serde(skip)]
     pub deadlines: BTreeMap<String, Duration>,
 }
 
 impl Default for KubeConfig {
     fn default() -> Self {
         Self {
+            enabled: false,
             kubeconfig: None,
             context: None,
             namespace: "sandboxd".to_owned(),

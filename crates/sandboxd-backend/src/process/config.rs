@@ -1,11 +1,18 @@
-//! `ProcessConfig`: the process backend's settings, every default documented.
+//! `ProcessConfig`: the process backend's settings, every default documented. It is the `[process]`
+//! section of the binary's settings tree as it stands: durations are whole seconds there
+//! (`stop_timeout_secs`, `grace_secs`).
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use serde::{Deserialize, Serialize};
+
+use crate::duration_serde;
+
 /// Settings of the process backend; every field has a documented default.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
 pub struct ProcessConfig {
     /// Where instance directories live: a tmpfs-backed directory.
     pub root: PathBuf,
@@ -33,10 +40,14 @@ pub struct ProcessConfig {
     /// Process cap per instance (cgroup `pids.max`).
     pub pids_limit: u64,
     /// How long a graceful stop may take before the instance is killed.
+    #[serde(rename = "stop_timeout_secs", with = "duration_serde::secs")]
     pub stop_timeout: Duration,
     /// A same-named instance younger than this is never replaced.
+    #[serde(rename = "grace_secs", with = "duration_serde::secs")]
     pub grace: Duration,
-    /// Readiness deadlines per engine name, overriding the engine's own.
+    /// Readiness deadlines per engine name, overriding the engine's own (the binary fills them
+    /// from `[engines]`; not a key of `[process]`).
+    #[serde(skip)]
     pub deadlines: BTreeMap<String, Duration>,
 }
 
