@@ -6,7 +6,8 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 
 use crate::commands;
-use crate::config::{BackendChoice, Settings};
+use crate::config::Settings;
+use crate::exit::EXIT_INPUT;
 
 #[derive(Debug, Parser)]
 #[command(
@@ -64,9 +65,6 @@ pub enum Command {
     Experiments(commands::experiments::Args),
 }
 
-/// Exit codes: 0 success, 1 failure, 2 the caller's input was refused.
-pub const EXIT_INPUT: u8 = 2;
-
 pub fn main() -> ExitCode {
     let cli = Cli::parse();
     crate::logging::init(cli.verbose, matches!(cli.command, Command::Serve(_)));
@@ -108,19 +106,5 @@ async fn run(command: Command, settings: Settings) -> ExitCode {
         Command::Settings(args) => commands::settings::run(args, &settings).await,
         Command::Janitor(args) => commands::janitor::run(args, &settings).await,
         Command::Experiments(args) => commands::experiments::run(args, &settings).await,
-    }
-}
-
-/// The `--backend` flag shared by several commands.
-#[derive(Debug, Clone, clap::Args)]
-pub struct BackendArg {
-    /// Which backend to use (default: the configured one, `auto` unless set).
-    #[arg(long, value_enum)]
-    pub backend: Option<BackendChoice>,
-}
-
-impl BackendArg {
-    pub fn choice(&self, settings: &Settings) -> BackendChoice {
-        self.backend.unwrap_or(settings.backend)
     }
 }

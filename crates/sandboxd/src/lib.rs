@@ -11,6 +11,7 @@
 //! - [`stdio_relay`]: `sandboxd mcp`, a stdio MCP server relaying to the daemon's `/mcp` with the
 //!   agent's token, so there is always exactly one broker.
 //! - [`logging`]: the log filter per `-v` level and the redactor every log line passes through.
+//! - [`exit`]: the exit codes every command shares (2: the caller's input was refused).
 //!
 //! This crate holds no domain logic: it parses, wires and prints.
 #![forbid(unsafe_code)]
@@ -21,6 +22,7 @@ pub mod client;
 pub mod commands;
 pub mod config;
 pub mod daemon;
+pub mod exit;
 pub mod http;
 pub mod logging;
 pub mod output;

@@ -8,8 +8,6 @@ use comfy_table::{ContentArrangement, Table, presets::UTF8_BORDERS_ONLY};
 use indicatif::{ProgressBar, ProgressStyle};
 use sandboxd_backend::process::Progress;
 
-use crate::client::Reply;
-
 /// A table for stdout: wrapped to the terminal's width on a terminal, one line per row when
 /// piped (so `grep` and `wc -l` see whole rows).
 pub fn table(header: &[&str], rows: Vec<Vec<String>>) -> String {
@@ -53,24 +51,6 @@ fn one_line(cell: &str) -> String {
 
 pub fn json<T: serde::Serialize>(value: &T) -> String {
     serde_json::to_string_pretty(value).expect("our output types always serialize")
-}
-
-/// Prints a list answer of the admin API: its JSON with `--json`, else `empty` when it holds
-/// nothing, else a table with one `row` per item.
-pub fn print_list<T>(
-    reply: &Reply<Vec<T>>,
-    as_json: bool,
-    empty: &str,
-    header: &[&str],
-    row: impl Fn(&T) -> Vec<String>,
-) {
-    reply.print(as_json, |items| {
-        if items.is_empty() {
-            println!("{empty}");
-        } else {
-            println!("{}", table(header, items.iter().map(row).collect()));
-        }
-    });
 }
 
 /// A progress reporter: a spinner on a terminal, plain lines otherwise; both on stderr so

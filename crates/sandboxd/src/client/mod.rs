@@ -18,9 +18,10 @@ use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use crate::cli::EXIT_INPUT;
 use crate::config::Settings;
 use crate::daemon::ADMIN_TOKEN_ENV;
+use crate::exit::EXIT_INPUT;
+use crate::output;
 
 /// How to reach the daemon; every operator command takes it.
 #[derive(Debug, Clone, clap::Args)]
@@ -228,10 +229,30 @@ impl<T> Reply<T> {
     /// Prints the API's JSON with `--json`, else what `show` prints from the decoded answer.
     pub fn print(&self, as_json: bool, show: impl FnOnce(&T)) {
         if as_json {
-            println!("{}", crate::output::json(&self.json));
+            println!("{}", output::json(&self.json));
         } else {
             show(&self.value);
         }
+    }
+}
+
+impl<T> Reply<Vec<T>> {
+    /// Prints a list answer: its JSON with `--json`, else `empty` when it holds nothing, else a
+    /// table with one `row` per item.
+    pub fn print_list(
+        &self,
+        as_json: bool,
+        empty: &str,
+        header: &[&str],
+        row: impl Fn(&T) -> Vec<String>,
+    ) {
+        self.print(as_json, |items| {
+            if items.is_empty() {
+                println!("{empty}");
+            } else {
+                println!("{}", output::table(header, items.iter().map(row).collect()));
+            }
+        });
     }
 }
 

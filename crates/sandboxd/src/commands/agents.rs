@@ -90,8 +90,7 @@ pub async fn run(args: Args, settings: &Settings) -> ExitCode {
             Err(err) => return err.fail(),
         },
         Command::Ls { project } => match client.agents(&AgentsQuery { project }).await {
-            Ok(agents) => output::print_list(
-                &agents,
+            Ok(agents) => agents.print_list(
                 args.remote.json,
                 "no agents",
                 &["agent", "role", "project", "age"],

@@ -11,9 +11,10 @@ use sandboxd_domain::{AgentSlug, DaemonId, EngineRef, Protocol, ServiceEvidence,
 use secrecy::ExposeSecret;
 
 use crate::backends;
-use crate::cli::BackendArg;
 use crate::config::Settings;
 use crate::output;
+
+use super::BackendArg;
 
 #[derive(Debug, clap::Args)]
 pub struct Args {

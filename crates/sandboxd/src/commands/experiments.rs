@@ -32,7 +32,7 @@ pub async fn run(args: Args, settings: &Settings) -> ExitCode {
         }
         Err(err) => {
             eprintln!("error: {err}");
-            return ExitCode::from(crate::cli::EXIT_INPUT);
+            return ExitCode::from(crate::exit::EXIT_INPUT);
         }
     };
     let started = Instant::now();

@@ -24,7 +24,22 @@ use sandboxd_backend::process::Progress;
 use sandboxd_backend::{Backend, BackendError, InstanceRequest, provision_set};
 use sandboxd_domain::instance::Instance;
 
-use crate::cli::EXIT_INPUT;
+use crate::config::{BackendChoice, Settings};
+use crate::exit::EXIT_INPUT;
+
+/// The `--backend` flag shared by several commands.
+#[derive(Debug, Clone, clap::Args)]
+pub struct BackendArg {
+    /// Which backend to use (default: the configured one, `auto` unless set).
+    #[arg(long, value_enum)]
+    pub backend: Option<BackendChoice>,
+}
+
+impl BackendArg {
+    pub fn choice(&self, settings: &Settings) -> BackendChoice {
+        self.backend.unwrap_or(settings.backend)
+    }
+}
 
 /// Prints an error and picks the exit code: 2 for refused input, 1 for anything else.
 pub fn fail(err: &BackendError) -> ExitCode {

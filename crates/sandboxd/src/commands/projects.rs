@@ -8,9 +8,9 @@ use std::process::ExitCode;
 use sandboxd_admin::wire::{ProjectOut, PutProject};
 use sandboxd_domain::clock::format_age_since;
 
-use crate::cli::EXIT_INPUT;
 use crate::client::{AdminClient, Remote};
 use crate::config::Settings;
+use crate::exit::EXIT_INPUT;
 use crate::output;
 
 #[derive(Debug, clap::Args)]
@@ -201,9 +201,7 @@ pub async fn run(args: Args, settings: &Settings) -> ExitCode {
             }
         }
         Command::Ls => match client.projects().await {
-            Ok(projects) => {
-                output::print_list(&projects, args.remote.json, "no projects", &HEADER, row)
-            }
+            Ok(projects) => projects.print_list(args.remote.json, "no projects", &HEADER, row),
             Err(err) => return err.fail(),
         },
     }

@@ -7,9 +7,11 @@ use sandboxd_domain::{AgentSlug, BackendKind, DaemonId, FeatureRequest, ServiceE
 use serde::Serialize;
 
 use crate::backends;
-use crate::cli::{BackendArg, EXIT_INPUT};
 use crate::config::Settings;
+use crate::exit::EXIT_INPUT;
 use crate::output;
+
+use super::BackendArg;
 
 #[derive(Debug, clap::Args)]
 pub struct Args {

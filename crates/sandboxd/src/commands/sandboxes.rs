@@ -10,7 +10,6 @@ use sandboxd_domain::clock::format_age_since;
 
 use crate::client::{AdminClient, Remote};
 use crate::config::Settings;
-use crate::output;
 
 #[derive(Debug, clap::Args)]
 pub struct Args {
@@ -52,8 +51,7 @@ pub async fn run(args: Args, settings: &Settings) -> ExitCode {
     };
     match args.command {
         Command::Ls { all } => match client.sandboxes(&SandboxesQuery { all: Some(all) }).await {
-            Ok(sandboxes) => output::print_list(
-                &sandboxes,
+            Ok(sandboxes) => sandboxes.print_list(
                 args.remote.json,
                 "no sandboxes",
                 &[

@@ -6,10 +6,10 @@ use std::process::ExitCode;
 use sandboxd_admin::wire::{PutSettings, Settings as SettingsOut};
 use sandboxd_broker::{SANDBOX_DB_ENABLED, parse_switch};
 
-use crate::cli::EXIT_INPUT;
 use crate::client::{AdminClient, Remote};
 use crate::config::Settings;
 use crate::daemon::ENABLED_ENV;
+use crate::exit::EXIT_INPUT;
 use crate::output;
 
 #[derive(Debug, clap::Args)]

@@ -11,9 +11,9 @@ use sandboxd_admin::wire::{PutSource, SourceOut};
 use sandboxd_domain::clock::format_age_since;
 use serde_json::json;
 
-use crate::cli::EXIT_INPUT;
 use crate::client::{AdminClient, Remote};
 use crate::config::Settings;
+use crate::exit::EXIT_INPUT;
 use crate::output;
 
 #[derive(Debug, clap::Args)]
@@ -159,7 +159,7 @@ pub async fn run(args: Args, settings: &Settings) -> ExitCode {
         }
         Command::Ls => match client.sources().await {
             Ok(sources) => {
-                output::print_list(&sources, args.remote.json, "no sources", &HEADER, row);
+                sources.print_list(args.remote.json, "no sources", &HEADER, row);
                 sources.value.iter().for_each(warn);
             }
             Err(err) => return err.fail(),

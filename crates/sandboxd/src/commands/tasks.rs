@@ -7,7 +7,6 @@ use sandboxd_domain::clock::format_age_since;
 
 use crate::client::{AdminClient, Remote};
 use crate::config::Settings;
-use crate::output;
 
 #[derive(Debug, clap::Args)]
 pub struct Args {
@@ -63,8 +62,7 @@ pub async fn run(args: Args, settings: &Settings) -> ExitCode {
         }
         Command::Ls { project, state } => {
             match client.tasks(&TasksQuery { project, state }).await {
-                Ok(tasks) => output::print_list(
-                    &tasks,
+                Ok(tasks) => tasks.print_list(
                     args.remote.json,
                     "no tasks",
                     &["task", "project", "state", "held by", "age", "title"],

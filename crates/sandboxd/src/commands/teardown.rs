@@ -10,8 +10,8 @@ use sandboxd_backend::{ListedInstance, Sweep};
 use sandboxd_domain::{AgentSlug, DaemonId};
 
 use crate::backends;
-use crate::cli::EXIT_INPUT;
 use crate::config::Settings;
+use crate::exit::EXIT_INPUT;
 use crate::output;
 
 #[derive(Debug, clap::Args)]
