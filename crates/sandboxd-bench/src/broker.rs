@@ -10,6 +10,7 @@ use anyhow::{Context, Result, bail};
 use futures::future::join_all;
 use sandboxd_broker::{Backends, Broker, BrokerConfig};
 use sandboxd_domain::Agent;
+use sandboxd_broker::Evidence;
 use sandboxd_domain::envelope::Envelope;
 use sandboxd_domain::roles::Verb;
 use sandboxd_domain::{AgentSlug, EngineRef, ProjectSlug};
@@ -99,7 +100,7 @@ impl World {
     }
 }
 
-fn ok(envelope: Envelope) -> Result<()> {
+fn ok(envelope: Envelope<Evidence>) -> Result<()> {
     match envelope {
         Envelope::Ok(_) => Ok(()),
         Envelope::Error(err) => bail!("{:?}: {}", err.error, err.message),

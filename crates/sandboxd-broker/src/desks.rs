@@ -24,8 +24,8 @@ use sandboxd_domain::{
 use secrecy::SecretString;
 
 use crate::{
-    Broker, BrokerError, JanitorReport, PoolKey, PoolView, SandboxView, SettingsView, Spawned,
-    metrics,
+    Broker, BrokerError, Evidence, JanitorReport, PoolKey, PoolView, SandboxView, SettingsView,
+    Spawned, metrics,
 };
 
 /// What the agent gateway may do. Made by [`Broker::agent_desk`].
@@ -116,7 +116,7 @@ impl AgentDesk {
 
     /// Runs one call for an authenticated agent, as the gateway parsed it, and answers its
     /// envelope. The manifest is checked first; every call is audited.
-    pub async fn call(&self, agent: &Agent, call: Result<Call, Malformed>) -> Envelope {
+    pub async fn call(&self, agent: &Agent, call: Result<Call, Malformed>) -> Envelope<Evidence> {
         self.broker.call(agent, call).await
     }
 }

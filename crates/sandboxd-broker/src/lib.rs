@@ -2,13 +2,14 @@
 //! it; it has no network transport of its own.
 //!
 //! Parts:
-//! - [`Broker::call`] (`verbs.rs`): one agent verb — manifest check, the lifecycle state machine,
-//!   `request_sandbox`'s guard chain (`guards.rs`), release hooks — answered as an envelope.
+//! - [`Broker::call`] (`verbs/`): one agent verb — manifest check, then one file per verb
+//!   (`request_sandbox.rs` gathers the inputs of the pure guard chain
+//!   `sandboxd_domain::guards::decide`; `lifecycle.rs` applies the task state machine) —
+//!   answered as an envelope with typed evidence ([`Evidence`]) that only a gateway serializes.
 //! - `sandbox.rs`: whole-set sandboxes per agent, serialized per agent (`locks.rs`), re-verified
 //!   live on every cache hit, persisted with encrypted credentials so a restart keeps them;
-//!   `sandbox_verbs.rs`: what an agent does with the sandbox it holds (`reset_sandbox`,
-//!   `sandbox_info`, `sandbox_sql`); `experiments.rs`: `run_experiment`, a script in the
-//!   WebAssembly runtime whose `sql()` is the agent's own connection.
+//!   `experiments.rs`: the runtime behind `run_experiment`, whose `sql()` is the agent's own
+//!   connection.
 //! - `caps.rs`: per-agent caps on concurrent heavy calls (`sandbox_sql`, `run_experiment`,
 //!   `reset_sandbox`) and experiments, refused past them with `limit_exceeded`, never queued.
 //! - `feature_probes.rs`: which allowlisted features each backend really provides, probed on a
@@ -40,7 +41,6 @@ mod envelopes;
 mod error;
 mod experiments;
 mod feature_probes;
-mod guards;
 mod janitor;
 mod locks;
 pub mod metrics;
@@ -48,7 +48,6 @@ mod operator;
 mod pools;
 mod replicas;
 mod sandbox;
-mod sandbox_verbs;
 mod sessions;
 mod sizes;
 mod sources;
@@ -70,6 +69,7 @@ pub use sandboxd_backend::FeatureProbe;
 pub use sandboxd_backend::clone::{SourceTls, SslMode};
 pub use sandboxd_domain::lifecycle::TaskState;
 pub use sources::clonable;
+pub use verbs::Evidence;
 
 /// The broker handle: cheap to clone, shared by every gateway.
 #[derive(Debug, Clone)]

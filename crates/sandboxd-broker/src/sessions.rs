@@ -1,5 +1,6 @@
-//! MCP session state for the agent gateway, kept in the store so sessions survive a restart.
-//! The gateway reaches the store only through these calls.
+//! An agent's way in: its bearer token resolved to the agent, and the MCP session state of the
+//! agent gateway, kept in the store so sessions survive a restart. The gateway reaches the
+//! store only through these calls.
 //!
 //! A session unused for `BrokerConfig::mcp_session_ttl` is expired: it reads as unknown (the
 //! gateway answers 404 and the client starts a new session) and the sweeper deletes it, so
@@ -11,8 +12,10 @@
 
 use std::time::Duration;
 
-use sandboxd_domain::AgentSlug;
 use sandboxd_domain::clock::now_ms;
+use sandboxd_domain::{Agent, AgentSlug};
+use sandboxd_store::token_hash;
+use secrecy::SecretString;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
@@ -27,6 +30,11 @@ fn millis(duration: Duration) -> i64 {
 }
 
 impl Broker {
+    /// Resolves a bearer token to its agent.
+    pub async fn authenticate(&self, token: &SecretString) -> Result<Option<Agent>, BrokerError> {
+        Ok(self.store().agent_by_token_hash(&token_hash(token)).await?)
+    }
+
     /// The oldest last-use time of a live session, now.
     fn sessions_used_since(&self) -> i64 {
         now_ms().saturating_sub(millis(self.inner.config.mcp_session_ttl))

@@ -82,13 +82,16 @@ impl ErrorCode {
 }
 
 /// `{ "status": "ok", "task_id", "next", "evidence"?, "context_briefing" }`
+// `E` is the evidence: the broker answers a typed value (its `Evidence`), which only a gateway
+// serializes; a client reading an answer back gets JSON (the default). (Not a doc comment: the
+// doc is the description agents read in the output schema.)
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
-pub struct OkEnvelope {
+pub struct OkEnvelope<E = serde_json::Value> {
     pub status: OkStatus,
     pub task_id: Option<String>,
     pub next: String,
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub evidence: Option<serde_json::Value>,
+    pub evidence: Option<E>,
     pub context_briefing: String,
 }
 
@@ -131,7 +134,7 @@ impl ErrorEnvelope {
     }
 }
 
-impl OkEnvelope {
+impl<E> OkEnvelope<E> {
     pub fn new(
         task_id: Option<String>,
         next: impl Into<String>,
@@ -146,8 +149,8 @@ impl OkEnvelope {
         }
     }
 
-    pub fn with_evidence(mut self, evidence: serde_json::Value) -> Self {
-        self.evidence = Some(evidence);
+    pub fn with_evidence(mut self, evidence: impl Into<E>) -> Self {
+        self.evidence = Some(evidence.into());
         self
     }
 }
@@ -155,24 +158,43 @@ impl OkEnvelope {
 /// Either answer.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(untagged)]
-pub enum Envelope {
-    Ok(OkEnvelope),
+pub enum Envelope<E = serde_json::Value> {
+    Ok(OkEnvelope<E>),
     Error(ErrorEnvelope),
 }
 
-impl Envelope {
+impl<E> Envelope<E> {
     pub fn is_error(&self) -> bool {
         matches!(self, Self::Error(_))
     }
 }
 
-impl From<OkEnvelope> for Envelope {
-    fn from(ok: OkEnvelope) -> Self {
+impl<E: Serialize> Envelope<E> {
+    /// The answer as a client reads it back: its evidence turned into JSON, as a gateway
+    /// sends it.
+    pub fn to_json(&self) -> Envelope {
+        match self {
+            Self::Ok(ok) => Envelope::Ok(OkEnvelope {
+                status: ok.status,
+                task_id: ok.task_id.clone(),
+                next: ok.next.clone(),
+                evidence: ok.evidence.as_ref().map(|evidence| {
+                    serde_json::to_value(evidence).expect("evidence always serializes")
+                }),
+                context_briefing: ok.context_briefing.clone(),
+            }),
+            Self::Error(err) => Envelope::Error(err.clone()),
+        }
+    }
+}
+
+impl<E> From<OkEnvelope<E>> for Envelope<E> {
+    fn from(ok: OkEnvelope<E>) -> Self {
         Self::Ok(ok)
     }
 }
 
-impl From<ErrorEnvelope> for Envelope {
+impl<E> From<ErrorEnvelope> for Envelope<E> {
     fn from(err: ErrorEnvelope) -> Self {
         Self::Error(err)
     }
@@ -184,8 +206,12 @@ mod tests {
 
     #[test]
     fn ok_envelope_shape() {
-        let json = serde_json::to_value(OkEnvelope::new(Some("t1".into()), "request_sandbox", "b"))
-            .expect("json");
+        let json = serde_json::to_value(OkEnvelope::<serde_json::Value>::new(
+            Some("t1".into()),
+            "request_sandbox",
+            "b",
+        ))
+        .expect("json");
         assert_eq!(json["status"], "ok");
         assert_eq!(json["task_id"], "t1");
         assert_eq!(json["next"], "request_sandbox");

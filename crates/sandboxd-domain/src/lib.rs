@@ -14,7 +14,9 @@
 //! - [`credentials`]: CSPRNG secrets and the credentials of a service instance.
 //! - [`instance`]: what a backend hands back for one running service, and the evidence rendered
 //!   from it (§3.4 of the spec).
-//! - [`roles`]: verbs, roles and manifests (§3.1).
+//! - [`roles`]: verbs, roles and manifests (§3.1); [`hints`]: what each role is told to call
+//!   next, naming only its own verbs.
+//! - [`guards`]: `request_sandbox`'s guard chain as one pure decision over gathered inputs.
 //! - [`space`]: the size of an instance's data space, a project's sizes per engine, and how the
 //!   memory cap grows with it.
 //! - [`lifecycle`]: the task state machine of the lifecycle verbs (§3.3).
@@ -37,6 +39,8 @@ pub mod entities;
 pub mod envelope;
 pub mod error;
 pub mod features;
+pub mod guards;
+pub mod hints;
 pub mod instance;
 pub mod lifecycle;
 pub mod names;

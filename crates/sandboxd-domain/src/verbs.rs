@@ -336,7 +336,7 @@ mod tests {
         assert_eq!(schema["type"], "object", "{schema}");
         let validator = jsonschema::validator_for(&schema).expect("a valid JSON schema");
         let ok = serde_json::to_value(
-            OkEnvelope::new(Some("t1".into()), "request_sandbox", "b")
+            OkEnvelope::<serde_json::Value>::new(Some("t1".into()), "request_sandbox", "b")
                 .with_evidence(serde_json::json!({"services": []})),
         )
         .expect("json");

@@ -11,7 +11,7 @@ use std::time::Duration;
 use futures::future::join_all;
 use rmcp::service::RequestContext;
 use rmcp::{ErrorData, RoleServer, ServerHandler};
-use sandboxd_broker::AgentDesk;
+use sandboxd_broker::{AgentDesk, Evidence};
 use sandboxd_domain::call::Call;
 use sandboxd_domain::envelope::{Envelope, ErrorCode, ErrorEnvelope};
 use sandboxd_domain::error::quote;
@@ -40,12 +40,7 @@ pub fn instructions_for(role: Option<&RoleSpec>) -> String {
                 configuration; no verb can run meanwhile."
             .to_owned();
     };
-    let start = [Verb::GiveMeWork, Verb::ClaimReview]
-        .into_iter()
-        .filter(|verb| role.allows(*verb))
-        .map(Verb::name)
-        .collect::<Vec<_>>();
-    let first = match start.as_slice() {
+    let first = match role.starting_verbs().as_slice() {
         [] => "Your role records notes and reads evidence: call note or evidence.".to_owned(),
         verbs => format!("Start with {}.", verbs.join(" or ")),
     };
@@ -63,7 +58,8 @@ fn unauthenticated() -> ErrorData {
     ErrorData::invalid_request("the caller is not an authenticated agent", None)
 }
 
-fn envelope_result(envelope: &Envelope) -> CallToolResult {
+/// The one place an answer becomes JSON.
+fn envelope_result(envelope: &Envelope<Evidence>) -> CallToolResult {
     let value = serde_json::to_value(envelope).expect("envelopes always serialize");
     if envelope.is_error() {
         CallToolResult::structured_error(value)
@@ -82,6 +78,12 @@ pub fn server_config() -> ServerConfig {
 impl Gateway {
     pub fn new(desk: AgentDesk) -> Self {
         Self { desk }
+    }
+
+    /// The instructions of the caller's role, for `initialize` and `server/discover` alike.
+    fn instructions(&self, context: &RequestContext<RoleServer>) -> Result<String, ErrorData> {
+        let agent = self.agent(context)?;
+        Ok(instructions_for(self.desk.manifest(&agent.role)))
     }
 
     /// The agent the bearer-auth middleware resolved for this request.
@@ -142,8 +144,7 @@ impl ServerHandler for Gateway {
     ) -> Result<InitializeResult, ErrorData> {
         context.peer.set_peer_info(request.clone());
         let mut info = self.negotiate_initialize(&request)?;
-        let agent = self.agent(&context)?;
-        info.instructions = Some(instructions_for(self.desk.manifest(&agent.role)));
+        info.instructions = Some(self.instructions(&context)?);
         Ok(info)
     }
 
@@ -151,9 +152,8 @@ impl ServerHandler for Gateway {
         &self,
         context: RequestContext<RoleServer>,
     ) -> Result<DiscoverResult, ErrorData> {
-        let agent = self.agent(&context)?;
         let mut info = self.get_info();
-        info.instructions = Some(instructions_for(self.desk.manifest(&agent.role)));
+        info.instructions = Some(self.instructions(&context)?);
         Ok(DiscoverResult::from_server_info(
             self.supported_protocol_versions().into_owned(),
             info,

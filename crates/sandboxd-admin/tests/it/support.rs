@@ -16,6 +16,7 @@ use sandboxd_admin::AdminConfig;
 use sandboxd_backend::process::{ProcessBackend, ProcessConfig};
 use sandboxd_backend::{Backend, ListedInstance};
 use sandboxd_broker::{Backends, Broker, BrokerConfig, PoolConfig};
+use sandboxd_broker::Evidence;
 use sandboxd_domain::envelope::{Envelope, OkEnvelope};
 use sandboxd_domain::roles::Verb;
 use sandboxd_domain::{Agent, Project};
@@ -369,8 +370,9 @@ async fn teardown_owners(backend: &dyn Backend, owners: &[AgentSlug]) {
     }
 }
 
-pub fn ok(envelope: Envelope) -> OkEnvelope {
-    match envelope {
+/// The answer of a verb as an agent reads it (its evidence as JSON), which must be ok.
+pub fn ok(envelope: Envelope<Evidence>) -> OkEnvelope {
+    match envelope.to_json() {
         Envelope::Ok(ok) => ok,
         Envelope::Error(err) => panic!("expected ok, got {err:?}"),
     }

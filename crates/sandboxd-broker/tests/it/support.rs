@@ -406,6 +406,7 @@ impl World {
         self.broker
             .call(agent, sandboxd_domain::call::Call::parse(verb, args))
             .await
+            .to_json()
     }
 
     /// Makes every write of sandbox instances to the store fail (a trigger that aborts the
@@ -526,15 +527,33 @@ async fn open_store(store_path: &Path, key_path: &Path) -> Store {
         .expect("store")
 }
 
-pub fn ok(envelope: Envelope) -> OkEnvelope {
-    match envelope {
+/// An answer as an agent reads it: the broker's typed one turned into JSON as the gateway
+/// does, or one that already is.
+pub trait Answered {
+    fn json(self) -> Envelope;
+}
+
+impl Answered for Envelope {
+    fn json(self) -> Envelope {
+        self
+    }
+}
+
+impl Answered for Envelope<sandboxd_broker::Evidence> {
+    fn json(self) -> Envelope {
+        self.to_json()
+    }
+}
+
+pub fn ok(envelope: impl Answered) -> OkEnvelope {
+    match envelope.json() {
         Envelope::Ok(ok) => ok,
         Envelope::Error(err) => panic!("expected ok, got {err:?}"),
     }
 }
 
-pub fn refused(envelope: Envelope) -> ErrorEnvelope {
-    match envelope {
+pub fn refused(envelope: impl Answered) -> ErrorEnvelope {
+    match envelope.json() {
         Envelope::Error(err) => err,
         Envelope::Ok(ok) => panic!("expected a refusal, got {ok:?}"),
     }

@@ -1,0 +1,186 @@
+//! The task verbs (`give_me_work`, `i_will_work_on`, `claim_review`, `i_am_done`,
+//! `pass_review`, `fail_review`, `i_documented`, `unclaim`, `i_am_idle`): one state machine
+//! (`sandboxd_domain::lifecycle::plan` decides the move), applied here to the store.
+
+use sandboxd_domain::call::Call;
+use sandboxd_domain::envelope::{ErrorCode, ErrorEnvelope, OkEnvelope};
+use sandboxd_domain::lifecycle::{self, Move, TaskState};
+use sandboxd_domain::roles::{RoleSpec, Verb};
+use sandboxd_domain::{Agent, NoteKind, Task};
+
+use super::Answer;
+use super::check_text;
+use super::tasks::briefing;
+use crate::Broker;
+use crate::envelopes::{internal, out_of_order};
+
+impl Broker {
+    pub(super) async fn lifecycle(&self, agent: &Agent, role: &RoleSpec, call: Call) -> Answer {
+        let verb = call.verb();
+        let (named_task, text) = match call {
+            Call::IWillWorkOn(args) => (Some(args.task), None),
+            Call::ClaimReview(args) => (args.task, None),
+            Call::IAmDone(args) | Call::IDocumented(args) => (None, args.summary),
+            Call::PassReview(args) | Call::FailReview(args) => (None, args.comment),
+            _ => (None, None),
+        };
+        if let Some(text) = &text {
+            check_text(verb, text)?;
+        }
+        let held = self
+            .store()
+            .active_task_of(&agent.slug)
+            .await
+            .map_err(|e| internal("looking up your task", &e))?;
+        let plan = lifecycle::plan(verb, held.as_ref().map(|t| (t.id.as_str(), t.state)))
+            .map_err(out_of_order)?;
+        match plan {
+            Move::Claim { from, to } => {
+                let task = self
+                    .claim(agent, verb, named_task.as_deref(), from, to)
+                    .await?;
+                let next = match verb {
+                    Verb::ClaimReview if role.allows(Verb::RequestSandbox) => {
+                        "request_sandbox if the review needs a database; then pass_review or fail_review"
+                    }
+                    Verb::ClaimReview => "review the work, then call pass_review or fail_review",
+                    _ if role.allows(Verb::RequestSandbox) => {
+                        "do the work (call request_sandbox if your tests need a database), then call i_am_done"
+                    }
+                    _ if role.allows(Verb::IDocumented) => {
+                        "write the documentation, then call i_documented"
+                    }
+                    _ => "do the work, then call i_am_done",
+                };
+                let detail = format!("claimed {}", task.id);
+                Ok((
+                    OkEnvelope::new(Some(task.id.clone()), next, briefing(&task)),
+                    detail,
+                ))
+            }
+            Move::Hand { from, to } => {
+                let task = held.expect("lifecycle::plan hands only a task the caller holds");
+                if let Some(text) = text.filter(|t| !t.trim().is_empty()) {
+                    let kind = if matches!(verb, Verb::FailReview | Verb::PassReview) {
+                        NoteKind::Note
+                    } else {
+                        NoteKind::Evidence
+                    };
+                    self.store()
+                        .record_task_note(&task.id, &agent.slug, kind, false, &text)
+                        .await
+                        .map_err(|e| internal("recording your summary", &e))?;
+                }
+                let moved = self
+                    .store()
+                    .transition(&task.id, from, Some(&agent.slug), to, None)
+                    .await
+                    .map_err(|e| internal("moving your task", &e))?;
+                if !moved {
+                    return Err(ErrorEnvelope::new(
+                        ErrorCode::OutOfOrder,
+                        format!("task {} changed while you were calling {verb}", task.id),
+                        "call give_me_work or claim_review to see what you hold now",
+                    ));
+                }
+                if verb.releases_sandbox() {
+                    self.release_best_effort(agent, verb.name()).await;
+                }
+                let next = match verb {
+                    Verb::PassReview | Verb::FailReview => {
+                        "claim_review for the next review, or i_am_idle"
+                    }
+                    Verb::Unclaim if from == TaskState::InReview => "claim_review, or i_am_idle",
+                    _ => "give_me_work for the next task, or i_am_idle",
+                };
+                Ok((
+                    OkEnvelope::new(
+                        Some(task.id.clone()),
+                        next,
+                        format!("task {} is now {to}", task.id),
+                    ),
+                    format!("{} {from} -> {to}", task.id),
+                ))
+            }
+            Move::None => {
+                // i_am_idle: the engagement ends.
+                self.release_best_effort(agent, verb.name()).await;
+                Ok((
+                    OkEnvelope::new(
+                        None,
+                        "nothing: your engagement is over (give_me_work if new work arrives)",
+                        "your sandbox, if any, was released",
+                    ),
+                    "idle".to_owned(),
+                ))
+            }
+        }
+    }
+
+    async fn claim(
+        &self,
+        agent: &Agent,
+        verb: Verb,
+        named: Option<&str>,
+        from: TaskState,
+        to: TaskState,
+    ) -> Result<Task, ErrorEnvelope> {
+        let Some(id) = named else {
+            return self
+                .store()
+                .claim_next(&agent.project, from, to, &agent.slug)
+                .await
+                .map_err(|e| internal("claiming a task", &e))?
+                .ok_or_else(|| {
+                    ErrorEnvelope::new(
+                        ErrorCode::NoWork,
+                        format!("no task of project {} is waiting ({from})", agent.project),
+                        format!("call {verb} again later, or i_am_idle to end your engagement"),
+                    )
+                });
+        };
+        let task = self
+            .task_in_project(
+                agent,
+                id,
+                if verb == Verb::ClaimReview {
+                    format!(
+                        "call {verb} with a task id of your project, or without one to take the \
+                         next"
+                    )
+                } else {
+                    format!(
+                        "call {verb} with a task id of your project, or give_me_work to take the \
+                         next"
+                    )
+                },
+            )
+            .await?;
+        let taken = || {
+            ErrorEnvelope::new(
+                ErrorCode::TaskTaken,
+                format!(
+                    "task {} is {} and cannot be claimed now",
+                    task.id, task.state
+                ),
+                format!("call {verb} without a task id to take the next waiting one"),
+            )
+        };
+        if task.state != from || task.claimed_by.is_some() {
+            return Err(taken());
+        }
+        let claimed = self
+            .store()
+            .transition(&task.id, from, None, to, Some(&agent.slug))
+            .await
+            .map_err(|e| internal("claiming the task", &e))?;
+        if !claimed {
+            return Err(taken());
+        }
+        Ok(Task {
+            state: to,
+            claimed_by: Some(agent.slug.clone()),
+            ..task
+        })
+    }
+}

@@ -1,0 +1,192 @@
+//! `request_sandbox`: the guard chain (`sandboxd_domain::guards::decide`, pure; this file only
+//! gathers its inputs), then the agent's whole sandbox (`crate::sandbox`), answered filtered to
+//! the services asked for.
+
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use futures::future::join_all;
+use sandboxd_domain::clone::Snapshot;
+use sandboxd_domain::envelope::{ErrorCode, ErrorEnvelope, OkEnvelope};
+use sandboxd_domain::guards::{self, Granted, Inputs, Offer};
+use sandboxd_domain::verbs::RequestSandboxArgs;
+use sandboxd_domain::{Agent, EngineRef};
+
+use super::Answer;
+use crate::Broker;
+use crate::envelopes::internal;
+use crate::sandbox::Cache;
+
+/// How long a request waits for a feature probe under way before activation decides.
+const PROBE_PATIENCE: Duration = Duration::from_secs(10);
+
+/// `request_sandbox`'s `next` for a role that is not configured (its call was refused before).
+const AFTER_THE_SANDBOX: &str =
+    "run your tests against the sandbox; call release_sandbox when you no longer need it";
+
+impl Broker {
+    /// The guard chain: its inputs gathered here, the decision `guards::decide`'s.
+    async fn check_guards(
+        &self,
+        agent: &Agent,
+        args: &RequestSandboxArgs,
+    ) -> Result<Granted, ErrorEnvelope> {
+        let held = self
+            .store()
+            .active_task_of(&agent.slug)
+            .await
+            .map_err(|e| internal("looking up your task", &e));
+        let project = self
+            .store()
+            .get_project(&agent.project)
+            .await
+            .map_err(|e| internal("reading your project", &e));
+        let engines =
+            guards::engines_to_probe(project.as_ref().ok().and_then(Option::as_ref), args);
+        let probes = join_all(
+            engines
+                .into_iter()
+                .map(|engine| async move { (engine, self.offered(engine, PROBE_PATIENCE).await) }),
+        )
+        .await;
+        let offers = probes
+            .iter()
+            .filter_map(|(engine, probe)| {
+                probe.as_ref().map(|probe| {
+                    let offer = Offer {
+                        source: &probe.source,
+                        available: &probe.available,
+                        missing: &probe.missing,
+                    };
+                    (*engine, offer)
+                })
+            })
+            .collect();
+        guards::decide(Inputs {
+            enabled: self.inner.enabled,
+            agent,
+            role: self.manifest(&agent.role),
+            held,
+            project,
+            args,
+            offers,
+            provisioner: self.provisioner_answers().await,
+        })
+    }
+
+    /// Whether the primary backend can provision now; why not, when not.
+    async fn provisioner_answers(&self) -> Result<(), String> {
+        if !self.inner.ready.load(Ordering::SeqCst) {
+            return Err("sandboxd is starting".into());
+        }
+        let primary = self.inner.backends.primary();
+        primary.ping().await.map_err(|err| {
+            tracing::warn!(error = %err, "backend unreachable");
+            format!("the {} backend does not answer", primary.kind())
+        })
+    }
+
+    /// `request_sandbox`: the guard chain, then the sandbox, answered filtered to what was
+    /// asked.
+    pub(crate) async fn request_sandbox(&self, agent: &Agent, args: RequestSandboxArgs) -> Answer {
+        let granted = self
+            .check_guards(agent, &args)
+            .await
+            .inspect_err(|refusal| {
+                self.inner.metrics.failed(refusal.error);
+            })?;
+        let clones = self
+            .clone_snapshots(&granted)
+            .await
+            .inspect_err(|refusal| {
+                self.inner.metrics.failed(refusal.error);
+            })?;
+        let (instances, cache) = self
+            .ensure_sandbox(
+                &agent.slug,
+                &granted.services,
+                &granted.features,
+                &clones,
+                &granted.sizes,
+            )
+            .await
+            .map_err(|failure| {
+                self.inner.metrics.failed(ErrorCode::InvalidState);
+                tracing::warn!(agent = %agent.slug, error = %failure, "provisioning failed");
+                failure.envelope()
+            })?;
+        self.inner.metrics.cache(cache == Cache::Hit);
+        let prefix = &self.inner.config.env_prefix;
+        let evidence: Vec<_> = instances
+            .iter()
+            .filter(|i| granted.asked.contains(&i.engine))
+            .map(|i| i.evidence(prefix))
+            .collect();
+        let served: Vec<&str> = granted.asked.iter().map(|e| e.name).collect();
+        let mut briefing = format!(
+            "Sandbox for task {}: {}. Export each service's env (or use its url) in your test \
+             run; these credentials are yours alone and stay the same on every request_sandbox \
+             call until the sandbox is released.",
+            granted.task.id,
+            served.join(", ")
+        );
+        for instance in instances
+            .iter()
+            .filter(|i| granted.asked.contains(&i.engine))
+        {
+            if let Some(origin) = &instance.clone {
+                briefing.push(' ');
+                briefing.push_str(&origin.briefing(instance.engine.name));
+            }
+        }
+        let ok = OkEnvelope::new(
+            Some(granted.task.id.clone()),
+            self.manifest(&agent.role)
+                .map_or(AFTER_THE_SANDBOX, |role| role.after_the_sandbox()),
+            briefing,
+        )
+        .with_evidence(evidence);
+        let detail = format!(
+            "{} {}",
+            if cache == Cache::Hit {
+                "cache hit"
+            } else {
+                "provisioned"
+            },
+            served.join(",")
+        );
+        Ok((ok, detail))
+    }
+
+    /// The latest snapshot of each source the granted services are clones of; a source without
+    /// one refuses the request (retryable: a snapshot may be under way).
+    async fn clone_snapshots(
+        &self,
+        granted: &Granted,
+    ) -> Result<Vec<(EngineRef, Arc<Snapshot>)>, ErrorEnvelope> {
+        let mut clones = Vec::new();
+        for (engine, source) in &granted.clones {
+            if !granted.services.contains(engine) {
+                continue;
+            }
+            let snapshot = self
+                .store()
+                .latest_snapshot(source)
+                .await
+                .map_err(|e| internal("reading the clone's snapshot", &e))?;
+            let Some(snapshot) = snapshot else {
+                return Err(ErrorEnvelope::new(
+                    ErrorCode::ProvisionerUnavailable,
+                    format!("{engine} is a clone of source {source}, which has no snapshot yet"),
+                    format!(
+                        "retry later; an operator takes one with `sandboxd sources snapshot \
+                         {source}`"
+                    ),
+                ));
+            };
+            clones.push((*engine, Arc::new(snapshot)));
+        }
+        Ok(clones)
+    }
+}
