@@ -1,116 +1,27 @@
 //! The `Backend` trait: what every way of running instances (containers, processes) offers the
-//! broker and the CLI.
+//! broker and the CLI. Its provided methods are the same on every backend, built on the
+//! required ones: a pool member's hand-out, a feature probe's throwaway instance, activation,
+//! the agent's queries and connection, a reset. What they take and give lives below it
+//! (`handle.rs`, `doctor.rs`, `idle.rs`, `probe.rs`); `clone::apply` reaches a backend only
+//! through its port, `CloneHost`, implemented here for every backend.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 
 use async_trait::async_trait;
-use sandboxd_domain::engine::AdminStep;
 use sandboxd_domain::instance::{BackendKind, Instance};
 use sandboxd_domain::{AgentSlug, Credentials, DaemonId, DataSize, EngineRef, Feature};
-use serde::{Deserialize, Serialize};
 
-use crate::error::BackendError;
-use crate::probe::FeatureProbe;
+use crate::clone;
+use crate::doctor::DoctorCheck;
+use crate::error::{BackendError, wire_error};
+use crate::handle::{InstanceHandle, InstanceRequest, ListedInstance};
+use crate::idle::IdleMember;
+use crate::probe::{self, FeatureProbe};
 use crate::wire::{
     self, ActivationError, AdminSession, AgentConnection, AgentStatement, QueryAnswer, QueryLimits,
     Reach,
 };
-
-/// One instance to provision.
-#[derive(Debug, Clone)]
-pub struct InstanceRequest {
-    pub engine: EngineRef,
-    pub owner: AgentSlug,
-    /// Who makes it: recorded on the instance (label, metadata) so only its maker's janitor
-    /// ever acts on it.
-    pub maker: DaemonId,
-    pub features: BTreeSet<Feature>,
-    /// The server's major version, when it must be one (a clone runs its source's); None: the
-    /// backend's own.
-    pub major: Option<u32>,
-    /// The size of its data space (its project's, `projects set … --size`); None: the
-    /// backend's default ([`Backend::default_size`]).
-    pub size: Option<DataSize>,
-}
-
-/// Enough to find an instance again after any restart: what `list` returns and `is_live` /
-/// `teardown` take.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct InstanceHandle {
-    pub engine: EngineRef,
-    pub owner: AgentSlug,
-    /// The daemon (or the CLI) that made it; `unknown` when it was never recorded.
-    pub maker: DaemonId,
-    pub backend: BackendKind,
-    /// Container id, or the instance directory of a process.
-    pub backend_id: String,
-    pub name: String,
-}
-
-impl InstanceHandle {
-    pub fn of(instance: &Instance) -> Self {
-        Self {
-            engine: instance.engine,
-            owner: instance.owner.clone(),
-            maker: instance.maker.clone(),
-            backend: instance.backend,
-            backend_id: instance.backend_id.clone(),
-            name: instance.name.clone(),
-        }
-    }
-}
-
-/// An instance as the backend sees it: from labels or metadata files, never from memory.
-#[derive(Debug, Clone, Serialize)]
-pub struct ListedInstance {
-    #[serde(flatten)]
-    pub handle: InstanceHandle,
-    pub host: String,
-    pub port: u16,
-    /// Unix milliseconds.
-    pub created_at_ms: i64,
-    pub live: bool,
-    /// `running`, `exited`, `oom-killed`, …
-    pub status: String,
-    /// The image it runs, for backends with images.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub image: Option<String>,
-}
-
-/// One line of `sandboxd doctor`.
-#[derive(Debug, Clone, Serialize)]
-pub struct DoctorCheck {
-    pub subject: String,
-    pub ok: bool,
-    pub detail: String,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub fix: Option<String>,
-}
-
-impl DoctorCheck {
-    pub fn ok(subject: impl Into<String>, detail: impl Into<String>) -> Self {
-        Self {
-            subject: subject.into(),
-            ok: true,
-            detail: detail.into(),
-            fix: None,
-        }
-    }
-
-    pub fn missing(
-        subject: impl Into<String>,
-        detail: impl Into<String>,
-        fix: impl Into<String>,
-    ) -> Self {
-        Self {
-            subject: subject.into(),
-            ok: false,
-            detail: detail.into(),
-            fix: Some(fix.into()),
-        }
-    }
-}
 
 /// How eagerly [`Backend::sweep`] removes what is unused.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -253,7 +164,42 @@ pub trait Backend: Send + Sync + fmt::Debug {
         slot: &AgentSlug,
         maker: &DaemonId,
     ) -> Result<FeatureProbe, BackendError> {
-        crate::probe::features(self, engine, slot, maker).await
+        let source = match self.image_of(engine).await? {
+            Some(image) => format!("image {image}"),
+            None => self.feature_location(engine),
+        };
+        let mut probe = FeatureProbe {
+            engine: engine.name,
+            source,
+            available: BTreeSet::new(),
+            missing: BTreeMap::new(),
+        };
+        if engine.features.is_empty() {
+            return Ok(probe);
+        }
+        let member = self
+            .provision_idle(&InstanceRequest {
+                major: None,
+                engine,
+                owner: slot.clone(),
+                maker: maker.clone(),
+                features: BTreeSet::new(),
+                size: None,
+            })
+            .await?;
+        let instance = &member.instance;
+        let outcome = async {
+            let (host, port) = self.admin_address(instance).await?;
+            let reach = Reach { host: &host, port };
+            probe::try_each_feature(&mut probe, engine, instance, reach).await
+        }
+        .await;
+        let handle = InstanceHandle::of(instance);
+        drop(member);
+        if let Err(err) = self.teardown(&handle).await {
+            tracing::warn!(instance = %handle.name, error = %err, "removing a feature probe's instance");
+        }
+        outcome.map(|()| probe)
     }
 
     /// Where sandboxd itself dials the instance as its superuser: the handed-out address,
@@ -468,12 +414,12 @@ pub trait Backend: Send + Sync + fmt::Debug {
                 ))
             })?;
             if let Some(snapshot) = snapshot {
-                crate::clone::apply(
+                clone::apply(
                     self,
                     instance,
                     snapshot,
-                    crate::clone::Fidelity::FULL,
-                    crate::clone::SchemaOwner::Agent,
+                    clone::Fidelity::FULL,
+                    clone::SchemaOwner::Agent,
                 )
                 .await?;
             }
@@ -490,19 +436,8 @@ pub trait Backend: Send + Sync + fmt::Debug {
     }
 }
 
-/// A warm-pool member: running, ready, prepared, its features active, its superuser
-/// connection held open, and no handed-out account yet. Its `instance.owner` is its pool slot
-/// and `instance.agent` holds credentials nobody was given.
-#[derive(Debug)]
-pub struct IdleMember {
-    pub instance: Instance,
-    session: AdminSession,
-    /// The account it will be handed out with, and the steps that make it: made while the
-    /// member waits (a SCRAM verifier is 4096 rounds of PBKDF2), run when it is handed out.
-    agent: Credentials,
-    mint: Vec<AdminStep>,
-}
-
+/// Beside the trait rather than in `idle.rs`: holding a member needs the backend that made it,
+/// and the trait's `hand_out` consumes one, so `idle.rs` stays below the trait.
 impl IdleMember {
     /// Holds a superuser connection to `instance`, just provisioned for a pool, on `backend`;
     /// tears it down when that fails.
@@ -541,38 +476,20 @@ impl IdleMember {
             }
         }
     }
-
-    pub fn handle(&self) -> InstanceHandle {
-        InstanceHandle::of(&self.instance)
-    }
-
-    /// The account name the hand-out will mint.
-    pub(crate) fn minted_user(&self) -> &str {
-        &self.agent.user
-    }
-
-    /// One more step the hand-out runs over the held connection, after the account exists.
-    pub(crate) fn mint_also(&mut self, step: AdminStep) {
-        self.mint.push(step);
-    }
-
-    /// One round trip over the held connection: the member still answers its superuser.
-    pub async fn check(&mut self) -> Result<(), BackendError> {
-        self.session
-            .check()
-            .await
-            .map_err(wire_error(&self.instance, "checking"))
-    }
 }
 
-/// A failed exchange with `instance`'s server, as a `BackendError` naming what was being done.
-fn wire_error<'a, E: fmt::Display>(
-    instance: &'a Instance,
-    operation: &'static str,
-) -> impl FnOnce(E) -> BackendError + 'a {
-    move |err| BackendError::Wire {
-        operation,
-        name: instance.name.clone(),
-        detail: err.to_string(),
+/// Every backend is a place a clone can be made (`clone::apply`'s port).
+#[async_trait]
+impl<B: Backend + ?Sized> clone::CloneHost for B {
+    async fn admin_address(&self, instance: &Instance) -> Result<(String, u16), BackendError> {
+        Backend::admin_address(self, instance).await
+    }
+
+    async fn extend_files(
+        &self,
+        instance: &Instance,
+        files: &[(String, u64)],
+    ) -> Result<(), BackendError> {
+        Backend::extend_files(self, instance, files).await
     }
 }

@@ -2,9 +2,11 @@
 //! about; none carries a credential (wire errors are rendered by drivers that never echo
 //! passwords, and we never format connection strings into them).
 
+use std::fmt;
 use std::time::Duration;
 
 use sandboxd_domain::InputError;
+use sandboxd_domain::instance::Instance;
 
 #[derive(Debug, thiserror::Error)]
 pub enum BackendError {
@@ -102,5 +104,17 @@ impl BackendError {
     /// True when the backend itself cannot be reached: the caller may retry later.
     pub fn is_unavailable(&self) -> bool {
         matches!(self, Self::Unavailable { .. })
+    }
+}
+
+/// A failed exchange with `instance`'s server, as a `BackendError` naming what was being done.
+pub(crate) fn wire_error<'a, E: fmt::Display>(
+    instance: &'a Instance,
+    operation: &'static str,
+) -> impl FnOnce(E) -> BackendError + 'a {
+    move |err| BackendError::Wire {
+        operation,
+        name: instance.name.clone(),
+        detail: err.to_string(),
     }
 }

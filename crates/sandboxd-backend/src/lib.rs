@@ -1,5 +1,7 @@
 //! Backends run database instances for sandboxd. Parts:
-//! - [`backend`]: the `Backend` trait every way of running instances implements.
+//! - [`backend`]: the `Backend` trait every way of running instances implements; what it takes
+//!   and gives sits below it: `handle` (request, handle, listing), `doctor`, `idle` (a pool
+//!   member).
 //! - [`docker`]: hardened sibling containers through the Docker Engine API (production).
 //! - [`process`]: local child processes from the host's packages (the embedded default).
 //! - [`kube`]: Pods on a Kubernetes cluster (kube-rs), for fleets beyond one host.
@@ -23,8 +25,11 @@
 pub mod backend;
 pub mod clone;
 pub mod docker;
+mod doctor;
 pub mod duration_serde;
 pub mod error;
+mod handle;
+mod idle;
 mod image_tags;
 pub mod kube;
 mod labels;
@@ -36,9 +41,10 @@ mod startup;
 pub mod versions;
 pub mod wire;
 
-pub use backend::{
-    Backend, DoctorCheck, IdleMember, InstanceHandle, InstanceRequest, ListedInstance, Sweep,
-};
+pub use backend::{Backend, Sweep};
+pub use doctor::DoctorCheck;
 pub use error::BackendError;
+pub use handle::{InstanceHandle, InstanceRequest, ListedInstance};
+pub use idle::IdleMember;
 pub use probe::FeatureProbe;
 pub use set::{provision_set, provision_set_timed, teardown_all};

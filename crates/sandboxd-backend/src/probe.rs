@@ -1,13 +1,14 @@
 //! Which of an engine's allowlisted features a backend really provides: each one activated on a
 //! throwaway instance, as a sandbox's would be. The allowlist says what may be asked for; the
-//! image (or the host's packages) says what exists.
+//! image (or the host's packages) says what exists. The throwaway instance comes and goes in
+//! `Backend::probe_features`; here is what a probe finds and how each feature is tried.
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use sandboxd_domain::{AgentSlug, DaemonId, EngineRef, Feature};
+use sandboxd_domain::instance::Instance;
+use sandboxd_domain::{EngineRef, Feature};
 use serde::Serialize;
 
-use crate::backend::{Backend, InstanceHandle, InstanceRequest};
 use crate::error::BackendError;
 use crate::wire::{self, ActivationError, Reach};
 
@@ -33,87 +34,53 @@ impl FeatureProbe {
     }
 }
 
-/// Starts an idle instance of `engine` owned by `slot` (a pool slot: never an agent's, hidden
-/// from the sandboxes view), activates each allowlisted feature on it in turn, and tears it
-/// down. A feature the server lacks is recorded with why; any other failure fails the probe.
-pub async fn features(
-    backend: &(impl Backend + ?Sized),
+/// Activates each of `engine`'s allowlisted features in turn on `instance` (a throwaway one
+/// [`Backend::probe_features`](crate::Backend::probe_features) started for this), reached at
+/// `reach`, and records each in `probe`. A feature the server lacks is recorded with why; any
+/// other failure fails the probe.
+pub(crate) async fn try_each_feature(
+    probe: &mut FeatureProbe,
     engine: EngineRef,
-    slot: &AgentSlug,
-    maker: &DaemonId,
-) -> Result<FeatureProbe, BackendError> {
-    let source = match backend.image_of(engine).await? {
-        Some(image) => format!("image {image}"),
-        None => backend.feature_location(engine),
-    };
-    let mut probe = FeatureProbe {
-        engine: engine.name,
-        source,
-        available: BTreeSet::new(),
-        missing: BTreeMap::new(),
-    };
-    if engine.features.is_empty() {
-        return Ok(probe);
-    }
-    let member = backend
-        .provision_idle(&InstanceRequest {
-            major: None,
-            engine,
-            owner: slot.clone(),
-            maker: maker.clone(),
-            features: BTreeSet::new(),
-            size: None,
-        })
-        .await?;
-    let instance = &member.instance;
-    let outcome = async {
-        let (host, port) = backend.admin_address(instance).await?;
-        let reach = Reach { host: &host, port };
-        let major = wire::server_facts(engine.get(), &instance.admin, reach)
-            .await
-            .ok()
-            .and_then(|facts| facts.major_version);
-        for spec in engine.features {
-            let feature = Feature::parse(engine, spec.name)
-                .expect("a name from the engine's own allowlist parses");
-            let one = BTreeSet::from([feature]);
-            match wire::activate(
-                engine.get(),
-                &instance.admin,
-                reach,
-                &instance.database,
-                &one,
-            )
-            .await
-            {
-                Ok(()) => {
-                    probe.available.insert(feature);
-                }
-                Err((_, ActivationError::Missing(detail))) => {
-                    probe.missing.insert(
-                        spec.name,
-                        format!(
-                            "{detail}; it comes with {}",
-                            spec.activation.package_hint(major)
-                        ),
-                    );
-                }
-                Err((_, ActivationError::Wire(err))) => {
-                    return Err(BackendError::Wire {
-                        operation: "probing a feature",
-                        name: format!("{} ({})", instance.name, spec.name),
-                        detail: err.to_string(),
-                    });
-                }
+    instance: &Instance,
+    reach: Reach<'_>,
+) -> Result<(), BackendError> {
+    let major = wire::server_facts(engine.get(), &instance.admin, reach)
+        .await
+        .ok()
+        .and_then(|facts| facts.major_version);
+    for spec in engine.features {
+        let feature = Feature::parse(engine, spec.name)
+            .expect("a name from the engine's own allowlist parses");
+        let one = BTreeSet::from([feature]);
+        match wire::activate(
+            engine.get(),
+            &instance.admin,
+            reach,
+            &instance.database,
+            &one,
+        )
+        .await
+        {
+            Ok(()) => {
+                probe.available.insert(feature);
+            }
+            Err((_, ActivationError::Missing(detail))) => {
+                probe.missing.insert(
+                    spec.name,
+                    format!(
+                        "{detail}; it comes with {}",
+                        spec.activation.package_hint(major)
+                    ),
+                );
+            }
+            Err((_, ActivationError::Wire(err))) => {
+                return Err(BackendError::Wire {
+                    operation: "probing a feature",
+                    name: format!("{} ({})", instance.name, spec.name),
+                    detail: err.to_string(),
+                });
             }
         }
-        Ok(())
     }
-    .await;
-    let handle = InstanceHandle::of(instance);
-    drop(member);
-    if let Err(err) = backend.teardown(&handle).await {
-        tracing::warn!(instance = %handle.name, error = %err, "removing a feature probe's instance");
-    }
-    outcome.map(|()| probe)
+    Ok(())
 }

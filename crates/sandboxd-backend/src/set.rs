@@ -5,8 +5,9 @@ use std::time::{Duration, Instant};
 use futures::future::join_all;
 use sandboxd_domain::instance::Instance;
 
-use crate::backend::{Backend, InstanceHandle, InstanceRequest};
+use crate::backend::Backend;
 use crate::error::BackendError;
+use crate::handle::{InstanceHandle, InstanceRequest};
 
 /// Provisions every request in parallel. If any fails, the ones that succeeded are torn down
 /// and the first error is returned, so a failed set leaves nothing behind.

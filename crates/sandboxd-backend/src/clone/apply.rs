@@ -4,16 +4,15 @@
 
 use std::time::{Duration, Instant};
 
+use async_trait::async_trait;
 use sandboxd_domain::Instance;
 use sandboxd_domain::clone::{
-    CloneOrigin, Snapshot, clone_notes, padding, restore_statements, schema_statements,
-    setting_statements,
+    Snapshot, clone_notes, padding, restore_statements, schema_statements, setting_statements,
 };
-use sandboxd_domain::engine::{AdminStep, pg_identifier, sql_literal};
+use sandboxd_domain::engine::{pg_identifier, sql_literal};
 use serde::Serialize;
 use tokio_postgres::{Client, SimpleQueryMessage};
 
-use crate::backend::{Backend, IdleMember, InstanceHandle, InstanceRequest};
 use crate::error::BackendError;
 use crate::wire::{Reach, postgres};
 
@@ -69,83 +68,25 @@ pub enum SchemaOwner {
     AtHandOut,
 }
 
-/// Provisions an instance for `request` (whose `major` must be the snapshot's) and makes it a
-/// clone of `snapshot`; on any failure the instance is torn down.
-pub async fn provision_clone(
-    backend: &dyn Backend,
-    request: &InstanceRequest,
-    snapshot: &Snapshot,
-    fidelity: Fidelity,
-) -> Result<(Instance, CloneReport), BackendError> {
-    let mut request = request.clone();
-    request.major = Some(snapshot.major());
-    let mut instance = backend.provision(&request).await?;
-    match apply(backend, &instance, snapshot, fidelity, SchemaOwner::Agent).await {
-        Ok(report) => {
-            instance.clone = Some(origin_of(snapshot, &report));
-            Ok((instance, report))
-        }
-        Err(err) => {
-            remove_failed(backend, &instance).await;
-            Err(err)
-        }
-    }
-}
+/// What making a clone needs of the backend that runs the instance: where sandboxd dials it as
+/// its superuser, and its server's relation files extended. Every
+/// [`Backend`](crate::Backend) is one, with the methods of the same names; the port keeps this
+/// module below the trait, whose `reset` makes a clone again.
+#[async_trait]
+pub trait CloneHost: Send + Sync {
+    /// `Backend::admin_address`.
+    async fn admin_address(&self, instance: &Instance) -> Result<(String, u16), BackendError>;
 
-/// Starts a warm-pool member that is already a clone of `snapshot` (everything
-/// [`provision_clone`] does but for the owner: the schema stays the superuser's until the
-/// hand-out, whose minting hands it to the new account in the same round trips). On any
-/// failure the member is torn down.
-pub async fn provision_idle_clone(
-    backend: &dyn Backend,
-    request: &InstanceRequest,
-    snapshot: &Snapshot,
-) -> Result<(IdleMember, CloneReport), BackendError> {
-    let mut request = request.clone();
-    request.major = Some(snapshot.major());
-    let mut member = backend.provision_idle(&request).await?;
-    match apply(
-        backend,
-        &member.instance,
-        snapshot,
-        Fidelity::FULL,
-        SchemaOwner::AtHandOut,
-    )
-    .await
-    {
-        Ok(report) => {
-            member.instance.clone = Some(origin_of(snapshot, &report));
-            let database = member.instance.database.clone();
-            let hand_over = hand_over(member.minted_user());
-            member.mint_also(AdminStep::Sql {
-                database: Some(database),
-                statement: hand_over.into(),
-            });
-            Ok((member, report))
-        }
-        Err(err) => {
-            let instance = member.instance.clone();
-            drop(member);
-            remove_failed(backend, &instance).await;
-            Err(err)
-        }
-    }
-}
-
-fn origin_of(snapshot: &Snapshot, report: &CloneReport) -> CloneOrigin {
-    let mut origin = CloneOrigin::of(snapshot, snapshot.major());
-    origin.notes.clone_from(&report.notes);
-    origin
-}
-
-async fn remove_failed(backend: &dyn Backend, instance: &Instance) {
-    if let Err(teardown) = backend.teardown(&InstanceHandle::of(instance)).await {
-        tracing::warn!(instance = %instance.name, error = %teardown, "removing a clone that failed");
-    }
+    /// `Backend::extend_files`.
+    async fn extend_files(
+        &self,
+        instance: &Instance,
+        files: &[(String, u64)],
+    ) -> Result<(), BackendError>;
 }
 
 /// Makes the running Postgres `instance` a clone of `snapshot`, its schema owned by `owner`.
-pub async fn apply<B: Backend + ?Sized>(
+pub async fn apply<B: CloneHost + ?Sized>(
     backend: &B,
     instance: &Instance,
     snapshot: &Snapshot,
@@ -367,7 +308,7 @@ async fn padding_plan(
 /// Every object the schema made, handed to the agent's account: it owns its sandbox's schema as
 /// it owns an ordinary sandbox's database (extension members and the superuser's `extensions`
 /// schema excepted; sequences that belong to a column follow their table).
-fn hand_over(agent: &str) -> String {
+pub(super) fn hand_over(agent: &str) -> String {
     let agent = sql_literal(&pg_identifier(agent));
     format!(
         r#"DO $hand_over$

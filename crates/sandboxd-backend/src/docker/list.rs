@@ -7,8 +7,8 @@ use sandboxd_domain::instance::{BackendKind, instance_name, parse_instance_name}
 
 use super::labels::Parsed;
 use super::{DockerBackend, client, spec};
-use crate::backend::{InstanceHandle, ListedInstance};
 use crate::error::BackendError;
+use crate::handle::{InstanceHandle, ListedInstance};
 
 impl DockerBackend {
     pub(super) async fn list_instances(&self) -> Result<Vec<ListedInstance>, BackendError> {

@@ -29,10 +29,11 @@ use bollard::query_parameters::RenameContainerOptions;
 use sandboxd_domain::instance::{BackendKind, Instance, instance_name};
 use sandboxd_domain::{AgentSlug, DaemonId, DataSize, EngineRef, engines};
 
-use crate::backend::{
-    Backend, DoctorCheck, IdleMember, InstanceHandle, InstanceRequest, ListedInstance, Sweep,
-};
+use crate::backend::{Backend, Sweep};
+use crate::doctor::DoctorCheck;
 use crate::error::BackendError;
+use crate::handle::{InstanceHandle, InstanceRequest, ListedInstance};
+use crate::idle::IdleMember;
 use crate::startup::Account;
 
 mod client;

@@ -26,8 +26,9 @@ use super::images::ImageFacts;
 use super::spec::{self, Attach, Limits, PUBLISH_IP, Spec};
 use super::teardown::{self, Target};
 use super::{DockerBackend, client, images, network, state};
-use crate::backend::{Backend, InstanceRequest};
+use crate::backend::Backend;
 use crate::error::BackendError;
+use crate::handle::InstanceRequest;
 use crate::startup::{Account, Startup, bring_up};
 use crate::wire::Reach;
 

@@ -12,7 +12,7 @@ use kube::api::PostParams;
 use sandboxd_domain::engines;
 
 use super::KubeBackend;
-use crate::backend::DoctorCheck;
+use crate::doctor::DoctorCheck;
 
 /// What provisioning does in the namespace: (API group, resource, verbs).
 const NEEDED: &[(&str, &str, &[&str])] = &[

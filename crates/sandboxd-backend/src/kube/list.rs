@@ -7,8 +7,8 @@ use kube::api::ListParams;
 use sandboxd_domain::instance::BackendKind;
 
 use super::{KubeBackend, client, state};
-use crate::backend::{InstanceHandle, ListedInstance};
 use crate::error::BackendError;
+use crate::handle::{InstanceHandle, ListedInstance};
 
 impl KubeBackend {
     pub(super) async fn list_instances(&self) -> Result<Vec<ListedInstance>, BackendError> {

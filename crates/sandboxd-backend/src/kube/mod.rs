@@ -22,10 +22,11 @@ use kube::api::{ListParams, Patch, PatchParams};
 use sandboxd_domain::instance::{BackendKind, Instance};
 use sandboxd_domain::{AgentSlug, DataSize, EngineRef};
 
-use crate::backend::{
-    Backend, DoctorCheck, IdleMember, InstanceHandle, InstanceRequest, ListedInstance,
-};
+use crate::backend::Backend;
+use crate::doctor::DoctorCheck;
 use crate::error::BackendError;
+use crate::handle::{InstanceHandle, InstanceRequest, ListedInstance};
+use crate::idle::IdleMember;
 use crate::startup::Account;
 
 mod client;

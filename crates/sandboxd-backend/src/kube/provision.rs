@@ -22,8 +22,9 @@ use tokio::time::Instant;
 
 use super::spec::{self, Admitted, PodInput};
 use super::{KubeBackend, client, state};
-use crate::backend::{Backend, InstanceRequest};
+use crate::backend::Backend;
 use crate::error::BackendError;
+use crate::handle::InstanceRequest;
 use crate::startup::{Account, Startup, bring_up};
 use crate::wire::Reach;
 

@@ -10,8 +10,8 @@ use sandboxd_domain::instance::{BackendKind, parse_instance_name};
 use super::HOST;
 use super::metadata::DIR_NAME;
 use super::metadata::Metadata;
-use crate::backend::{InstanceHandle, ListedInstance};
 use crate::error::BackendError;
+use crate::handle::{InstanceHandle, ListedInstance};
 
 /// The instances under `root`, sorted by name.
 pub(super) fn instances(root: &Path) -> Result<Vec<ListedInstance>, BackendError> {

@@ -30,10 +30,11 @@ use sandboxd_domain::engine::ProcessRecipe;
 use sandboxd_domain::instance::{BackendKind, Instance, instance_name, parse_instance_name};
 use sandboxd_domain::{AgentSlug, DataSize, EngineRef, engines};
 
-use crate::backend::{
-    Backend, DoctorCheck, IdleMember, InstanceHandle, InstanceRequest, ListedInstance,
-};
+use crate::backend::Backend;
+use crate::doctor::DoctorCheck;
 use crate::error::BackendError;
+use crate::handle::{InstanceHandle, InstanceRequest, ListedInstance};
+use crate::idle::IdleMember;
 use crate::startup::Account;
 
 pub mod config;

@@ -21,8 +21,9 @@ use secrecy::ExposeSecret;
 use super::identity::{Identity, Tenant};
 use super::metadata::Metadata;
 use super::{HOST, ProcessBackend, files, limits, liveness, space};
-use crate::backend::{Backend, InstanceHandle, InstanceRequest};
+use crate::backend::Backend;
 use crate::error::BackendError;
+use crate::handle::{InstanceHandle, InstanceRequest};
 use crate::startup::{Account, Startup, bring_up};
 use crate::wire::Reach;
 

@@ -10,8 +10,8 @@ use sandboxd_domain::engine::Signal;
 
 use super::metadata::Metadata;
 use super::{ProcessBackend, limits, liveness, space};
-use crate::backend::InstanceHandle;
 use crate::error::BackendError;
+use crate::handle::InstanceHandle;
 
 fn os_signal(signal: Signal) -> OsSignal {
     match signal {
