@@ -1,0 +1,184 @@
+//! The Sandbox card of a project's page: a checkbox per engine of the registry and per feature
+//! of its allowlist (greyed out where this sandboxd's backend does not provide it), the source
+//! an engine is cloned from, and the size of an engine's data space.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::future::join_all;
+use maud::{Markup, html};
+use sandboxd_broker::FeatureProbe;
+use sandboxd_domain::engine::FeatureKind;
+use sandboxd_domain::{DataSize, EngineRef, Project, Source, engines};
+
+use crate::AppState;
+use crate::panel::layout::csrf_field;
+use crate::panel::session::PanelSession;
+
+fn feature_noun(engine: EngineRef) -> &'static str {
+    match engine.feature_kind {
+        FeatureKind::Extension => "extensions",
+        FeatureKind::Module => "modules",
+    }
+}
+
+/// Per engine with an allowlist, what this sandboxd's backend provides (absent while unknown).
+type Offered = BTreeMap<EngineRef, Arc<FeatureProbe>>;
+
+/// How long the card waits for a feature probe under way before it shows the allowlist alone.
+const PROBE_PATIENCE: Duration = Duration::from_secs(10);
+
+pub(super) async fn offered(state: &AppState) -> Offered {
+    let probes = engines::with_features()
+        .map(|engine| async move { (engine, state.desk.offered(engine, PROBE_PATIENCE).await) });
+    join_all(probes)
+        .await
+        .into_iter()
+        .filter_map(|(engine, probe)| probe.map(|probe| (engine, probe)))
+        .collect()
+}
+
+/// Why `feature` of `engine` cannot be chosen here, or None when it can (or nothing is known).
+fn lacking(offered: &Offered, engine: EngineRef, feature: &str) -> Option<String> {
+    let probe = offered.get(&engine)?;
+    if probe.names().contains(&feature) {
+        return None;
+    }
+    let why = probe.missing.get(feature).cloned().unwrap_or_default();
+    Some(format!(
+        "not provided by this sandboxd ({}): {why}",
+        probe.source
+    ))
+}
+
+/// For an engine that can be a clone: a choice of the registered sources (or none: a fresh
+/// instance).
+fn clone_choice(engine: EngineRef, project: &Project, sources: &[Source]) -> Markup {
+    let current = project
+        .sandbox_clones
+        .iter()
+        .find(|(e, _)| *e == engine)
+        .map(|(_, s)| s);
+    html! {
+        @if sandboxd_broker::clonable(engine) {
+            div class="clone-choice small" {
+                label {
+                    "handed out as "
+                    select name={ "clone:" (engine.name) } id={ "clone-" (engine.name) } {
+                        option value="" selected[current.is_none()] { "a fresh instance" }
+                        @for source in sources {
+                            option value=(source.name) selected[current == Some(&source.name)] {
+                                "a clone of " (source.name)
+                                @if source.snapshot.is_none() { " (no snapshot yet)" }
+                            }
+                        }
+                    }
+                }
+                @if sources.is_empty() {
+                    " " span class="muted" { "(register a source on the " a href="/sources" { "Sources" } " page to clone production)" }
+                }
+            }
+        }
+    }
+}
+
+/// For an engine that keeps its data on disk: the size of its data space (empty: the backend's
+/// default), within the operator's ceiling.
+fn size_choice(engine: EngineRef, project: &Project, space: &Space) -> Markup {
+    let current = project.sandbox_sizes.get(engine);
+    html! {
+        @if engine.data_on_disk {
+            div class="size-choice small" {
+                label {
+                    "data space "
+                    input type="text" name={ "size:" (engine.name) } id={ "size-" (engine.name) }
+                        size="6" maxlength="12" pattern="[0-9]+ *[MmGg]([Ii]?[Bb])?"
+                        placeholder=(space.default)
+                        value=(current.map(|s| s.to_string()).unwrap_or_default());
+                }
+                " " span class="muted" { "default " (space.default) ", at most " (space.ceiling) }
+            }
+        }
+    }
+}
+
+/// The default data space and the operator's ceiling, shown beside each size.
+pub(super) struct Space {
+    pub(super) default: DataSize,
+    pub(super) ceiling: DataSize,
+}
+
+/// The Sandbox card: every engine of the registry, every feature of its allowlist; a feature
+/// this sandboxd's backend does not provide cannot be newly chosen.
+pub(super) fn sandbox_card(
+    session: &PanelSession,
+    project: &Project,
+    offered: &Offered,
+    sources: &[Source],
+    space: &Space,
+) -> Markup {
+    let services = project.sandbox_services.clone().unwrap_or_default();
+    let extensions = project.sandbox_extensions.clone().unwrap_or_default();
+    html! {
+        section class="card" id="sandbox-card" {
+            h2 { "Sandbox" }
+            p class="muted" {
+                "Services this project's developers and QA agents may request with "
+                code { "request_sandbox" } ". The first request provisions the whole set; "
+                "extensions are activated by the daemon, only from each engine's allowlist, "
+                "and only those this sandboxd's backend provides (the others are greyed out; "
+                "hover for what provides them)."
+            }
+            form method="post" action={ "/projects/" (project.slug) } {
+                (csrf_field(session))
+                table class="grid services" {
+                    thead { tr { th { "Service" } th { "Extensions and modules" } } }
+                    tbody {
+                        @for engine in engines::all() {
+                            @let chosen = extensions.for_engine(engine);
+                            tr {
+                                td class="service" {
+                                    label class="check" {
+                                        input type="checkbox" name="service" value=(engine.name)
+                                            id={ "service-" (engine.name) }
+                                            checked[services.contains(&engine)];
+                                        strong { (engine.title) }
+                                        " " code class="muted" { (engine.name) }
+                                    }
+                                    (clone_choice(engine, project, sources))
+                                    (size_choice(engine, project, space))
+                                }
+                                td {
+                                    @if engine.features.is_empty() {
+                                        span class="muted small" { "no " (feature_noun(engine)) " to choose" }
+                                    } @else {
+                                        div class="chips" {
+                                            @for feature in engine.features {
+                                                @let checked = chosen.iter().any(|f| f.name() == feature.name);
+                                                @let lacks = lacking(offered, engine, feature.name);
+                                                label class={ "chip" @if lacks.is_some() { " unavailable" } }
+                                                    title=(lacks.clone().unwrap_or_else(|| feature.summary.to_owned())) {
+                                                    input type="checkbox" name="feature"
+                                                        value={ (engine.name) ":" (feature.name) }
+                                                        id={ "feature-" (engine.name) "-" (feature.name) }
+                                                        checked[checked]
+                                                        disabled[lacks.is_some() && !checked];
+                                                    (feature.name)
+                                                }
+                                            }
+                                        }
+                                    }
+                                }
+                            }
+                        }
+                    }
+                }
+                div class="form-actions" {
+                    button class="primary" type="submit" id="save-sandbox" { "Save" }
+                    span class="muted small" { "No service checked means the project is not opted in." }
+                }
+            }
+        }
+    }
+}
