@@ -9,13 +9,11 @@ use axum::extract::{FromRequest, Request};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Redirect, Response};
 
-use super::login::{self, LOGIN_COOKIE};
+use super::cookie;
+use super::layout::{self, CSRF_FIELD};
+use super::login_page::{self, LOGIN_COOKIE};
 use super::session::{PanelSession, tokens_match};
-use super::{cookie, layout};
 use crate::AppState;
-
-/// The form field every POST form carries its CSRF token in.
-pub const CSRF_FIELD: &str = "csrf";
 
 /// A submitted form as its fields in order (repeated names allowed: checkboxes).
 #[derive(Debug)]
@@ -95,7 +93,7 @@ impl FromRequest<AppState> for LoginForm {
             .map_err(IntoResponse::into_response)?;
         let fields = FormFields::parse(&body);
         if !fields.carries(&expected) {
-            return Err(login::page(
+            return Err(login_page::page(
                 state,
                 StatusCode::FORBIDDEN,
                 Some("The login form expired (or cookies are off). Try again."),

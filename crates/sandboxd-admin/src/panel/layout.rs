@@ -52,9 +52,12 @@ fn head(title: &str) -> Markup {
     }
 }
 
+/// The form field every POST form carries its CSRF token in.
+pub const CSRF_FIELD: &str = "csrf";
+
 /// A hidden CSRF field: every POST form carries one.
 pub fn csrf_field(session: &PanelSession) -> Markup {
-    html! { input type="hidden" name=(super::form::CSRF_FIELD) value=(session.csrf); }
+    html! { input type="hidden" name=(CSRF_FIELD) value=(session.csrf); }
 }
 
 pub fn flash(flash: Option<&Flash>) -> Markup {

@@ -11,21 +11,17 @@ use axum::extract::{Request, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Redirect, Response};
-use maud::{Markup, html};
 
-use super::form::{CSRF_FIELD, LoginForm, VerifiedForm};
-use super::layout;
-use super::session::{PanelSession, random_token};
+use super::form::{LoginForm, VerifiedForm};
+use super::login_page::{LOGIN_COOKIE, page};
+use super::session::PanelSession;
 use super::throttle::{Client, Limited};
 use super::{SESSION_COOKIE, cookie, set_cookie};
 use crate::AppState;
 
-/// The login form's double-submit cookie.
-pub(super) const LOGIN_COOKIE: &str = "sandboxd_login";
 /// The largest login form body: a CSRF token and an admin token, with room to spare. An
 /// unauthenticated client can make the daemon hold no more than this per connection.
 pub(super) const MAX_FORM_BYTES: usize = 4096;
-const LOGIN_COOKIE_SECS: u64 = 3600;
 
 fn session_of(state: &AppState, headers: &HeaderMap) -> Option<PanelSession> {
     cookie(headers, SESSION_COOKIE).and_then(|id| state.sessions.get(&id))
@@ -44,52 +40,6 @@ pub async fn require_session(
         }
         None => Redirect::to("/login").into_response(),
     }
-}
-
-fn form(csrf: &str, error: Option<&str>) -> Markup {
-    layout::bare(
-        "Log in",
-        html! {
-            div class="card login" {
-                h1 { span class="brand-mark" { "◆" } " sandboxd" }
-                p class="muted" { "Operator panel" }
-                @if let Some(error) = error {
-                    div class="flash flash-error" role="alert" { (error) }
-                }
-                form method="post" action="/login" {
-                    input type="hidden" name=(CSRF_FIELD) value=(csrf);
-                    label for="token" { "Admin token" }
-                    input id="token" type="password" name="token" autocomplete="current-password"
-                        required autofocus;
-                    button class="primary" type="submit" { "Log in" }
-                }
-                p class="muted small" {
-                    "The token is in the daemon's admin token file ("
-                    code { "admin.token" } " in its state directory) or in "
-                    code { "SANDBOXD_ADMIN_TOKEN" } "."
-                }
-            }
-        },
-    )
-}
-
-/// The login form with a fresh double-submit cookie.
-pub(super) fn page(state: &AppState, status: StatusCode, error: Option<&str>) -> Response {
-    let csrf = random_token();
-    (
-        status,
-        [(
-            header::SET_COOKIE,
-            set_cookie(
-                LOGIN_COOKIE,
-                &csrf,
-                LOGIN_COOKIE_SECS,
-                state.config.secure_cookies,
-            ),
-        )],
-        form(&csrf, error),
-    )
-        .into_response()
 }
 
 pub async fn show(State(state): State<AppState>, headers: HeaderMap) -> Response {

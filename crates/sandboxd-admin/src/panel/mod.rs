@@ -2,7 +2,7 @@
 //! forbids scripts outright), one embedded stylesheet, and plain forms.
 //!
 //! - `login.rs`: the admin-token login, logout, and the session gate every other page is
-//!   behind.
+//!   behind; `login_page.rs`: the login form and its double-submit cookie.
 //! - `settings.rs`, `projects.rs`, `sandboxes.rs`, `pools.rs`, `sources.rs`, `audit.rs`: one
 //!   file per page.
 //! - `session.rs`: in-memory sessions with a CSRF token each; `layout.rs`: the page shell.
@@ -27,6 +27,7 @@ mod audit;
 mod form;
 pub(crate) mod layout;
 mod login;
+mod login_page;
 mod pools;
 mod projects;
 mod sandboxes;
