@@ -61,6 +61,12 @@ impl Cleanup {
         format!("bench-{}-{tag}", self.pid)
     }
 
+    /// The label namespace of the daemons the bench starts on Docker (the pools scenario's) and
+    /// of the clones scenario's pooled backend: the sweep finds what they left by it.
+    pub fn label_namespace(&self) -> String {
+        format!("sbxbench{}", self.pid)
+    }
+
     /// A fresh directory under the run's temp dir.
     pub fn path(&self, name: &str) -> Result<PathBuf> {
         let path = self.dir.path().join(name);
@@ -126,7 +132,7 @@ impl Cleanup {
             }
         }
         // What daemons of the pools scenario made, under their own label namespace.
-        let namespace = crate::pools::label_namespace(self);
+        let namespace = self.label_namespace();
         ids.extend(docker_ids(&["--filter", &format!("label={namespace}.sandbox=1")]).await);
         let networks = docker_lines(&[
             "network",

@@ -18,7 +18,7 @@ use secrecy::{ExposeSecret, SecretString};
 
 use crate::Report;
 use crate::cleanup::Cleanup;
-use crate::docker::local_config;
+use crate::images::local_config;
 use crate::stats::Series;
 
 const TABLES: usize = 50;
@@ -51,7 +51,7 @@ pub async fn clones(runs: usize, cleanup: &Cleanup, report: &mut Report) -> Resu
         .context("provision the PostgreSQL 18 source")?;
     // Pool members are owned by a pool slot, not by a `bench-<pid>-` owner: they live under
     // the label namespace the sweep removes whole, so an interrupted run leaves none.
-    let namespace = crate::pools::label_namespace(cleanup);
+    let namespace = cleanup.label_namespace();
     let pooled = DockerBackend::new(local_config(|c| c.label_namespace = namespace))
         .context("docker backend for pool members")?;
     let outcome = measure(&docker, &pooled, postgres, &source, runs, cleanup, report).await;

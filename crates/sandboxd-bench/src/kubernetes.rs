@@ -15,7 +15,7 @@ use sandboxd_domain::{AgentSlug, DaemonId, EngineRef};
 
 use crate::Report;
 use crate::cleanup::Cleanup;
-use crate::docker::{local_config, local_images};
+use crate::images::{local_config, local_images};
 use crate::stats::Series;
 
 /// `kubectl` of the test cluster, through the script that runs it.

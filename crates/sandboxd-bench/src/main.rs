@@ -8,6 +8,7 @@
 //! - `docker`: Docker cold provision beside the floor and testcontainers-rs, teardown, and where
 //!   the time goes (issue 3); `containers` runs the floor and reads container timelines; `peer`
 //!   is the testcontainers-rs worker; `ready` is the peers' authenticated readiness loop.
+//! - `images`: the local images every Docker scenario runs, and the Docker backend's settings.
 //! - `broker`: cache hit, release and N concurrent agents through one in-process broker.
 //! - `daemon`: the real `sandboxd serve` driven over its admin API and MCP; its memory.
 //! - `pools`: warm-pool hand-outs beside cold provisions through the real daemon, idle pool
@@ -34,6 +35,7 @@ mod containers;
 mod daemon;
 mod docker;
 mod experiments;
+mod images;
 mod kubernetes;
 mod peer;
 mod pools;

@@ -15,7 +15,7 @@ use serde_json::{Value, json};
 
 use crate::cleanup::Cleanup;
 use crate::daemon::{Daemon, call, find_binary, rss_kib};
-use crate::docker::local_images;
+use crate::images::local_images;
 use crate::stats::{Check, Measure, Report, Series};
 
 /// Targets of SPEC §7 / the instant-sandboxes issue.
@@ -54,7 +54,7 @@ fn settings(backend: Backend, cleanup: &Cleanup, min_idle: Option<usize>) -> Vec
         // Its own label namespace: the sweep finds whatever a crashed daemon left.
         env.push((
             "SANDBOXD_DOCKER__LABEL_NAMESPACE".to_owned(),
-            label_namespace(cleanup),
+            cleanup.label_namespace(),
         ));
     }
     if let Some(min_idle) = min_idle {
@@ -70,10 +70,6 @@ fn settings(backend: Backend, cleanup: &Cleanup, min_idle: Option<usize>) -> Vec
         }
     }
     env
-}
-
-pub fn label_namespace(cleanup: &Cleanup) -> String {
-    format!("sbxbench{}", cleanup.pid())
 }
 
 async fn pools(daemon: &Daemon) -> Result<Vec<Value>> {

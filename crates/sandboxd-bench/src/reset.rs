@@ -12,7 +12,7 @@ use sandboxd_domain::{AgentSlug, DaemonId, EngineRef, Instance, engines};
 
 use crate::Report;
 use crate::cleanup::Cleanup;
-use crate::docker::local_config;
+use crate::images::local_config;
 use crate::stats::Series;
 
 /// Issue 15's targets: Postgres ≤ 100 ms, Redis ≤ 10 ms (p50).
