@@ -47,4 +47,4 @@ pub use error::BackendError;
 pub use handle::{InstanceHandle, InstanceRequest, ListedInstance};
 pub use idle::IdleMember;
 pub use probe::FeatureProbe;
-pub use set::{provision_set, provision_set_timed, teardown_all};
+pub use set::{all_or_nothing, provision_set, provision_set_timed, teardown_all};

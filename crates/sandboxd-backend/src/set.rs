@@ -24,28 +24,42 @@ pub async fn provision_set_timed(
     backend: &dyn Backend,
     requests: &[InstanceRequest],
 ) -> Result<Vec<(Instance, Duration)>, BackendError> {
-    let outcomes = join_all(requests.iter().map(|r| async move {
+    let attempts = requests.iter().map(|r| async move {
         let started = Instant::now();
         let outcome = backend.provision(r).await;
         outcome.map(|instance| (instance, started.elapsed()))
-    }))
-    .await;
-    let mut instances = Vec::with_capacity(outcomes.len());
+    });
+    all_or_nothing(backend, attempts, |(instance, _)| instance).await
+}
+
+/// Runs every attempt at once, each making one instance (however it does: cold, from a warm
+/// pool, as a clone); if any fails, the instances the others made are torn down and the first
+/// error is returned, so a failed set leaves nothing behind.
+pub async fn all_or_nothing<T, F>(
+    backend: &dyn Backend,
+    attempts: impl IntoIterator<Item = F>,
+    instance_of: impl Fn(&T) -> &Instance,
+) -> Result<Vec<T>, BackendError>
+where
+    F: Future<Output = Result<T, BackendError>>,
+{
+    let outcomes = join_all(attempts).await;
+    let mut made = Vec::with_capacity(outcomes.len());
     let mut first_error = None;
     for outcome in outcomes {
         match outcome {
-            Ok(timed) => instances.push(timed),
+            Ok(one) => made.push(one),
             Err(err) => {
                 first_error.get_or_insert(err);
             }
         }
     }
     match first_error {
-        None => Ok(instances),
+        None => Ok(made),
         Some(err) => {
             teardown_all(
                 backend,
-                instances.iter().map(|(i, _)| InstanceHandle::of(i)),
+                made.iter().map(|one| InstanceHandle::of(instance_of(one))),
             )
             .await;
             Err(err)

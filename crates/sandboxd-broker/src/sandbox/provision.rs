@@ -7,7 +7,7 @@ use std::time::Instant;
 
 use futures::future::join_all;
 use sandboxd_backend::clone::{Fidelity, provision_clone};
-use sandboxd_backend::{BackendError, InstanceHandle, InstanceRequest};
+use sandboxd_backend::{BackendError, InstanceHandle, InstanceRequest, all_or_nothing};
 use sandboxd_domain::Actor;
 use sandboxd_domain::clone::Snapshot;
 use sandboxd_domain::envelope::ErrorCode;
@@ -76,30 +76,13 @@ impl Broker {
         if leftovers == Leftovers::Clear && taken.iter().any(|(_, _, t)| t.is_none()) {
             self.clear_orphans_of(agent).await;
         }
-        let outcomes = join_all(taken.into_iter().map(|(engine, wanted, taken)| {
+        let attempts = taken.into_iter().map(|(engine, wanted, taken)| {
             let snapshot = clone_of(clones, engine).map(Arc::as_ref);
             let size = Self::wanted_size(sizes, engine);
             self.provision_one(agent, engine, wanted, taken, snapshot, size)
-        }))
-        .await;
-        let mut made = Vec::with_capacity(outcomes.len());
-        let mut first_error = None;
-        for outcome in outcomes {
-            match outcome {
-                Ok(one) => made.push(one),
-                Err(err) => {
-                    first_error.get_or_insert(err);
-                }
-            }
-        }
-        let outcome = match first_error {
-            None => Ok(made),
-            Some(err) => {
-                let instances: Vec<Instance> = made.into_iter().map(|m| m.instance).collect();
-                self.teardown_instances(&instances).await;
-                Err(err)
-            }
-        };
+        });
+        let outcome =
+            all_or_nothing(backend.as_ref(), attempts, |made: &Made| &made.instance).await;
         let pooled = outcome
             .as_ref()
             .map(|made| made.iter().filter(|m| m.pooled).count())
