@@ -17,9 +17,9 @@ impl Broker {
         &self,
         agent: &Agent,
         role: &RoleSpec,
-        verb: Verb,
         args: EvidenceArgs,
     ) -> Answer {
+        let verb = Verb::Evidence;
         let task = self
             .named_or_held_task(agent, verb, args.task.as_deref())
             .await?;

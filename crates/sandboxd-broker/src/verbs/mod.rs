@@ -73,7 +73,7 @@ impl Broker {
     pub async fn call(&self, agent: &Agent, call: Result<Call, Malformed>) -> Envelope<Evidence> {
         let started = Instant::now();
         let verb = verb_of(&call);
-        let outcome = self.dispatch(agent, verb, call).await;
+        let outcome = self.dispatch(agent, call).await;
         let (result, subject, detail) = match &outcome {
             Ok((ok, detail)) => (
                 Outcome::Ok,
@@ -119,7 +119,8 @@ impl Broker {
         self.inner.config.roles.get(role)
     }
 
-    async fn dispatch(&self, agent: &Agent, verb: Verb, call: Result<Call, Malformed>) -> Answer {
+    async fn dispatch(&self, agent: &Agent, call: Result<Call, Malformed>) -> Answer {
+        let verb = verb_of(&call);
         let role = self.manifest(&agent.role).ok_or_else(|| {
             ErrorEnvelope::new(
                 ErrorCode::VerbNotAllowed,
@@ -145,8 +146,8 @@ impl Broker {
             Call::SandboxSql(args) => self.sandbox_sql(agent, args).await,
             Call::RunExperiment(args) => self.run_experiment(agent, args).await,
             Call::SandboxInfo => self.sandbox_info(agent).await,
-            Call::Note(args) => self.note(agent, role, verb, args).await,
-            Call::Evidence(args) => self.evidence(agent, role, verb, args).await,
+            Call::Note(args) => self.note(agent, role, args).await,
+            Call::Evidence(args) => self.evidence(agent, role, args).await,
             lifecycle_call => self.lifecycle(agent, role, lifecycle_call).await,
         }
     }

@@ -11,13 +11,8 @@ use crate::Broker;
 use crate::envelopes::internal;
 
 impl Broker {
-    pub(super) async fn note(
-        &self,
-        agent: &Agent,
-        role: &RoleSpec,
-        verb: Verb,
-        args: NoteArgs,
-    ) -> Answer {
+    pub(super) async fn note(&self, agent: &Agent, role: &RoleSpec, args: NoteArgs) -> Answer {
+        let verb = Verb::Note;
         check_text(verb, &args.text)?;
         let task = self
             .named_or_held_task(agent, verb, args.task.as_deref())
