@@ -8,9 +8,9 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
 use futures::future::join_all;
+use sandboxd_broker::Evidence;
 use sandboxd_broker::{Backends, Broker, BrokerConfig};
 use sandboxd_domain::Agent;
-use sandboxd_broker::Evidence;
 use sandboxd_domain::envelope::Envelope;
 use sandboxd_domain::roles::Verb;
 use sandboxd_domain::{AgentSlug, EngineRef, ProjectSlug};

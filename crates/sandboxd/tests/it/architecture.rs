@@ -1,7 +1,7 @@
 //! ARCHITECTURE.md's dependency table is the truth about how our crates depend on each other:
 //! this compares it with what `cargo metadata` says, and checks the boundaries the types hold:
 //! which desk each gateway is handed, that nobody re-exports the store, and which one crate
-//! imports each heavy dependency.
+//! imports each heavy dependency, and that no source file grows past what a reader holds.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
@@ -229,4 +229,28 @@ fn heavy_dependencies_stay_in_their_one_crate() {
         }
     }
     assert_eq!(actual, expected);
+}
+
+#[test]
+fn no_source_file_is_longer_than_a_reader_holds() {
+    // Small modules, one concept each: past ~500 lines of code (its in-file tests and a
+    // sibling `tests.rs` aside) a file mixes concerns and should be split by concept.
+    const MAX_LINES: usize = 500;
+    let mut long = Vec::new();
+    for krate in std::fs::read_dir(workspace().join("crates")).expect("crates/") {
+        let src = krate.expect("entry").path().join("src");
+        if !src.is_dir() {
+            continue;
+        }
+        for (path, text) in sources(&src) {
+            if path.file_name().is_some_and(|n| n == "tests.rs") {
+                continue;
+            }
+            let code = text.lines().take_while(|l| *l != "#[cfg(test)]").count();
+            if code > MAX_LINES {
+                long.push(format!("{}: {code} lines", path.display()));
+            }
+        }
+    }
+    assert!(long.is_empty(), "split these by concept: {long:#?}");
 }
