@@ -163,7 +163,15 @@ impl Broker {
                     "task {} is {} and cannot be claimed now",
                     task.id, task.state
                 ),
-                format!("call {verb} without a task id to take the next waiting one"),
+                if verb == Verb::ClaimReview {
+                    format!("call {verb} without a task id to take the next waiting one")
+                } else {
+                    // i_will_work_on needs a task id; give_me_work takes the next one.
+                    format!(
+                        "call {verb} with another task id of your project, or give_me_work to \
+                         take the next waiting one"
+                    )
+                },
             )
         };
         if task.state != from || task.claimed_by.is_some() {

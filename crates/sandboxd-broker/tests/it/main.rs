@@ -4,6 +4,7 @@ mod faults;
 mod features;
 mod guards;
 mod kube;
+mod lifecycle;
 mod pools;
 mod restart;
 mod sandbox;

@@ -340,7 +340,7 @@ fn version_check(engine: EngineRef, offered: &[(BackendKind, String)]) -> Option
         listed
     } else {
         format!(
-            "{listed}: newer on {} than this host's packages; for newer servers on the process              backend see README \"Server versions\" (or run this engine on {})",
+            "{listed}: newer on {} than this host's packages; for newer servers on the process backend see README \"Server versions\" (or run this engine on {})",
             newer.join(", "),
             newer.join(" or ")
         )
