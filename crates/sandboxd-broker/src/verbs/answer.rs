@@ -5,7 +5,7 @@ use sandboxd_backend::wire::QueryLimits;
 use sandboxd_domain::clone::CloneOrigin;
 use sandboxd_domain::envelope::{ErrorEnvelope, OkEnvelope};
 use sandboxd_domain::{AgentSlug, ServiceEvidence};
-use sandboxd_experiments::{Limit, Limits, SqlCall};
+use sandboxd_experiments::RunReport;
 use serde::Serialize;
 
 /// A verb's answer and the detail its audit row keeps.
@@ -93,15 +93,9 @@ pub struct ServiceInfo {
 #[derive(Debug, Clone, Serialize)]
 pub struct ExperimentEvidence {
     pub service: &'static str,
-    pub output: String,
-    pub output_dropped: u64,
-    pub sql_calls: Vec<SqlCall>,
-    pub sql_calls_dropped: u64,
-    pub elapsed_ms: f64,
-    pub fuel_used: Option<u64>,
-    pub memory_peak_bytes: u64,
-    pub limits: Limits,
-    pub limits_met: Vec<Limit>,
+    /// The run's own report, its fields beside `service`.
+    #[serde(flatten)]
+    pub report: RunReport,
 }
 
 #[derive(Debug, Clone, Serialize)]

@@ -205,17 +205,10 @@ impl Broker {
                      in evidence.output.{cut}",
                     report.elapsed_ms, instance.engine.name
                 );
+                let elapsed_ms = report.elapsed_ms;
                 let evidence = ExperimentEvidence {
                     service: instance.engine.name,
-                    output: report.output,
-                    output_dropped: report.output_dropped,
-                    sql_calls: report.sql_calls,
-                    sql_calls_dropped: report.sql_calls_dropped,
-                    elapsed_ms: report.elapsed_ms,
-                    fuel_used: report.fuel_used,
-                    memory_peak_bytes: report.memory_peak_bytes,
-                    limits: report.limits,
-                    limits_met: report.limits_met,
+                    report,
                 };
                 Ok((
                     OkEnvelope::new(
@@ -226,7 +219,7 @@ impl Broker {
                     .with_evidence(evidence),
                     format!(
                         "experiment on {}: {calls} sql() call(s), {} ms",
-                        instance.engine.name, report.elapsed_ms
+                        instance.engine.name, elapsed_ms
                     ),
                 ))
             }
