@@ -33,10 +33,10 @@ const PG_SETTINGS: &[&str] = &[
 ];
 
 /// MariaDB variables a test suite can observe (Django's and SQLAlchemy's check most of them),
-/// and that must not depend on the backend. Not `collation_connection`: a client that asks for
-/// utf8mb4 gets `utf8mb4_general_ci` from the host's 10.11 and `utf8mb4_uca1400_ai_ci` from 11.8,
-/// whose `character_set_collations` (which 10.11 lacks) maps one to the other.
+/// and that must not depend on the backend. `collation_connection` among them: 11.8 would map a
+/// client's utf8mb4 to `utf8mb4_uca1400_ai_ci` where the host's 10.11 gives `utf8mb4_general_ci`.
 const MARIADB_SETTINGS: &[&str] = &[
+    "collation_connection",
     "character_set_server",
     "collation_server",
     "character_set_database",
@@ -181,6 +181,18 @@ async fn mariadb_round(backend: &dyn Backend, instance: &Instance) -> Settings {
             .expect("read back");
         assert_eq!(back.as_deref(), Some(emoji), "in {database}");
     }
+    // Django's `icontains` on a UUIDField: LIKE on a native UUID column ignores case.
+    conn.query_drop(
+        "CREATE TABLE sandbox.ids (id uuid); \
+         INSERT INTO sandbox.ids VALUES ('550e8400-e29b-41d4-a716-446655440000')",
+    )
+    .await
+    .expect("a UUID column");
+    let found: Option<i64> = conn
+        .query_first("SELECT count(*) FROM sandbox.ids WHERE id LIKE '%8400-E29B%'")
+        .await
+        .expect("LIKE on a UUID");
+    assert_eq!(found, Some(1), "LIKE on a UUID column ignores case");
     let settings: Settings = conn
         .query::<(String, String), _>(format!(
             "SHOW VARIABLES WHERE Variable_name IN ({})",

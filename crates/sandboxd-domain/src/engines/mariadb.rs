@@ -35,6 +35,13 @@ const SUITE_ARGS: &[&str] = &[
     "--collation-server=utf8mb4_uca1400_ai_ci",
 ];
 
+/// The image form's connections collate as the host's 10.11 does: a client that asks for utf8mb4
+/// gets `utf8mb4_general_ci`, not the `uca1400_ai_ci` that 11.2+ maps it to. Under uca1400 (and
+/// `unicode_ci`) MariaDB 11.8 compares `LIKE` on a native UUID column case-sensitively although
+/// both collations are case-insensitive, so Django's `icontains` on a `UUIDField` finds nothing.
+/// Tables keep `collation_server`. 10.11 has no such option, hence the image form only.
+const IMAGE_CONNECTION_ARGS: &[&str] = &["--character-set-collations=utf8mb4=utf8mb4_general_ci"];
+
 /// The time-zone SQL (`mysql.time_zone*`) the template's install loads, a file of the build
 /// directory: `CONVERT_TZ(…, 'UTC', 'Europe/Paris')` and Django's named zones work.
 const TZINFO_SQL: &str = "tzinfo.sql";
@@ -79,6 +86,7 @@ impl EngineRecipes for MariaDb {
         let mut command = vec!["mariadbd".to_owned()];
         command.extend(THROWAWAY_ARGS.iter().map(|a| (*a).to_owned()));
         command.extend(SUITE_ARGS.iter().map(|a| (*a).to_owned()));
+        command.extend(IMAGE_CONNECTION_ARGS.iter().map(|a| (*a).to_owned()));
         // InnoDB sized to the data tmpfs; the tmpfs itself stays below the memory cap (its
         // pages count against it), so a full tmpfs ends in "table is full" for the statement,
         // not in an OOM kill of the server.
