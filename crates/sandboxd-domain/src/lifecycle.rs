@@ -145,6 +145,72 @@ pub fn plan(verb: Verb, held: Option<(&str, TaskState)>) -> Result<Move, OutOfOr
     }
 }
 
+/// A hand-over a caller made, as the broker records it (`detail` of the call's audit row), so a
+/// repeat of the same call can be recognised after the first answer was lost (a restart cut the
+/// connection): the store has moved the task on and the caller holds none.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Handed {
+    pub verb: Verb,
+    pub task: String,
+    pub from: TaskState,
+    pub to: TaskState,
+}
+
+impl Handed {
+    /// The line the audit row keeps: `<task> <from> -> <to>`.
+    pub fn detail(&self) -> String {
+        format!("{} {} -> {}", self.task, self.from, self.to)
+    }
+
+    /// The hand-over an audit row of `verb` with this `detail` recorded; `None` for any other
+    /// row (a claim, an idle, a refusal). Words after `<to>` are ignored.
+    pub fn parse(verb: Verb, detail: &str) -> Option<Self> {
+        let mut words = detail.split_whitespace();
+        let (task, from, arrow, to) = (words.next()?, words.next()?, words.next()?, words.next()?);
+        let (from, to) = (TaskState::parse(from)?, TaskState::parse(to)?);
+        let planned = plan(verb, Some((task, from))).ok()?;
+        (arrow == "->" && planned == (Move::Hand { from, to })).then(|| Self {
+            verb,
+            task: task.to_owned(),
+            from,
+            to,
+        })
+    }
+
+    /// Whether `verb`, called by an agent holding no task, repeats this hand-over: the same verb,
+    /// and (the caller checks) no other task move of the caller since. Such a call answers the
+    /// first call's success again instead of `out_of_order`.
+    pub fn is_repeated_by(&self, verb: Verb, held: Option<(&str, TaskState)>) -> bool {
+        held.is_none() && self.verb == verb
+    }
+}
+
+/// Whether `verb` moves a task (claims, hands over, or ends the engagement): the calls a repeat
+/// is judged against.
+pub fn moves_tasks(verb: Verb) -> bool {
+    matches!(
+        verb,
+        Verb::GiveMeWork
+            | Verb::IWillWorkOn
+            | Verb::ClaimReview
+            | Verb::IAmDone
+            | Verb::IDocumented
+            | Verb::PassReview
+            | Verb::FailReview
+            | Verb::Unclaim
+            | Verb::IAmIdle
+    )
+}
+
+/// What an agent that handed a task over with `verb` (from `from`) calls next.
+pub fn next_after_hand(verb: Verb, from: TaskState) -> &'static str {
+    match verb {
+        Verb::PassReview | Verb::FailReview => "claim_review for the next review, or i_am_idle",
+        Verb::Unclaim if from == TaskState::InReview => "claim_review, or i_am_idle",
+        _ => "give_me_work for the next task, or i_am_idle",
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -207,6 +273,30 @@ mod tests {
             })
         );
         assert!(plan(Verb::Unclaim, None).is_err());
+    }
+
+    #[test]
+    fn a_hand_over_round_trips_through_its_audit_detail() {
+        let handed = Handed {
+            verb: Verb::IAmDone,
+            task: "t1".into(),
+            from: TaskState::InProgress,
+            to: TaskState::Review,
+        };
+        let detail = handed.detail();
+        assert_eq!(detail, "t1 in_progress -> review");
+        assert_eq!(Handed::parse(Verb::IAmDone, &detail), Some(handed.clone()));
+        assert_eq!(
+            Handed::parse(Verb::IAmDone, &format!("{detail} (repeated)")),
+            Some(handed.clone())
+        );
+        // Not a move this verb makes, or not a hand-over at all.
+        assert_eq!(Handed::parse(Verb::PassReview, &detail), None);
+        assert_eq!(Handed::parse(Verb::GiveMeWork, "claimed t1"), None);
+        assert_eq!(Handed::parse(Verb::IAmIdle, "idle"), None);
+        assert!(handed.is_repeated_by(Verb::IAmDone, None));
+        assert!(!handed.is_repeated_by(Verb::Unclaim, None));
+        assert!(!handed.is_repeated_by(Verb::IAmDone, Some(("t2", TaskState::InProgress))));
     }
 
     #[test]
