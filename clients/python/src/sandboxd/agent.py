@@ -9,16 +9,36 @@ from __future__ import annotations
 import asyncio
 import json
 from dataclasses import dataclass, field
-from typing import Any
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
 
 import httpx2
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 
 from sandboxd import _config
-from sandboxd.errors import SandboxdError
+from sandboxd.errors import DaemonUnreachable, SandboxdError, TokenRefused
 
 PROTOCOL = "2026-07-28"
+
+T = TypeVar("T")
+
+
+def _unreachable(failure: BaseException) -> bool:
+    """Whether `failure`, or an error it groups or was caused by, is a connection that could not
+    be made (nothing listens, no route, no such host)."""
+    seen: set[int] = set()
+    pending = [failure]
+    while pending:
+        current = pending.pop()
+        if id(current) in seen:
+            continue
+        seen.add(id(current))
+        if isinstance(current, (httpx2.ConnectError, httpx2.ConnectTimeout)):
+            return True
+        pending.extend(getattr(current, "exceptions", ()))
+        pending.extend(e for e in (current.__cause__, current.__context__) if e is not None)
+    return False
 
 
 @dataclass(frozen=True)
@@ -77,7 +97,8 @@ class AsyncAgent:
     """An agent's verbs. `url` defaults to `SANDBOXD_URL`, `token` to `SANDBOXD_AGENT_TOKEN`."""
 
     def __init__(self, url: str | None = None, token: str | None = None, *, timeout: float = _config.DEFAULT_TIMEOUT):
-        self.mcp_url = _config.base_url(url) + "/mcp"
+        self.base_url = _config.base_url(url)
+        self.mcp_url = self.base_url + "/mcp"
         self._token = _config.token(token, "SANDBOXD_AGENT_TOKEN", "agent token")
         self.timeout = timeout
 
@@ -86,11 +107,10 @@ class AsyncAgent:
 
     async def call(self, verb: str, **arguments: Any) -> dict[str, Any]:
         """Calls one verb; returns its ok envelope or raises `SandboxdError` with the error
-        envelope's code, message and remediation."""
-        headers = {"Authorization": f"Bearer {self._token}"}
-        async with httpx2.AsyncClient(headers=headers, timeout=self.timeout) as http:
-            async with Client(streamable_http_client(self.mcp_url, http_client=http), mode=PROTOCOL) as client:
-                result = await client.call_tool(verb, {k: v for k, v in arguments.items() if v is not None})
+        envelope's code, message and remediation (`TokenRefused`, `DaemonUnreachable` when the
+        call never reached a verb)."""
+        arguments = {k: v for k, v in arguments.items() if v is not None}
+        result = await self._exchange(lambda client: client.call_tool(verb, arguments))
         envelope = result.structured_content
         if envelope is None:
             texts = [block.text for block in result.content if getattr(block, "type", None) == "text"]
@@ -101,11 +121,31 @@ class AsyncAgent:
 
     async def tools(self) -> list[str]:
         """The names of the verbs this agent's role may call."""
-        headers = {"Authorization": f"Bearer {self._token}"}
-        async with httpx2.AsyncClient(headers=headers, timeout=self.timeout) as http:
-            async with Client(streamable_http_client(self.mcp_url, http_client=http), mode=PROTOCOL) as client:
-                listed = await client.list_tools()
+        listed = await self._exchange(lambda client: client.list_tools())
         return [tool.name for tool in listed.tools]
+
+    async def _exchange(self, use: Callable[[Client], Awaitable[T]]) -> T:
+        """One MCP exchange. A refused token or a daemon that does not answer surfaces from the
+        SDK as a task group's tangle of transport errors; it is told as one line instead."""
+        refused: list[int] = []
+
+        async def note_refusal(response: httpx2.Response) -> None:
+            if response.status_code == 401:
+                refused.append(response.status_code)
+
+        headers = {"Authorization": f"Bearer {self._token}"}
+        try:
+            async with httpx2.AsyncClient(
+                headers=headers, timeout=self.timeout, event_hooks={"response": [note_refusal]}
+            ) as http:
+                async with Client(streamable_http_client(self.mcp_url, http_client=http), mode=PROTOCOL) as client:
+                    return await use(client)
+        except Exception as failure:
+            if refused:
+                raise TokenRefused(self.base_url) from None
+            if _unreachable(failure):
+                raise DaemonUnreachable(self.base_url) from None
+            raise
 
     async def give_me_work(self) -> dict[str, Any]:
         return await self.call("give_me_work")

@@ -8,7 +8,7 @@ from typing import Any
 import httpx2
 
 from sandboxd import _config
-from sandboxd.errors import SandboxdError
+from sandboxd.errors import DaemonUnreachable, SandboxdError, TokenRefused
 
 ROUTES: frozenset[tuple[str, str]] = frozenset(
     {
@@ -67,8 +67,10 @@ class Operator:
         url = template.format(**(path or {}))
         if "params" in kwargs:
             kwargs["params"] = {k: v for k, v in kwargs["params"].items() if v is not None}
-        response = self._http.request(method, url, **kwargs)
+        response = self._send(method, url, **kwargs)
         body = response.json() if response.content else None
+        if response.status_code == 401:
+            raise TokenRefused(self.url, "admin")
         if response.status_code >= 400:
             reason = body if isinstance(body, dict) else {}
             raise SandboxdError(
@@ -79,8 +81,14 @@ class Operator:
             )
         return body
 
+    def _send(self, method: str, url: str, **kwargs: Any) -> httpx2.Response:
+        try:
+            return self._http.request(method, url, **kwargs)
+        except (httpx2.ConnectError, httpx2.ConnectTimeout):
+            raise DaemonUnreachable(self.url) from None
+
     def openapi(self) -> dict[str, Any]:
-        response = self._http.get("/v1/openapi.json")
+        response = self._send("GET", "/v1/openapi.json")
         response.raise_for_status()
         return response.json()
 

@@ -3,10 +3,12 @@
     def test_orders(sandboxd_postgres):          # a postgresql:// URL
         with psycopg.connect(sandboxd_postgres) as db: ...
 
-The session's agent is `SANDBOXD_AGENT_TOKEN` at `SANDBOXD_URL`; it must hold a task of a project
-opted into the engines the tests use. One sandbox serves the whole session (the daemon answers
-the same credentials to every request) and is released when the session ends. Without a
-configured daemon the tests that use these fixtures are skipped, saying what to set.
+The session's agent is `SANDBOXD_AGENT_TOKEN` at `SANDBOXD_URL`, of a project opted into the
+engines the tests use. An agent that holds no task claims the next one (`give_me_work`) and gives
+it back (`unclaim`) when the session ends; one that already holds a task keeps it. One sandbox
+serves the whole session (the daemon answers the same credentials to every request) and is
+released when the session ends. Without a configured daemon the tests that use these fixtures
+are skipped, saying what to set.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ from collections.abc import Iterator
 import pytest
 
 from sandboxd.agent import Agent, Sandbox
-from sandboxd.errors import NotConfigured, SandboxdError
+from sandboxd.errors import NotConfigured, NotDelivered, SandboxdError
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -24,7 +26,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption(
         "--sandboxd-keep",
         action="store_true",
-        help="keep the sandbox after the session (the agent's task still releases it)",
+        help="keep the sandbox (and a task the session claimed) after the session; the agent's "
+        "task still releases it when it ends",
     )
 
 
@@ -40,13 +43,45 @@ def sandboxd_agent() -> Agent:
 @pytest.fixture(scope="session")
 def sandboxd_sandbox(sandboxd_agent: Agent, request: pytest.FixtureRequest) -> Iterator[Sandbox]:
     """Every engine the agent's project opted into, provisioned once for the session."""
+    claimed = False
     try:
-        sandbox = sandboxd_agent.request_sandbox()
+        try:
+            sandbox = sandboxd_agent.request_sandbox()
+        except SandboxdError as refused:
+            if refused.code != "no_active_task":
+                raise
+            _claim_a_task(sandboxd_agent)
+            claimed = True
+            sandbox = sandboxd_agent.request_sandbox()
+    except NotDelivered as undelivered:
+        pytest.fail(f"sandboxd: {undelivered}", pytrace=False)
     except SandboxdError as refused:
+        if claimed:
+            sandboxd_agent.call("unclaim")
         pytest.fail(f"sandboxd refused the sandbox: {refused}", pytrace=False)
     yield sandbox
-    if not request.config.getoption("--sandboxd-keep"):
+    if request.config.getoption("--sandboxd-keep"):
+        return
+    if claimed:
+        sandboxd_agent.call("unclaim")  # gives the task back and releases its sandbox
+    else:
         sandboxd_agent.release_sandbox()
+
+
+def _claim_a_task(agent: Agent) -> None:
+    """Claims the project's next waiting task for this session; fails the tests saying why when
+    there is none to claim."""
+    try:
+        agent.give_me_work()
+    except NotDelivered:
+        raise
+    except SandboxdError as refused:
+        pytest.fail(
+            f"sandboxd: the agent holds no task and could not claim one ({refused.code}: {refused.message}); "
+            "an operator adds "
+            "one with `sandboxd tasks add --project PROJECT --title …`",
+            pytrace=False,
+        )
 
 
 def _url(sandbox: Sandbox, engine: str) -> str:
