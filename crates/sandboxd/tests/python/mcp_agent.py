@@ -5,9 +5,10 @@ client would run it. Prints one JSON report on stdout for the Rust test to judge
 
 MODE is "legacy" (the 2025-11-25 handshake, with a session), "2026-07-28" (stateless: no
 initialize, no session id) or "auto" (the 2.x SDK's default: discover, else initialize). The 1.x
-SDK speaks only the legacy revision. With SANDBOXD_BINARY the client launches
-`SANDBOXD_BINARY mcp --url <daemon>` and speaks MCP over its stdio, as MCP clients configured
-with a command do; else it speaks streamable HTTP to URL.
+SDK speaks only the legacy revision. MODE "fastmcp" drives fastmcp's own `Client` (in its
+default mode) instead of the SDK's, from a virtualenv that has fastmcp. With SANDBOXD_BINARY
+the client launches `SANDBOXD_BINARY mcp --url <daemon>` and speaks MCP over its stdio, as MCP
+clients configured with a command do; else it speaks streamable HTTP to URL.
 """
 
 import asyncio
@@ -44,7 +45,7 @@ def dump(model):
 
 
 async def flow(session, protocol):
-    report = {"sdk": mcp_version(), "protocol": protocol, "tools": [], "calls": []}
+    report = {"sdk": sdk_version(), "protocol": protocol, "tools": [], "calls": []}
     listed = await session.list_tools()
     schemas = {}
     for tool in listed.tools:
@@ -103,6 +104,42 @@ def mcp_version():
     return version("mcp")
 
 
+def sdk_version():
+    """The client library driving the flow: the SDK's version, or `fastmcp <version>`."""
+    from importlib.metadata import version
+
+    return f"fastmcp {version('fastmcp')}" if MODE == "fastmcp" else mcp_version()
+
+
+class FastmcpSession:
+    """fastmcp's `Client` with the SDK session's two calls the flow makes, answering the
+    protocol's own result objects."""
+
+    def __init__(self, client):
+        self.client = client
+
+    async def list_tools(self):
+        from types import SimpleNamespace
+
+        return SimpleNamespace(tools=await self.client.list_tools())
+
+    async def call_tool(self, name, args):
+        return await self.client.call_tool_mcp(name, args)
+
+
+async def fastmcp_flow():
+    from fastmcp import Client
+    from fastmcp.client.transports import StdioTransport, StreamableHttpTransport
+
+    if BINARY:
+        server = stdio_server()
+        transport = StdioTransport(command=server.command, args=server.args, env=server.env)
+    else:
+        transport = StreamableHttpTransport(URL, headers=HEADERS)
+    async with Client(transport) as client:
+        return await flow(FastmcpSession(client), client.protocol_version)
+
+
 def stdio_server():
     """`sandboxd mcp` as a client's configuration launches it: the token in its environment."""
     from mcp.client.stdio import StdioServerParameters
@@ -115,7 +152,9 @@ def stdio_server():
 
 async def main():
     major = int(mcp_version().split(".")[0])
-    if BINARY and major >= 2:
+    if MODE == "fastmcp":
+        report = await fastmcp_flow()
+    elif BINARY and major >= 2:
         from mcp import Client
         from mcp.client.stdio import stdio_client
 
