@@ -26,7 +26,8 @@ pub struct KubeConfig {
     pub kubeconfig: Option<PathBuf>,
     /// The kubeconfig's context; None: its current one.
     pub context: Option<String>,
-    /// The namespace every object is made in. It must exist.
+    /// The namespace every object is made in; created before the first provision when it is
+    /// missing (if sandboxd may create namespaces, else the error says to).
     pub namespace: String,
     /// Labels are `<prefix>/sandbox`, `<prefix>/owner`, `<prefix>/engine`, … (a DNS subdomain).
     pub label_prefix: String,

@@ -71,6 +71,7 @@ impl KubeBackend {
         account: Account,
     ) -> Result<Instance, BackendError> {
         let engine = request.engine;
+        self.client.for_provisioning().await?;
         let image = self.resolve_image(engine, request.major).await?;
         let name = instance_name(engine, &request.owner, &request.maker);
         self.clear_stale(&name).await?;

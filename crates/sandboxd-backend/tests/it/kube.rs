@@ -701,3 +701,45 @@ async fn an_image_no_node_holds_is_refused_before_anything_is_made() {
         .expect("a redis line");
     assert!(!redis.ok && redis.fix.is_some(), "{redis:?}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_namespace_that_does_not_exist_yet_is_created_on_the_first_provision() {
+    support::show_logs();
+    let Some((backend, _existing)) = sandboxd_testkit::kube_or_skip("kube-ns", |config| {
+        config.namespace.push_str("-new");
+    }) else {
+        return;
+    };
+    // Deleted with everything in it when the test ends, however it ends.
+    let fresh = sandboxd_testkit::KubeNamespace {
+        name: backend.config().namespace.clone(),
+    };
+    let namespaces: Api<Namespace> = Api::all(cluster(&fresh.name).await);
+    assert!(
+        gone(&namespaces, &fresh.name).await,
+        "{} does not exist before the test",
+        fresh.name
+    );
+
+    let provisioned = backend
+        .provision(&request("redis", &owner("kns"), &[]))
+        .await;
+    let made = !gone(&namespaces, &fresh.name).await;
+    if let Ok(instance) = &provisioned {
+        backend
+            .teardown(&InstanceHandle::of(instance))
+            .await
+            .expect("teardown");
+    }
+    let instance = provisioned.expect("provisioned into the namespace it made");
+    assert!(made, "the backend created namespace {}", fresh.name);
+    assert!(
+        instance.host.parse::<std::net::IpAddr>().is_ok(),
+        "a Pod's address: {}",
+        instance.host
+    );
+    assert!(
+        backend.list().await.expect("list").is_empty(),
+        "nothing of the instance is left"
+    );
+}
