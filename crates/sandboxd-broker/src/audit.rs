@@ -33,6 +33,8 @@ pub enum AuditAction {
     PutSource,
     RemoveSource,
     Snapshot,
+    /// An operator asked the daemon to restart in place.
+    Restart,
 }
 
 impl AuditAction {
@@ -54,6 +56,7 @@ impl AuditAction {
             Self::PutSource => "put_source",
             Self::RemoveSource => "remove_source",
             Self::Snapshot => "snapshot",
+            Self::Restart => "restart",
         }
     }
 }

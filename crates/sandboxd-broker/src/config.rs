@@ -7,6 +7,9 @@ use sandboxd_domain::roles::RoleBook;
 
 /// The settings key of the master switch.
 pub const SANDBOX_DB_ENABLED: &str = "sandbox_db_enabled";
+/// The environment variable that overrides the stored master switch (§2) while it is set. The
+/// binary reads it at start; the broker only names it when it says what rules the switch.
+pub const ENABLED_OVERRIDE_ENV: &str = "ROBOCO_SANDBOX_DB_ENABLED";
 
 #[derive(Debug, Clone)]
 pub struct BrokerConfig {
@@ -23,7 +26,7 @@ pub struct BrokerConfig {
     /// An MCP session unused for this long is refused like an unknown one (the client starts a
     /// new session) and swept from the store.
     pub mcp_session_ttl: Duration,
-    /// `ROBOCO_SANDBOX_DB_ENABLED`, read by the binary at start: overrides the stored switch.
+    /// [`ENABLED_OVERRIDE_ENV`], read by the binary at start: overrides the stored switch.
     pub enabled_override: Option<bool>,
     /// Warm pools on the primary backend, one per engine at most.
     pub pools: Vec<crate::pools::PoolConfig>,

@@ -216,6 +216,12 @@ impl OperatorDesk {
         self.broker.set_enabled(enabled).await
     }
 
+    /// Asks the daemon to drain and re-execute itself in place (live sandboxes stay); returns
+    /// at once, so the caller can answer before the drain begins.
+    pub async fn request_restart(&self) {
+        self.broker.request_restart().await
+    }
+
     pub async fn audit_log(&self, filter: &AuditFilter) -> Result<AuditPage, BrokerError> {
         self.broker.audit_log(filter).await
     }

@@ -55,7 +55,7 @@ mod verbs;
 
 pub use audit::{AuditAction, Outcome};
 pub use backends::Backends;
-pub use config::{BrokerConfig, SANDBOX_DB_ENABLED, parse_switch};
+pub use config::{BrokerConfig, ENABLED_OVERRIDE_ENV, SANDBOX_DB_ENABLED, parse_switch};
 pub use desks::{AgentDesk, OperatorDesk};
 pub use error::BrokerError;
 pub use experiments::ExperimentsConfig;
@@ -102,6 +102,12 @@ struct Inner {
     /// False until startup reconciliation finished: until then `request_sandbox` answers
     /// "provisioner unavailable" (retryable).
     ready: AtomicBool,
+    /// Cancelled when an operator asks for a restart: the binary's serve loop drains and
+    /// re-executes on it. A token rather than a `Notify`: a request made before the loop
+    /// listens is not lost, and a second request is the same request.
+    restart: tokio_util::sync::CancellationToken,
+    /// When this broker started (Unix ms): a restart shows as a new value.
+    started_at_ms: i64,
 }
 
 impl Broker {
@@ -152,6 +158,8 @@ impl Broker {
                 feature_probes: feature_probes::FeatureProbes::new(config_recheck),
                 experiments,
                 ready: AtomicBool::new(false),
+                restart: tokio_util::sync::CancellationToken::new(),
+                started_at_ms: sandboxd_domain::clock::now_ms(),
             }),
         };
         broker.apply_stored_pool_sizes().await;
@@ -208,7 +216,10 @@ impl Broker {
         &self,
         shutdown: tokio_util::sync::CancellationToken,
     ) -> tokio::task::JoinHandle<()> {
-        self.inner.pools.spawn(self.inner.metrics.clone(), shutdown)
+        let armed = self.inner.enabled;
+        self.inner
+            .pools
+            .spawn(self.inner.metrics.clone(), shutdown, armed)
     }
 
     /// Whether the experiment runtime is ready, preparing or failed (None: turned off).

@@ -59,6 +59,9 @@ pub enum Command {
     Pools(commands::pools::Args),
     /// Show or store the master switch (through the running daemon).
     Settings(commands::settings::Args),
+    /// Restart the running daemon in place and wait for it: it drains, re-executes itself
+    /// (same pid), keeps live sandboxes and applies the stored switch.
+    Restart(commands::restart::Args),
     /// Run the orphan janitor now (through the running daemon).
     Janitor(commands::janitor::Args),
     /// run_experiment's runtime: compile its guest ahead of the first run.
@@ -104,6 +107,7 @@ async fn run(command: Command, settings: Settings) -> ExitCode {
         Command::Sandboxes(args) => commands::sandboxes::run(args, &settings).await,
         Command::Pools(args) => commands::pools::run(args, &settings).await,
         Command::Settings(args) => commands::settings::run(args, &settings).await,
+        Command::Restart(args) => commands::restart::run(args, &settings).await,
         Command::Janitor(args) => commands::janitor::run(args, &settings).await,
         Command::Experiments(args) => commands::experiments::run(args, &settings).await,
     }

@@ -16,8 +16,11 @@ use secrecy::SecretString;
 use crate::backends;
 use crate::config::Settings;
 
-/// The environment variable that overrides the stored master switch (§2).
-pub const ENABLED_ENV: &str = "ROBOCO_SANDBOX_DB_ENABLED";
+/// The environment variable that overrides the stored master switch (§2) while it is set.
+pub const ENABLED_ENV: &str = sandboxd_broker::ENABLED_OVERRIDE_ENV;
+/// Set by a restart in the re-executed image: the address the previous image listened on (it
+/// wins over `--listen`, so a daemon started on port 0 comes back on the same port).
+pub const RESTART_LISTEN_ENV: &str = "SANDBOXD_RESTART_LISTEN";
 /// The environment variable that overrides the admin token file.
 pub const ADMIN_TOKEN_ENV: &str = "SANDBOXD_ADMIN_TOKEN";
 
@@ -68,6 +71,83 @@ pub async fn start(settings: &Settings) -> Result<Daemon> {
         admin_token,
         primary,
         images,
+    })
+}
+
+/// Replaces this process's image with the daemon's binary again (same pid, arguments and
+/// environment, plus [`RESTART_LISTEN_ENV`] naming `listening`). Returns only when that failed.
+/// The binary is the one at the path this image was started from, so an upgrade installed
+/// over it is what runs next; `/proc/self/exe` itself when that path is gone.
+pub fn reexec(listening: std::net::SocketAddr) -> std::io::Error {
+    use std::os::unix::process::CommandExt;
+    const SELF_EXE: &str = "/proc/self/exe";
+    let exe = match std::fs::read_link(SELF_EXE) {
+        Ok(path) => {
+            let text = path.to_string_lossy();
+            // The kernel's mark of an image whose file was replaced or removed.
+            let installed = text
+                .strip_suffix(" (deleted)")
+                .map(std::path::PathBuf::from);
+            match installed {
+                Some(installed) if installed.is_file() => installed,
+                Some(_) => std::path::PathBuf::from(SELF_EXE),
+                None => path,
+            }
+        }
+        Err(_) => std::path::PathBuf::from(SELF_EXE),
+    };
+    let mut argv = std::env::args_os();
+    let arg0 = argv.next().unwrap_or_else(|| exe.clone().into_os_string());
+    std::process::Command::new(&exe)
+        .arg0(arg0)
+        .args(argv)
+        .env(RESTART_LISTEN_ENV, listening.to_string())
+        .exec()
+}
+
+/// The children a previous image of this process left (instances of the process backend):
+/// after a restart in place they are this image's children, but nothing here waits for them.
+/// Listed before anything of this image starts a child.
+pub fn inherited_children() -> Vec<nix::unistd::Pid> {
+    let me = std::process::id().to_string();
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    entries
+        .flatten()
+        .filter_map(|entry| entry.file_name().to_str()?.parse::<i32>().ok())
+        .filter(|pid| {
+            let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+            // `pid (comm) state ppid …`: the name may hold anything but ends at the last `)`.
+            let after_name = stat.rsplit_once(')').map_or("", |(_, rest)| rest);
+            after_name.split_whitespace().nth(1) == Some(me.as_str())
+        })
+        .map(nix::unistd::Pid::from_raw)
+        .collect()
+}
+
+/// Waits for `children` (see [`inherited_children`]) as they end, so a torn-down instance does
+/// not stay a zombie until the daemon exits; by pid, never any child, so the children this image
+/// starts stay tokio's to wait for. Ends when all are reaped or at `shutdown`.
+pub fn spawn_reaper(
+    mut children: Vec<nix::unistd::Pid>,
+    shutdown: tokio_util::sync::CancellationToken,
+) -> tokio::task::JoinHandle<()> {
+    use nix::sys::wait::{WaitPidFlag, WaitStatus, waitpid};
+    tokio::spawn(async move {
+        let mut tick = tokio::time::interval(std::time::Duration::from_secs(2));
+        while !children.is_empty() {
+            tokio::select! {
+                _ = shutdown.cancelled() => return,
+                _ = tick.tick() => {}
+            }
+            children.retain(|pid| {
+                matches!(
+                    waitpid(*pid, Some(WaitPidFlag::WNOHANG)),
+                    Ok(WaitStatus::StillAlive)
+                )
+            });
+        }
     })
 }
 

@@ -49,11 +49,12 @@ pub const TAG: &str = "admin";
 #[openapi(
     info(
         title = "sandboxd admin API",
-        description = "The operator's API of sandboxd: the master switch, projects and their \
-                       sandbox opt-in, agents, tasks, live sandboxes, warm pools, the audit log \
-                       and the janitor. Every route takes the admin token as `Authorization: Bearer \
-                       <token>`. Errors answer `{\"error\": <code>, \"message\": ...}`: 4xx for \
-                       the caller's mistakes (nothing changed), 500 for failures inside sandboxd."
+        description = "The operator's API of sandboxd: the master switch and the restart that \
+                       applies it, projects and their sandbox opt-in, agents, tasks, live \
+                       sandboxes, warm pools, the audit log and the janitor. Every route takes \
+                       the admin token as `Authorization: Bearer <token>`. Errors answer \
+                       `{\"error\": <code>, \"message\": ...}`: 4xx for the caller's mistakes \
+                       (nothing changed), 500 for failures inside sandboxd."
     ),
     modifiers(&BearerAuth),
     security(("admin_token" = [])),
@@ -76,6 +77,7 @@ impl Modify for BearerAuth {
 fn split() -> (Router<AppState>, utoipa::openapi::OpenApi) {
     OpenApiRouter::with_openapi(ApiDoc::openapi())
         .routes(routes!(settings::get_settings, settings::put_settings))
+        .routes(routes!(settings::restart))
         .routes(routes!(projects::list_projects))
         .routes(routes!(projects::get_project, projects::put_project))
         .routes(routes!(agents::list_agents, agents::spawn_agent))

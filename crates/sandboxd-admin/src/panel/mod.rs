@@ -12,7 +12,8 @@
 //!   handler runs, and no other code can read a form.
 //!
 //! Every POST carries the session's CSRF token and answers with a redirect (POST → redirect →
-//! GET), with a one-shot flash message saying what happened.
+//! GET), with a one-shot flash message saying what happened; only the restart answers with a
+//! page, as the daemon it would redirect to is restarting.
 
 use axum::Router;
 use axum::extract::{DefaultBodyLimit, Request};
@@ -55,6 +56,7 @@ pub fn router(state: AppState) -> Router<AppState> {
         .route("/", get(|| async { Redirect::to("/sandboxes") }))
         .route("/settings", get(settings::show))
         .route("/settings/sandbox-db", post(settings::set_switch))
+        .route("/settings/restart", post(settings::restart))
         .route("/projects", get(projects::list).post(projects::create))
         .route("/projects/{slug}", get(projects::show).post(projects::save))
         .route("/sandboxes", get(sandboxes::list))

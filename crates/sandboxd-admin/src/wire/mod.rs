@@ -28,7 +28,7 @@ pub use janitor::{JanitorOut, ReapedOut};
 pub use pools::{PoolOut, PutPool};
 pub use projects::{ProjectOut, PutProject};
 pub use sandboxes::{InstanceOut, SandboxOut, SandboxesQuery, TeardownOut};
-pub use settings::{PutSettings, Settings};
+pub use settings::{PutSettings, RestartOut, Settings};
 pub use sources::{PutSource, SnapshotOut, SourceOut, SourceTlsOut};
 pub use tasks::{NewTask, TaskOut, TasksQuery};
 

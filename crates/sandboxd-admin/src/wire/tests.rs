@@ -21,8 +21,16 @@ fn answers_decode_to_what_was_encoded() {
         daemon_id: "0a1b2c3d".into(),
         sandbox_db_enabled_stored: true,
         sandbox_db_enabled_running: false,
-        env_override: None,
+        env_override: Some(true),
+        override_env: Some("ROBOCO_SANDBOX_DB_ENABLED=on".into()),
         takes_effect: "at the next restart".into(),
+        restart_pending: false,
+        running_since_ms: 1,
+    });
+    round_trip(RestartOut {
+        status: "restarting".into(),
+        running_since_ms: 1,
+        message: "draining".into(),
     });
     round_trip(ProjectOut {
         slug: "p".into(),

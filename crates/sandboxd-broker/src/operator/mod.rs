@@ -10,7 +10,7 @@ use sandboxd_domain::{DaemonId, ProjectSlug};
 
 use crate::Broker;
 use crate::audit::{AuditAction, AuditRecord, Outcome};
-use crate::config::SANDBOX_DB_ENABLED;
+use crate::config::{ENABLED_OVERRIDE_ENV, SANDBOX_DB_ENABLED};
 use crate::error::BrokerError;
 use crate::janitor::JanitorReport;
 
@@ -32,6 +32,23 @@ pub struct SettingsView {
     pub sandbox_db_enabled_running: bool,
     pub env_override: Option<bool>,
     pub takes_effect: &'static str,
+    /// When this run of the daemon started (Unix ms): a restart shows as a new value.
+    pub running_since_ms: i64,
+}
+
+impl SettingsView {
+    /// The override as the operator would write it (`ROBOCO_SANDBOX_DB_ENABLED=on`), when the
+    /// environment sets one.
+    pub fn override_text(&self) -> Option<String> {
+        self.env_override
+            .map(|on| format!("{ENABLED_OVERRIDE_ENV}={}", if on { "on" } else { "off" }))
+    }
+
+    /// True when the stored value waits for a restart to rule (and no override hides it).
+    pub fn restart_pending(&self) -> bool {
+        self.env_override.is_none()
+            && self.sandbox_db_enabled_stored != self.sandbox_db_enabled_running
+    }
 }
 
 impl Broker {
@@ -56,8 +73,31 @@ impl Broker {
             sandbox_db_enabled_stored: stored,
             sandbox_db_enabled_running: self.inner.enabled,
             env_override: self.inner.config.enabled_override,
-            takes_effect: "on the next restart of sandboxd",
+            takes_effect: "on the next restart of sandboxd (`sandboxd restart`)",
+            running_since_ms: self.inner.started_at_ms,
         })
+    }
+
+    /// Asks the daemon to restart in place (audited): the binary's serve loop stops accepting,
+    /// finishes what is under way, joins its tasks and re-executes itself; live sandboxes stay
+    /// and are adopted, and the stored switch rules from then on.
+    pub async fn request_restart(&self) {
+        self.audit(AuditRecord {
+            actor: Actor::Operator,
+            action: AuditAction::Restart,
+            subject: "sandboxd",
+            project: None,
+            outcome: Outcome::Ok,
+            started: Instant::now(),
+            detail: String::new(),
+        })
+        .await;
+        self.inner.restart.cancel();
+    }
+
+    /// Cancelled once an operator asked for a restart: what the binary's serve loop waits on.
+    pub fn restart_requested(&self) -> tokio_util::sync::CancellationToken {
+        self.inner.restart.clone()
     }
 
     /// Persists the master switch at once; it takes effect at the next start.

@@ -214,14 +214,29 @@ impl Pools {
         self.remove_members(members).await;
     }
 
-    /// Keeps the pools filled and checked until `shutdown`; then drains them.
+    /// Keeps the pools filled and checked until `shutdown`; then drains them. While the master
+    /// switch is off (`armed` false) nothing runs for agents, so the pools start nothing and
+    /// stay empty (a previous run's members are the janitor's at start); the restart that arms
+    /// the switch fills them.
     pub fn spawn(
         self: &Arc<Self>,
         metrics: Arc<Metrics>,
         shutdown: CancellationToken,
+        armed: bool,
     ) -> JoinHandle<()> {
         let pools = self.clone();
         tokio::spawn(async move {
+            if !armed {
+                if !pools.pools.is_empty() {
+                    tracing::info!(
+                        "warm pools stay empty: sandbox_db_enabled is off (they fill after the \
+                         restart that arms it)"
+                    );
+                }
+                shutdown.cancelled().await;
+                pools.drain().await;
+                return;
+            }
             let mut checks = tokio::time::interval(pools.tuning.check_interval);
             checks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
             checks.tick().await;

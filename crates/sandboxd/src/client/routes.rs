@@ -5,8 +5,8 @@
 use reqwest::Method;
 use sandboxd_admin::wire::{
     AgentOut, AgentsQuery, JanitorOut, NewTask, PoolOut, ProjectOut, PutPool, PutProject,
-    PutSettings, PutSource, SandboxOut, SandboxesQuery, Settings, SourceOut, SpawnAgent,
-    SpawnedOut, TaskOut, TasksQuery, TeardownOut,
+    PutSettings, PutSource, RestartOut, SandboxOut, SandboxesQuery, Settings, SourceOut,
+    SpawnAgent, SpawnedOut, TaskOut, TasksQuery, TeardownOut,
 };
 
 use super::{AdminClient, ClientError, Reply};
@@ -79,6 +79,11 @@ impl AdminClient {
 
     pub async fn put_settings(&self, body: &PutSettings) -> Answer<Settings> {
         self.send(Method::PUT, "/v1/settings", Some(body)).await
+    }
+
+    /// Answered before the daemon drains; it answers `settings` again once restarted.
+    pub async fn restart(&self) -> Answer<RestartOut> {
+        self.send(Method::POST, "/v1/restart", None::<&()>).await
     }
 
     pub async fn sources(&self) -> Answer<Vec<SourceOut>> {

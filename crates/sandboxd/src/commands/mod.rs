@@ -10,6 +10,7 @@ pub mod mcp;
 pub mod pools;
 pub mod projects;
 pub mod provision;
+pub mod restart;
 pub mod sandboxes;
 pub mod serve;
 pub mod settings;

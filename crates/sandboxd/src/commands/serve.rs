@@ -1,14 +1,20 @@
 //! `sandboxd serve`: the daemon. MCP for agents at `/mcp`, the admin API under `/v1`, the panel
-//! at `/`, `/metrics`; the janitor and the MCP session sweeper on their tick. Stops on SIGINT/SIGTERM; sandboxes stay up and
-//! are adopted by the next start.
+//! at `/`, `/metrics`; the janitor and the MCP session sweeper on their tick. Stops on
+//! SIGINT/SIGTERM; sandboxes stay up and are adopted by the next start. An operator's restart
+//! (`sandboxd restart`, `POST /v1/restart`, the panel) stops the same way, then re-executes the
+//! binary in place: same pid, arguments, environment and address.
 
+use std::io::Write;
+use std::net::SocketAddr;
 use std::process::ExitCode;
+use std::time::{Duration, Instant};
 
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
 use crate::config::Settings;
-use crate::{daemon, http};
+use crate::daemon::{self, Daemon};
+use crate::http;
 
 #[derive(Debug, clap::Args)]
 pub struct Args {
@@ -31,7 +37,66 @@ async fn stop_signal() {
     }
 }
 
+/// Binds `listen`. After a restart the address is the one the previous image had; its socket
+/// was closed a moment ago, so a refusal is tried again for a few seconds.
+async fn bind(listen: &str, restarted: bool) -> std::io::Result<TcpListener> {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        match TcpListener::bind(listen).await {
+            Err(err)
+                if restarted
+                    && err.kind() == std::io::ErrorKind::AddrInUse
+                    && Instant::now() < deadline =>
+            {
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            bound => return bound,
+        }
+    }
+}
+
+/// The start-up line on stderr: where everything is, and what rules the master switch.
+async fn announce(daemon: &Daemon, settings: &Settings, addr: SocketAddr, restarted: bool) {
+    let images = if daemon.images.is_empty() {
+        String::new()
+    } else {
+        format!(" (images {})", daemon.images.join(", "))
+    };
+    let switch = match daemon.broker.settings().await {
+        Ok(view) => match view.override_text() {
+            Some(text) => format!(
+                "{} ({text} in the environment overrides the stored {})",
+                on_off(view.sandbox_db_enabled_running),
+                on_off(view.sandbox_db_enabled_stored)
+            ),
+            None => format!("{} (stored)", on_off(view.sandbox_db_enabled_running)),
+        },
+        Err(err) => format!("unknown ({err})"),
+    };
+    eprintln!(
+        "sandboxd{}: {} backend{images}; MCP at http://{addr}/mcp, panel at http://{addr}/, admin \
+         API at http://{addr}/v1 (token: {} or ${}); sandbox_db_enabled running = {switch}",
+        if restarted { " restarted in place" } else { "" },
+        daemon.primary,
+        settings.admin_token_file().display(),
+        daemon::ADMIN_TOKEN_ENV,
+    );
+}
+
+fn on_off(value: bool) -> &'static str {
+    if value { "on" } else { "off" }
+}
+
 pub async fn run(args: Args, settings: &Settings) -> ExitCode {
+    // Set only in an image re-executed by a restart: the address its predecessor listened on,
+    // so a daemon started on port 0 comes back on the same port.
+    let restarted_on = std::env::var(daemon::RESTART_LISTEN_ENV).ok();
+    let restarted = restarted_on.is_some();
+    let inherited = if restarted {
+        daemon::inherited_children()
+    } else {
+        Vec::new()
+    };
     let daemon = match daemon::start(settings).await {
         Ok(daemon) => daemon,
         Err(err) => {
@@ -39,10 +104,10 @@ pub async fn run(args: Args, settings: &Settings) -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    let listen = args
-        .listen
+    let listen = restarted_on
+        .or(args.listen)
         .unwrap_or_else(|| settings.server.listen.clone());
-    let listener = match TcpListener::bind(&listen).await {
+    let listener = match bind(&listen, restarted).await {
         Ok(listener) => listener,
         Err(err) => {
             eprintln!("error: cannot listen on {listen}: {err}");
@@ -57,33 +122,21 @@ pub async fn run(args: Args, settings: &Settings) -> ExitCode {
         }
     };
     let shutdown = CancellationToken::new();
+    let restart = daemon.broker.restart_requested();
     let janitor = daemon.broker.spawn_janitor(shutdown.child_token());
     let sweeper = daemon.broker.spawn_session_sweeper(shutdown.child_token());
     let pools = daemon.broker.spawn_pools(shutdown.child_token());
     let probes = daemon.broker.spawn_feature_probes(shutdown.child_token());
     let refresher = daemon.broker.spawn_source_refresher(shutdown.child_token());
+    let reaper = daemon::spawn_reaper(inherited, shutdown.child_token());
     let app = http::app(&daemon, settings, shutdown.child_token());
-    // The first stdout line is the address: scripts and tests read it.
-    println!("sandboxd listening on http://{addr}");
-    let images = if daemon.images.is_empty() {
-        String::new()
-    } else {
-        format!(" (images {})", daemon.images.join(", "))
-    };
-    eprintln!(
-        "sandboxd: {} backend{images}; MCP at http://{addr}/mcp, panel at http://{addr}/, admin API at \
-         http://{addr}/v1 (token: {} or ${}); sandbox_db_enabled running = {}",
-        daemon.primary,
-        settings.admin_token_file().display(),
-        daemon::ADMIN_TOKEN_ENV,
-        daemon
-            .broker
-            .settings()
-            .await
-            .map(|s| s.sandbox_db_enabled_running)
-            .unwrap_or(false),
-    );
+    // The first stdout line is the address: scripts and tests read it. Whoever read it may
+    // have closed the pipe since (a restarted image writes it again): not worth dying for.
+    let mut stdout = std::io::stdout();
+    let _ = writeln!(stdout, "sandboxd listening on http://{addr}").and_then(|()| stdout.flush());
+    announce(&daemon, settings, addr, restarted).await;
     let server_shutdown = shutdown.clone();
+    let restart_requested = restart.clone();
     // The peer address rides with each request: the panel login's rate limit is per client.
     http::serve(
         listener,
@@ -91,12 +144,14 @@ pub async fn run(args: Args, settings: &Settings) -> ExitCode {
         http::connection_limits(settings),
         async move {
             tokio::select! {
-                _ = stop_signal() => {}
-                _ = server_shutdown.cancelled() => {}
+                _ = stop_signal() => tracing::info!("stopping"),
+                _ = server_shutdown.cancelled() => tracing::info!("stopping"),
+                _ = restart_requested.cancelled() => {
+                    tracing::info!("restarting: draining, then re-executing in place");
+                }
             }
             // Ends the MCP streams too, so open agent connections do not hold the shutdown.
             server_shutdown.cancel();
-            tracing::info!("stopping");
         },
     )
     .await;
@@ -121,6 +176,16 @@ pub async fn run(args: Args, settings: &Settings) -> ExitCode {
     if let Err(err) = probes.await {
         tracing::error!(error = %err, "feature probe task failed");
     }
+    if let Err(err) = reaper.await {
+        tracing::error!(error = %err, "the reaper of a previous image's children failed");
+    }
     daemon.broker.sweep_at_stop().await;
-    ExitCode::SUCCESS
+    if !restart.is_cancelled() {
+        return ExitCode::SUCCESS;
+    }
+    // The listener is closed (dropped by `serve`), and every other descriptor is close-on-exec.
+    drop(daemon);
+    let err = daemon::reexec(addr);
+    eprintln!("error: restarting failed, so sandboxd stops instead: {err}");
+    ExitCode::FAILURE
 }

@@ -1,5 +1,6 @@
 //! `sandboxd settings [set sandbox_db_enabled=true]`: the master switch of the running daemon.
-//! A change is stored at once and takes effect at the next restart; both values are shown.
+//! A change is stored at once and takes effect at the next restart (`sandboxd restart`); both
+//! values are shown, and `ROBOCO_SANDBOX_DB_ENABLED` when it overrides them.
 
 use std::process::ExitCode;
 
@@ -8,7 +9,6 @@ use sandboxd_broker::{SANDBOX_DB_ENABLED, parse_switch};
 
 use crate::client::{AdminClient, Remote};
 use crate::config::Settings;
-use crate::daemon::ENABLED_ENV;
 use crate::exit::EXIT_INPUT;
 use crate::output;
 
@@ -22,7 +22,8 @@ pub struct Args {
 
 #[derive(Debug, clap::Subcommand)]
 pub enum Command {
-    /// Store a setting: `sandbox_db_enabled=true` (or false); takes effect at the next restart.
+    /// Store a setting: `sandbox_db_enabled=true` (or false); takes effect at the next restart
+    /// (`sandboxd restart`).
     Set {
         #[arg(value_name = "KEY=VALUE")]
         assignment: String,
@@ -36,24 +37,28 @@ fn on_off(value: bool) -> &'static str {
 fn show(settings: &SettingsOut) {
     let stored = settings.sandbox_db_enabled_stored;
     let running = settings.sandbox_db_enabled_running;
-    let overridden = match settings.env_override {
-        Some(value) => format!("{ENABLED_ENV}={}", on_off(value)),
-        None => "-".into(),
-    };
     println!(
         "{}",
         output::table(
-            &["setting", "stored", "running", "env override"],
+            &["setting", "stored", "running", "override"],
             vec![vec![
                 SANDBOX_DB_ENABLED.to_owned(),
                 on_off(stored).into(),
                 on_off(running).into(),
-                overridden,
+                settings.override_env.clone().unwrap_or_else(|| "-".into()),
             ]]
         )
     );
-    if stored != running && settings.env_override.is_none() {
-        println!("the stored value takes effect {}", settings.takes_effect);
+    match &settings.override_env {
+        Some(text) => println!(
+            "{text} in the daemon's environment overrides the stored value, also after \
+             `sandboxd restart` (which keeps the environment); unset it where sandboxd is \
+             started to let the stored value rule"
+        ),
+        None if settings.restart_pending => {
+            println!("the stored value takes effect {}", settings.takes_effect)
+        }
+        None => {}
     }
     println!(
         "this daemon's id: {} (the maker of its sandboxes)",

@@ -15,5 +15,6 @@ mod pools;
 mod python_client;
 mod python_sdk;
 mod replicas;
+mod restart_action;
 mod sandbox_verbs;
 mod support;

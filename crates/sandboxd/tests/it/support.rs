@@ -141,12 +141,16 @@ pub fn spawn_daemon_with(home: &Home, launch: Launch) -> TestDaemon {
     cmd.args(&launch.args)
         .args(["serve", "--listen", &launch.listen])
         .envs(launch.env)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
         .stderr(match launch.stderr {
             Some(file) => Stdio::from(file),
             None => Stdio::inherit(),
         });
+    spawn_serve(cmd)
+}
+
+/// Starts `cmd`, a `sandboxd … serve` command, and waits for its address line.
+pub fn spawn_serve(mut cmd: Command) -> TestDaemon {
+    cmd.stdin(Stdio::null()).stdout(Stdio::piped());
     let mut child = cmd.spawn().expect("start sandboxd serve");
     let stdout = child.stdout.take().expect("stdout");
     let mut line = String::new();
