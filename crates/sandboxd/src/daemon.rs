@@ -83,10 +83,10 @@ pub fn reexec(listening: std::net::SocketAddr) -> std::io::Error {
     const SELF_EXE: &str = "/proc/self/exe";
     let exe = match std::fs::read_link(SELF_EXE) {
         Ok(path) => {
-            let text = path.to_string_lossy();
             // The kernel's mark of an image whose file was replaced or removed.
-            let installed = text
-                .strip_suffix(" (deleted)")
+            let installed = path
+                .to_str()
+                .and_then(|text| text.strip_suffix(" (deleted)"))
                 .map(std::path::PathBuf::from);
             match installed {
                 Some(installed) if installed.is_file() => installed,

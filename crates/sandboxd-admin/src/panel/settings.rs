@@ -43,8 +43,8 @@ pub async fn show(
                         td class="running" { (on_off(running)) }
                         td class="override" {
                             @match &override_text {
-                                Some(text) => code { (text) },
-                                None => span class="muted" { "none" },
+                                Some(text) => { code { (text) } }
+                                None => { span class="muted" { "none" } }
                             }
                         }
                         td class="actions" {
