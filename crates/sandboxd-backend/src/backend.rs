@@ -173,7 +173,6 @@ pub trait Backend: Send + Sync + fmt::Debug {
             source,
             available: BTreeSet::new(),
             missing: BTreeMap::new(),
-            versions: BTreeMap::new(),
         };
         if engine.features.is_empty() {
             return Ok(probe);

@@ -170,27 +170,6 @@ impl Broker {
         Ok(broker)
     }
 
-    /// Sizes an operator set through the API or panel outlive a restart.
-    async fn apply_stored_pool_sizes(&self) {
-        for view in self.inner.pools.views() {
-            let key = pools::size_setting(&view.key);
-            let Ok(Some(value)) = self.store().get_setting(&key).await else {
-                continue;
-            };
-            let applied = match pools::parse_sizes(&value) {
-                Some((min_idle, max_total)) => self
-                    .inner
-                    .pools
-                    .resize(&view.key, min_idle, max_total)
-                    .map_err(|err| format!("{key} = {value:?}: {err:?}")),
-                None => Err(format!("{key} = {value:?} is not `min_idle,max_total`")),
-            };
-            if let Err(err) = applied {
-                tracing::warn!(error = %err, "ignoring stored warm pool sizes");
-            }
-        }
-    }
-
     /// Pools of clones start from their source's latest snapshot in the store.
     async fn load_clone_pool_snapshots(&self) {
         for source in self.inner.pools.clone_sources() {

@@ -14,6 +14,13 @@ pub fn table(header: &[&str], rows: Vec<Vec<String>>) -> String {
     render_table(header, rows, terminal_width())
 }
 
+/// A table within `max` columns, or the terminal's width when narrower: cells wrap, terminal
+/// or not (a listing that must fit a width whatever reads it).
+pub fn table_within(header: &[&str], rows: Vec<Vec<String>>, max: u16) -> String {
+    let width = terminal_width().map_or(max, |w| w.min(max));
+    render_table(header, rows, Some(width))
+}
+
 /// The width of the terminal stdout is, if it is one (a table with no width set measures it).
 fn terminal_width() -> Option<u16> {
     Table::new().width()

@@ -1,6 +1,6 @@
-//! `/v1/pools`: the warm pools (one per configured engine, and per source whose clones are
-//! pooled) and their sizes. A resize persists and applies at once; pools themselves are
-//! configured in the daemon's config file.
+//! `/v1/pools`: the warm pools (the config file's, per engine and per source whose clones are
+//! pooled, and those an operator added) and their sizes. A `PUT` sizes a pool, or adds it when
+//! there is none of that name; it is stored and applies at once and at every start.
 
 use axum::Json;
 use axum::extract::State;
@@ -23,10 +23,12 @@ pub async fn list_pools(State(state): State<AppState>) -> Json<Vec<PoolOut>> {
     Json(state.desk.pools().into_iter().map(PoolOut::from).collect())
 }
 
-/// Resizes one warm pool; the sizes outlive a restart.
+/// Sizes one warm pool, or adds it when there is none of that name (no features; its engine
+/// must run on the provisioning backend, its source be registered); stored, it outlives a
+/// restart, its sizes winning over the config file's.
 #[utoipa::path(put, path = "/v1/pools/{pool}", tag = TAG,
-    params(("pool" = String, Path, description = "a configured pool: an engine (`postgres`), \
-        or `<engine>@<source>` for a pool of clones")),
+    params(("pool" = String, Path, description = "an engine (`postgres`), or \
+        `<engine>@<source>` for a pool of clones")),
     request_body = PutPool,
     responses(
         (status = 200, body = PoolOut),
@@ -43,9 +45,8 @@ pub async fn put_pool(
         what: "pool",
         detail,
     })?;
-    let pool = state
-        .desk
-        .resize_pool(&key, body.min_idle, body.max_total)
-        .await?;
+    let current = state.desk.pools().into_iter().find(|p| p.key == key);
+    let (min_idle, max_total) = body.sizes(current.as_ref());
+    let pool = state.desk.resize_pool(&key, min_idle, max_total).await?;
     Ok(Json(pool.into()))
 }

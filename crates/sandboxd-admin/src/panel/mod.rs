@@ -62,7 +62,7 @@ pub fn router(state: AppState) -> Router<AppState> {
         .route("/sandboxes", get(sandboxes::list))
         .route("/sandboxes/{owner}/teardown", post(sandboxes::teardown))
         .route("/sandboxes/janitor", post(sandboxes::run_janitor))
-        .route("/pools", get(pools::list))
+        .route("/pools", get(pools::list).post(pools::create))
         .route("/pools/{pool}", post(pools::resize))
         .route("/sources", get(sources::list).post(sources::save))
         .route("/sources/{name}/snapshot", post(sources::snapshot))

@@ -1,14 +1,17 @@
 //! Pools: each warm pool (an engine's, or of an engine's clones of a source) — idle and
 //! starting members, hand-outs, misses, quarantined members, a backoff in progress and its
-//! cause, the snapshot a pool of clones makes members from — and a form to resize it.
+//! cause, the snapshot a pool of clones makes members from — a form to resize it, and one to
+//! add a pool (stored, filled at once, kept across restarts), as `sandboxd pools set` does.
 
 use axum::Extension;
 use axum::extract::State;
 use axum::response::{IntoResponse, Response};
 use maud::html;
-use sandboxd_broker::PoolKey;
+use sandboxd_broker::{PoolConfig, PoolKey};
 use sandboxd_domain::clock::format_age_since;
+use sandboxd_domain::engines;
 
+use super::form::FormFields;
 use super::layout::{self, Section, badge, csrf_field};
 use super::session::PanelSession;
 use super::{VerifiedForm, done};
@@ -26,9 +29,8 @@ pub async fn list(
             h2 { "Warm pools" }
             @if pools.is_empty() {
                 p class="muted" id="no-pools" {
-                    "No warm pool is configured: every sandbox is provisioned cold. Add "
-                    code { "[pools.<engine>]" } " with " code { "min_idle" } " and "
-                    code { "max_total" } " to the config file to keep members ready."
+                    "No warm pool yet: every sandbox is provisioned cold. Add one below (or "
+                    code { "[pools.<engine>]" } " in the config file) to keep members ready."
                 }
             } @else {
                 table class="grid" id="pools" {
@@ -102,8 +104,56 @@ pub async fn list(
                 }
             }
         }
+        (add_form(&session))
     };
     layout::page(Section::Pools, "Pools", &session, flash.as_ref(), body).into_response()
+}
+
+/// The form that adds a pool: an engine (and a source for a pool of clones) and its sizes.
+fn add_form(session: &PanelSession) -> maud::Markup {
+    html! {
+        section class="card" id="add-pool" {
+            h2 { "Add a pool" }
+            form method="post" action="/pools" {
+                (csrf_field(session))
+                label { "engine "
+                    select name="engine" {
+                        @for engine in engines::all() {
+                            option value=(engine.name) { (engine.name) }
+                        }
+                    }
+                }
+                label { " clones of source "
+                    input type="text" name="source" placeholder="(none: plain members)" size="14";
+                }
+                label { " min idle " input type="number" name="min_idle" min="0" value="1" size="3"; }
+                label { " max total " input type="number" name="max_total" min="1" placeholder="4" size="3"; }
+                " "
+                button type="submit" { "Add pool" }
+            }
+            p class="note" {
+                "A pool is stored and filled at once on the provisioning backend, and kept "
+                "across restarts; its sizes win over the config file's. Left empty, max total "
+                "is 4, or min idle when that is more. A pool that exists is resized instead."
+            }
+        }
+    }
+}
+
+pub async fn create(
+    State(state): State<AppState>,
+    VerifiedForm { session, fields }: VerifiedForm,
+) -> Response {
+    let engine = fields.get("engine").unwrap_or_default().trim();
+    let pool = match fields
+        .get("source")
+        .map(str::trim)
+        .filter(|s| !s.is_empty())
+    {
+        Some(source) => format!("{engine}@{source}"),
+        None => engine.to_owned(),
+    };
+    apply(&state, &session, &pool, &fields).await
 }
 
 pub async fn resize(
@@ -111,31 +161,55 @@ pub async fn resize(
     ApiPath(pool): ApiPath<String>,
     VerifiedForm { session, fields }: VerifiedForm,
 ) -> Response {
-    let size = |name: &str| {
-        fields
-            .get(name)
-            .and_then(|v| v.trim().parse::<usize>().ok())
+    apply(&state, &session, &pool, &fields).await
+}
+
+/// Sizes the pool named `pool`, or adds it, from the form's `min_idle` and optional
+/// `max_total`; the outcome is the flash on the pools page.
+async fn apply(
+    state: &AppState,
+    session: &PanelSession,
+    pool: &str,
+    fields: &FormFields,
+) -> Response {
+    let size = |name: &str| -> Result<Option<usize>, ()> {
+        match fields.get(name).map(str::trim).filter(|v| !v.is_empty()) {
+            None => Ok(None),
+            Some(value) => value.parse::<usize>().map(Some).map_err(|_| ()),
+        }
     };
-    let outcome = match (PoolKey::parse(&pool), size("min_idle"), size("max_total")) {
-        (Ok(key), Some(min_idle), Some(max_total)) => state
-            .desk
-            .resize_pool(&key, min_idle, max_total)
-            .await
-            .map(|pool| {
-                format!(
-                    "The {} pool keeps {} idle, at most {} in all.",
-                    pool.key, pool.min_idle, pool.max_total
-                )
-            })
-            .map_err(|err| {
-                let err = crate::error::ApiError::from(err);
-                err.parts().2
-            }),
-        (Err(err), _, _) => Err(err),
-        _ => Err("min idle and max total must be whole numbers; nothing changed.".to_owned()),
+    let outcome = match (PoolKey::parse(pool), size("min_idle"), size("max_total")) {
+        (Err(err), _, _) => Err(format!("{err}; nothing changed.")),
+        (Ok(key), Ok(Some(min_idle)), Ok(max_total)) => {
+            let current = state.desk.pools().into_iter().find(|p| p.key == key);
+            let existed = current.is_some();
+            let (min_idle, max_total) = PoolConfig::sizes(current.as_ref(), min_idle, max_total);
+            state
+                .desk
+                .resize_pool(&key, min_idle, max_total)
+                .await
+                .map(|pool| {
+                    format!(
+                        "The {} pool {} {} idle, at most {} in all.",
+                        pool.key,
+                        if existed {
+                            "keeps"
+                        } else {
+                            "was added: it keeps"
+                        },
+                        pool.min_idle,
+                        pool.max_total
+                    )
+                })
+                .map_err(|err| crate::error::ApiError::from(err).parts().2)
+        }
+        _ => Err(
+            "min idle (and max total, when given) must be whole numbers; nothing changed."
+                .to_owned(),
+        ),
     };
     match outcome {
-        Ok(text) => done(&state, &session, "/pools", true, text),
-        Err(text) => done(&state, &session, "/pools", false, text),
+        Ok(text) => done(state, session, "/pools", true, text),
+        Err(text) => done(state, session, "/pools", false, text),
     }
 }

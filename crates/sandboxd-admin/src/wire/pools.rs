@@ -1,6 +1,6 @@
-//! `/v1/pools`: warm pools and their sizes.
+//! `/v1/pools`: warm pools, their sizes, and new ones.
 
-use sandboxd_broker::PoolView;
+use sandboxd_broker::{PoolConfig, PoolView};
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
@@ -65,12 +65,22 @@ impl From<PoolView> for PoolOut {
     }
 }
 
-/// New sizes for a warm pool: persisted, applied at once, kept across restarts.
+/// Sizes for a warm pool, which is created when there is none of that name yet (no features):
+/// stored, applied at once, kept across restarts (where they win over the config file's).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct PutPool {
     /// Idle members kept ready (at most `max_total`).
     pub min_idle: usize,
-    /// Most members held at once, idle or starting (at least 1).
-    pub max_total: usize,
+    /// Most members held at once, idle or starting (at least 1). Left out: the pool's ceiling
+    /// raised to `min_idle` when that is more; for a new pool 4, or `min_idle` when more.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_total: Option<usize>,
+}
+
+impl PutPool {
+    /// `(min_idle, max_total)` for the pool as it is now (None: a new pool).
+    pub fn sizes(&self, current: Option<&PoolView>) -> (usize, usize) {
+        PoolConfig::sizes(current, self.min_idle, self.max_total)
+    }
 }

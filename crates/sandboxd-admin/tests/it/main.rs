@@ -5,4 +5,5 @@ mod api;
 mod browser;
 mod metrics;
 mod panel;
+mod pools_form;
 mod support;

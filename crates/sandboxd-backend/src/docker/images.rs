@@ -27,12 +27,19 @@ pub(super) fn hint(engine: EngineRef, image: &str) -> String {
         "build it with scripts/build-images.sh (it builds every sandboxd-local image from \
          Debian's packages, no registry needed)"
             .to_owned()
-    } else {
+    } else if let Some(local) = engine.images.iter().find(|i| i.starts_with(LOCAL_PREFIX)) {
         format!(
             "pull it with `docker pull {image}` (sandboxd never pulls by itself); where no \
-             registry is reachable, build the local images with scripts/build-images.sh and set \
-             [engines.{}] image = \"sandboxd-local/…\"",
+             registry is reachable, build {local} with scripts/build-images.sh (used when \
+             present, or set [engines.{}] image = \"{local}\")",
             engine.name
+        )
+    } else {
+        // scripts/build-images.sh builds no image of this engine: a registry is the only way.
+        format!(
+            "pull it with `docker pull {image}` where a registry is reachable (sandboxd never \
+             pulls by itself); scripts/build-images.sh builds no {} image",
+            engine.title
         )
     }
 }
@@ -176,5 +183,14 @@ mod tests {
             either.contains("docker pull postgres:16-alpine"),
             "{either}"
         );
+        // No local image of MongoDB is built: the hint says so rather than sending the
+        // operator to the build script.
+        let mongo = EngineRef::parse("mongo").expect("registered");
+        let pull = hint_any(mongo, &["mongo:8".into()]);
+        assert!(
+            pull.starts_with("pull it with `docker pull mongo:8`"),
+            "{pull}"
+        );
+        assert!(pull.contains("builds no MongoDB image"), "{pull}");
     }
 }

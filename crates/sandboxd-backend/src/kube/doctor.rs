@@ -46,7 +46,13 @@ impl KubeBackend {
         let mut checks = Vec::new();
         let client = match self.client.get().await {
             Ok(client) => client.clone(),
-            Err(err) => return vec![DoctorCheck::missing(subject, err.to_string(), "see above")],
+            Err(err) => {
+                return vec![DoctorCheck::missing(
+                    subject,
+                    err.to_string(),
+                    "point [kubernetes] kubeconfig (and context) at a cluster sandboxd may use",
+                )];
+            }
         };
         let namespaces: Api<Namespace> = Api::all(client.clone());
         checks.push(match namespaces.get_opt(namespace).await {
@@ -78,10 +84,14 @@ impl KubeBackend {
                         self.config.image_pull_policy
                     ),
                 ),
-                (_, Err(err)) => DoctorCheck::missing(
+                // An engine without an image is only not offered; the others still run.
+                (_, Err(err)) => DoctorCheck::unavailable(
                     subject,
                     err.to_string(),
-                    format!("load one of {} onto the nodes", candidates.join(", ")),
+                    format!(
+                        "load one of {} onto the nodes, or let them pull it (image_pull_policy)",
+                        candidates.join(", ")
+                    ),
                 ),
             });
         }

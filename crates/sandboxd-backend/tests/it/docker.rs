@@ -646,26 +646,22 @@ async fn postgres_features_are_activated_in_the_agents_database() {
 
 #[tokio::test]
 async fn a_feature_missing_from_the_image_is_an_error_naming_the_image() {
-    let Some(harness) = Harness::new("dpgmissing", &[POSTGRES18], |c| {
-        c.images.insert("postgres".into(), vec![POSTGRES18.into()]);
-    })
-    .await
-    else {
+    let Some(harness) = Harness::new("dredismod", &[REDIS], |_| {}).await else {
         return;
     };
     harness
         .run(|backend, _docker| async move {
-            let owner = harness_owner("dpgmissing");
+            let owner = harness_owner("dredismod");
             let err = backend
-                .provision(&request("postgres", &owner, &["postgis"]))
+                .provision(&request("redis", &owner, &["json"]))
                 .await
-                .expect_err("the local postgres:18 image has no PostGIS");
+                .expect_err("the local redis image has no RedisJSON");
             assert!(
                 matches!(err, BackendError::FeatureUnavailable { .. }),
                 "{err}"
             );
             let text = err.to_string();
-            assert!(text.contains(&format!("image {POSTGRES18}")), "{text}");
+            assert!(text.contains(&format!("image {REDIS}")), "{text}");
             // Nothing is left: `run` asserts it.
         })
         .await;

@@ -5,12 +5,12 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::time::Instant;
 
 use sandboxd_domain::Actor;
-use sandboxd_domain::{AgentSlug, BackendKind, DaemonId, EngineRef, InputError};
+use sandboxd_domain::{AgentSlug, BackendKind, DaemonId, EngineRef};
 
 use crate::Broker;
 use crate::audit::{AuditAction, AuditRecord, Outcome};
 use crate::error::BrokerError;
-use crate::pools::{PoolKey, PoolView, ResizeError};
+use crate::pools::PoolView;
 
 /// One instance of a sandbox as the operator sees it.
 #[derive(Debug, Clone)]
@@ -157,62 +157,5 @@ impl Broker {
     /// The warm pools and what they hold now.
     pub fn pools(&self) -> Vec<PoolView> {
         self.inner.pools.views()
-    }
-
-    /// New sizes for a warm pool, persisted (they outlive a restart and override the
-    /// configuration's) and applied at once: the pool starts or removes members to match.
-    pub async fn resize_pool(
-        &self,
-        key: &PoolKey,
-        min_idle: usize,
-        max_total: usize,
-    ) -> Result<PoolView, BrokerError> {
-        let started = Instant::now();
-        self.inner
-            .pools
-            .resize(key, min_idle, max_total)
-            .map_err(|err| match err {
-                ResizeError::Invalid(detail) => BrokerError::Input(InputError::Malformed {
-                    what: "pool sizes",
-                    detail,
-                }),
-                ResizeError::NoPool => BrokerError::NotFound {
-                    what: "warm pool",
-                    id: format!(
-                        "{key} (pools are configured in the config file: {}; configured: {})",
-                        key.config_table(),
-                        sandboxd_domain::error::allowed_list(
-                            self.pools()
-                                .iter()
-                                .map(|v| v.key.to_string())
-                                .collect::<Vec<_>>()
-                                .iter()
-                                .map(String::as_str)
-                        )
-                    ),
-                },
-            })?;
-        self.store()
-            .set_setting(
-                &crate::pools::size_setting(key),
-                &format!("{min_idle},{max_total}"),
-            )
-            .await?;
-        let subject = key.to_string();
-        self.audit(AuditRecord {
-            actor: Actor::Operator,
-            action: AuditAction::SetSetting,
-            subject: &subject,
-            project: None,
-            outcome: Outcome::Ok,
-            started,
-            detail: format!("warm pool: min_idle {min_idle}, max_total {max_total}"),
-        })
-        .await;
-        Ok(self
-            .pools()
-            .into_iter()
-            .find(|v| v.key == *key)
-            .expect("the pool just resized exists"))
     }
 }

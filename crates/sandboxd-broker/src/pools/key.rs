@@ -4,6 +4,8 @@ use std::collections::BTreeSet;
 
 use sandboxd_domain::{EngineRef, Feature, SourceName};
 
+use super::PoolView;
+
 /// Which pool: an engine's (`postgres`), or an engine's clones of a source (`postgres@shop`).
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct PoolKey {
@@ -83,6 +85,29 @@ pub struct PoolConfig {
 }
 
 impl PoolConfig {
+    /// The ceiling when none is given: 4, or `min_idle` when that is more.
+    pub const DEFAULT_MAX_TOTAL: usize = 4;
+
+    /// The ceiling for `min_idle` when none is given: [`Self::DEFAULT_MAX_TOTAL`] raised to it
+    /// (a `min_idle` alone raises the ceiling with it).
+    pub fn default_max_total(min_idle: usize) -> usize {
+        Self::DEFAULT_MAX_TOTAL.max(min_idle)
+    }
+
+    /// An operator's new sizes for a pool configured as `current` (None: a pool not there yet):
+    /// a `min_idle` alone keeps the pool's ceiling, raised to it when it is more.
+    pub fn sizes(
+        current: Option<&PoolView>,
+        min_idle: usize,
+        max_total: Option<usize>,
+    ) -> (usize, usize) {
+        let max_total = max_total.unwrap_or(match current {
+            Some(pool) => pool.max_total.max(min_idle),
+            None => Self::default_max_total(min_idle),
+        });
+        (min_idle, max_total)
+    }
+
     pub fn key(&self) -> PoolKey {
         PoolKey {
             engine: self.engine,
@@ -154,6 +179,13 @@ mod tests {
                 .expect_err("refused")
                 .contains("at least 1")
         );
+    }
+
+    #[test]
+    fn a_min_idle_alone_raises_the_ceiling_with_it() {
+        assert_eq!(PoolConfig::sizes(None, 2, None), (2, 4));
+        assert_eq!(PoolConfig::sizes(None, 6, None), (6, 6));
+        assert_eq!(PoolConfig::sizes(None, 6, Some(8)), (6, 8));
     }
 
     #[test]

@@ -14,6 +14,10 @@
 //! - when requests find the pool empty it holds more, up to `max_total`, and shrinks back to
 //!   `min_idle` when hand-outs stop.
 //!
+//! Pools come from the config file and from an operator (`sandboxd pools set`, the admin API,
+//! the panel), which may add one while the daemon runs; sizes an operator set are stored and
+//! win over the file's at the next start (`stored`).
+//!
 //! A pool of clones (`[pools."postgres@shop"]`: a [`PoolKey`] naming a source) holds members
 //! that are already clones of the source's latest snapshot (`provision_idle_clone`), their
 //! schema handed to the account minted at hand-out. It starts nothing until the source has a
@@ -23,11 +27,12 @@
 mod key;
 mod refill;
 mod state;
+mod stored;
 mod take;
 mod view;
 
 use std::collections::{BTreeSet, HashSet};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard, RwLock};
 
 use sandboxd_backend::{Backend, IdleMember};
 use sandboxd_domain::clone::Snapshot;
@@ -35,17 +40,59 @@ use sandboxd_domain::{DaemonId, SourceName};
 use tokio::sync::Notify;
 
 pub use key::{PoolConfig, PoolKey};
-pub(crate) use key::{parse_sizes, size_setting};
+use state::Pool;
 pub use state::PoolTuning;
-use state::{Pool, PoolState};
 pub(crate) use take::Taken;
 pub use view::PoolView;
-pub(crate) use view::ResizeError;
+
+/// The pools of a daemon, which an operator may add to while the refill loop runs. Iterating
+/// goes over the list as it is when the loop begins; pools are never removed while the daemon
+/// runs.
+#[derive(Debug, Default)]
+struct PoolList(RwLock<Vec<Arc<Pool>>>);
+
+impl PoolList {
+    pub fn iter(&self) -> std::vec::IntoIter<Arc<Pool>> {
+        self.0
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+            .into_iter()
+    }
+
+    pub fn len(&self) -> usize {
+        self.0.read().unwrap_or_else(|p| p.into_inner()).len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Adds a pool for `config` unless one of its key is there; returns the pool of that key.
+    fn add(&self, config: &PoolConfig) -> (Arc<Pool>, bool) {
+        let mut pools = self.0.write().unwrap_or_else(|p| p.into_inner());
+        if let Some(pool) = pools.iter().find(|p| p.config().key() == config.key()) {
+            return (pool.clone(), false);
+        }
+        let pool = Arc::new(Pool::new(config));
+        pools.push(pool.clone());
+        (pool, true)
+    }
+}
+
+impl IntoIterator for &PoolList {
+    type Item = Arc<Pool>;
+    type IntoIter = std::vec::IntoIter<Arc<Pool>>;
+
+    fn into_iter(self) -> Self::IntoIter {
+        self.iter()
+    }
+}
 
 /// Every pool of one daemon, and what they share.
 #[derive(Debug)]
 pub(crate) struct Pools {
-    pools: Vec<Arc<Pool>>,
+    pools: PoolList,
     backend: Arc<dyn Backend>,
     maker: DaemonId,
     tuning: PoolTuning,
@@ -67,20 +114,10 @@ impl Pools {
         tuning: PoolTuning,
         replication: Option<crate::replicas::Replication>,
     ) -> Self {
-        let pools = configs
-            .iter()
-            .map(|config| {
-                Arc::new(Pool {
-                    state: Mutex::new(PoolState {
-                        target: config.min_idle,
-                        ..PoolState::default()
-                    }),
-                    config: Mutex::new(config.clone()),
-                    checked: Notify::new(),
-                    snapshot: Mutex::new(None),
-                })
-            })
-            .collect();
+        let pools = PoolList::default();
+        for config in configs {
+            pools.add(config);
+        }
         Self {
             pools,
             metrics_backend: backend.kind().as_str(),
@@ -109,7 +146,7 @@ impl Pools {
         self.issued.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    fn pool_of(&self, key: &PoolKey) -> Option<&Arc<Pool>> {
+    fn pool_of(&self, key: &PoolKey) -> Option<Arc<Pool>> {
         self.pools.iter().find(|p| p.config().key() == *key)
     }
 

@@ -95,6 +95,19 @@ fn same_snapshot(a: &Snapshot, b: &Snapshot) -> bool {
 }
 
 impl Pool {
+    /// An empty pool for `config`, aiming at `min_idle` members.
+    pub(super) fn new(config: &PoolConfig) -> Self {
+        Self {
+            state: Mutex::new(PoolState {
+                target: config.min_idle,
+                ..PoolState::default()
+            }),
+            config: Mutex::new(config.clone()),
+            checked: Notify::new(),
+            snapshot: Mutex::new(None),
+        }
+    }
+
     pub(super) fn state(&self) -> MutexGuard<'_, PoolState> {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
     }

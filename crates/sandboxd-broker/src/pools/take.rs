@@ -70,7 +70,7 @@ impl Pools {
             let _ = tokio::time::timeout_at(deadline, checked).await;
         };
         metrics.pool_request(&key, self.metrics_backend, member.is_some());
-        self.refresh_gauges(pool, metrics);
+        self.refresh_gauges(&*pool, metrics);
         match member {
             Some(member) => Some(Taken {
                 pool: pool.clone(),

@@ -1,20 +1,13 @@
-//! What an operator sees of the pools, and resizing one.
+//! What an operator sees of the pools, and sizing or adding one.
 
+use std::borrow::Borrow;
+use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
 
 use sandboxd_domain::EngineRef;
 
-use super::{Pool, PoolKey, Pools};
+use super::{Pool, PoolConfig, PoolKey, Pools};
 use crate::metrics::Metrics;
-
-/// Why a pool could not be resized.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) enum ResizeError {
-    /// No pool is configured for the engine.
-    NoPool,
-    /// The sizes break a rule (named in the text).
-    Invalid(String),
-}
 
 /// A pool as the operator sees it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -83,18 +76,24 @@ impl Pools {
             .collect()
     }
 
-    /// New sizes for a pool; the refill loop adds or removes members to match.
-    pub fn resize(
-        &self,
-        key: &PoolKey,
-        min_idle: usize,
-        max_total: usize,
-    ) -> Result<(), ResizeError> {
-        let pool = self.pool_of(key).ok_or(ResizeError::NoPool)?;
-        let mut config = pool.config();
+    /// New sizes for the pool of `key`, or a new pool of it with them (no features): the
+    /// refill loop adds or removes members to match. True when the pool was created; the
+    /// refusal names the rule the sizes break.
+    pub fn set(&self, key: &PoolKey, min_idle: usize, max_total: usize) -> Result<bool, String> {
+        let mut config = match self.pool_of(key) {
+            Some(pool) => pool.config(),
+            None => PoolConfig {
+                engine: key.engine,
+                clone_of: key.clone_of.clone(),
+                features: BTreeSet::new(),
+                min_idle,
+                max_total,
+            },
+        };
         config.min_idle = min_idle;
         config.max_total = max_total;
-        config.validate().map_err(ResizeError::Invalid)?;
+        config.validate()?;
+        let (pool, created) = self.pools.add(&config);
         *pool.config.lock().unwrap_or_else(|p| p.into_inner()) = config;
         {
             let mut state = pool.state();
@@ -104,10 +103,11 @@ impl Pools {
             state.backoff_until = None;
         }
         self.wake.notify_one();
-        Ok(())
+        Ok(created)
     }
 
-    pub(super) fn refresh_gauges(&self, pool: &Pool, metrics: &Metrics) {
+    pub(super) fn refresh_gauges(&self, pool: impl Borrow<Pool>, metrics: &Metrics) {
+        let pool = pool.borrow();
         let key = pool.config().key();
         let state = pool.state();
         let backing_off = state.backoff_until.is_some_and(|u| u > Instant::now());

@@ -1,4 +1,9 @@
-//! `sandboxd doctor`: what is installed, what is missing, and what to install.
+//! `sandboxd doctor`: what is installed, what is missing, and what to install. Required checks
+//! (what the configured backend and the daemon need) are told apart from optional ones (an
+//! engine or a feature that is only not offered); the exit code is 1 when a required one fails.
+
+mod report;
+mod running;
 
 use std::collections::BTreeMap;
 use std::process::ExitCode;
@@ -10,14 +15,15 @@ use sandboxd_backend::{Backend, DoctorCheck, FeatureProbe, ListedInstance, Sweep
 use sandboxd_domain::instance::BackendKind;
 use sandboxd_domain::{AgentSlug, DaemonId, EngineRef, engines};
 
-use sandboxd_admin::wire::SourceOut;
-
 use crate::backends;
 use crate::config::Settings;
 use crate::output;
 
 #[derive(Debug, clap::Args)]
 pub struct Args {
+    /// Print the checks as a JSON array instead: one object per check with `subject`, `ok`,
+    /// `required` (false: a failure only means something is not offered), `backend` (when the
+    /// check is about one), `detail` and `fix`.
     #[arg(long)]
     pub json: bool,
 }
@@ -30,46 +36,83 @@ pub async fn checks(settings: &Settings) -> Vec<DoctorCheck> {
     let mut built: Vec<Arc<dyn Backend>> = Vec::new();
     match backends::process(settings, progress) {
         Ok(process) => {
-            checks.extend(process.doctor().await);
+            checks.extend(report::from_backend(
+                BackendKind::Process,
+                process.doctor().await,
+            ));
             built.push(Arc::new(process));
         }
-        Err(err) => checks.push(DoctorCheck::missing(
-            "process backend",
-            err.to_string(),
-            "see the message",
-        )),
+        Err(err) => checks.push(
+            DoctorCheck::missing(
+                "process backend",
+                err.to_string(),
+                "fix the [process] settings the message names",
+            )
+            .on("process"),
+        ),
     }
     match backends::docker(settings) {
         Ok(docker) => {
-            checks.extend(docker.doctor().await);
+            checks.extend(report::from_backend(
+                BackendKind::Docker,
+                docker.doctor().await,
+            ));
             built.push(Arc::new(docker));
         }
-        Err(err) => checks.push(DoctorCheck::missing(
-            "docker backend",
-            err.to_string(),
-            "fix the [docker] settings",
-        )),
+        Err(err) => checks.push(
+            DoctorCheck::missing(
+                "docker backend",
+                err.to_string(),
+                "fix the [docker] settings",
+            )
+            .on("docker"),
+        ),
     }
     if settings.kubernetes_wanted() {
         match backends::kubernetes(settings) {
             Ok(kube) => {
-                checks.extend(kube.doctor().await);
+                checks.extend(report::from_backend(
+                    BackendKind::Kubernetes,
+                    kube.doctor().await,
+                ));
                 built.push(Arc::new(kube));
             }
-            Err(err) => checks.push(DoctorCheck::missing(
-                "kubernetes backend",
-                err.to_string(),
-                "fix the [kubernetes] settings",
-            )),
+            Err(err) => checks.push(
+                DoctorCheck::missing(
+                    "kubernetes backend",
+                    err.to_string(),
+                    "fix the [kubernetes] settings",
+                )
+                .on("kubernetes"),
+            ),
         }
     }
     checks.extend(features(&built).await);
     checks.extend(versions(&built).await);
     checks.push(makers(&super::ls::list_all(settings).await));
-    checks.extend(pools(settings).await);
-    checks.extend(sources(settings).await);
+    checks.push(running::master_switch(settings).await);
+    checks.extend(running::pools(settings).await);
+    checks.extend(running::sources(settings).await);
     checks.push(experiments(settings));
+    checks.push(logs(settings));
+    report::weigh_backends(settings, &mut checks);
     checks
+}
+
+/// Where each log is: the daemon's (its stderr), and each backend's instances'.
+fn logs(settings: &Settings) -> DoctorCheck {
+    DoctorCheck::ok(
+        "logs",
+        format!(
+            "the daemon logs to its stderr: the terminal of `sandboxd serve` (or \
+             `./scripts/run.sh`), or wherever its service manager sends stderr (systemd: \
+             `journalctl -u <unit>`); `-v`/`-vv` before `serve` log more. Instances: process \
+             backend {}/sandboxd-<engine>-<owner>/server.log; docker backend `docker logs \
+             <name>`; kubernetes `kubectl -n {} logs <name>` (names: `sandboxd ls`)",
+            settings.process.root.display(),
+            settings.kubernetes.namespace
+        ),
+    )
 }
 
 /// run_experiment's guest: installed, and compiled for this wasmtime or not yet.
@@ -103,140 +146,6 @@ fn experiments(settings: &Settings) -> DoctorCheck {
     }
 }
 
-/// One line per configured warm pool: the running daemon's view of it (a pool that backs off
-/// is reported with its cause), or what is configured when no daemon answers.
-async fn pools(settings: &Settings) -> Vec<DoctorCheck> {
-    if settings.pools.is_empty() {
-        return vec![];
-    }
-    let remote = running_daemon();
-    let running = match crate::client::AdminClient::new(&remote, settings) {
-        Ok(client) => client.pools().await.ok().map(|reply| reply.value),
-        Err(_) => None,
-    };
-    settings
-        .pools
-        .iter()
-        .map(|(engine, configured)| {
-            let subject = format!("warm pool {engine}");
-            let pool = running
-                .as_ref()
-                .and_then(|pools| pools.iter().find(|p| &p.engine == engine));
-            match pool {
-                Some(pool) if pool.backing_off_ms.is_some() => DoctorCheck::missing(
-                    subject,
-                    super::pools::state_of(pool),
-                    "fix the cause (an image or binary missing, a feature not installed); the \
-                     pool tries again by itself",
-                ),
-                Some(pool) => DoctorCheck::ok(
-                    subject,
-                    format!(
-                        "{}: {} of {} idle on {}, {} handed out",
-                        super::pools::state_of(pool),
-                        pool.idle,
-                        pool.target,
-                        pool.backend,
-                        pool.handed_out
-                    ),
-                ),
-                None => DoctorCheck::ok(
-                    subject,
-                    format!(
-                        "configured: min_idle {}, max_total {} (no running daemon answered; \
-                         `sandboxd pools` shows its state)",
-                        configured.min_idle,
-                        configured.max_total()
-                    ),
-                ),
-            }
-        })
-        .collect()
-}
-
-/// Where the running daemon is: `SANDBOXD_URL`, as every operator command reads it, else the
-/// configured listen address.
-fn running_daemon() -> crate::client::Remote {
-    crate::client::Remote {
-        url: std::env::var("SANDBOXD_URL").ok().filter(|u| !u.is_empty()),
-        json: false,
-    }
-}
-
-/// Two lines per clone source the running daemon knows: the source's version and its last
-/// snapshot's age, or why there is none; and how it is reached over TLS, missing when its host
-/// is not loopback and its mode checks no certificate. Nothing when no daemon answers or none
-/// is registered.
-async fn sources(settings: &Settings) -> Vec<DoctorCheck> {
-    let remote = running_daemon();
-    let Ok(client) = crate::client::AdminClient::new(&remote, settings) else {
-        return vec![];
-    };
-    let Ok(reply) = client.sources().await else {
-        return vec![];
-    };
-    reply
-        .value
-        .iter()
-        .flat_map(|source| [snapshot_check(source), tls_check(source)])
-        .collect()
-}
-
-fn tls_check(source: &SourceOut) -> DoctorCheck {
-    let subject = format!("clone source {} TLS", source.name);
-    match &source.tls {
-        None => DoctorCheck::missing(
-            subject,
-            "its DSN cannot be read",
-            format!(
-                "register it again: `sandboxd sources add {} --dsn -`",
-                source.name
-            ),
-        ),
-        Some(tls) => match &tls.warning {
-            None => DoctorCheck::ok(subject, tls.summary.clone()),
-            Some(warning) => DoctorCheck::missing(
-                subject,
-                warning.clone(),
-                format!(
-                    "register it again with sslmode=verify-full sslrootcert=/path/ca.pem: \
-                     `sandboxd sources add {} --dsn -`",
-                    source.name
-                ),
-            ),
-        },
-    }
-}
-
-fn snapshot_check(source: &SourceOut) -> DoctorCheck {
-    let subject = format!("clone source {}", source.name);
-    match (&source.snapshot, &source.last_error) {
-        (_, Some(error)) => DoctorCheck::missing(
-            subject,
-            format!("the last snapshot failed: {error}"),
-            format!(
-                "make the source reachable from sandboxd with its DSN's role, then \
-                         `sandboxd sources snapshot {}`",
-                source.name
-            ),
-        ),
-        (Some(snapshot), None) => DoctorCheck::ok(
-            subject,
-            format!(
-                "{}, snapshot {} old ({})",
-                snapshot.server_version,
-                sandboxd_domain::clock::format_age_since(snapshot.taken_at_ms),
-                source.privacy
-            ),
-        ),
-        (None, None) => DoctorCheck::missing(
-            subject,
-            "no snapshot yet: clones of it are refused".to_owned(),
-            format!("`sandboxd sources snapshot {}`", source.name),
-        ),
-    }
-}
-
 /// One line per backend and engine with an allowlist: which features it really provides, found
 /// on a throwaway instance (what a daemon on that backend offers its agents), and what to
 /// install for the rest.
@@ -252,14 +161,21 @@ async fn features(backends: &[Arc<dyn Backend>]) -> Vec<DoctorCheck> {
             let probe = backend
                 .probe_features(engine, &AgentSlug::pool_slot(), maker)
                 .await;
-            Some(match probe {
+            // Features a backend lacks are only not offered: optional lines.
+            let kind = backend.kind();
+            let check = match probe {
                 Ok(probe) => feature_check(subject, &probe),
-                Err(err) => DoctorCheck::missing(
+                Err(err) => DoctorCheck::unavailable(
                     subject,
                     format!("the probe failed: {err}"),
-                    "see the message",
+                    format!(
+                        "see it fail in full with `sandboxd -v provision --owner probe \
+                         --engines {} --backend {kind}` (then `sandboxd teardown --owner probe`)",
+                        engine.name
+                    ),
                 ),
-            })
+            };
+            Some(check.on(kind.as_str()))
         })
     });
     let checks = join_all(probes).await.into_iter().flatten().collect();
@@ -286,7 +202,7 @@ fn feature_check(subject: String, probe: &FeatureProbe) -> DoctorCheck {
         .iter()
         .map(|(name, why)| format!("{name}: {why}"))
         .collect();
-    DoctorCheck::missing(
+    DoctorCheck::unavailable(
         subject,
         format!(
             "{available}; missing: {} (agents are not offered them)",
@@ -380,20 +296,13 @@ pub async fn run(args: Args, settings: &Settings) -> ExitCode {
     if args.json {
         println!("{}", output::json(&checks));
     } else {
-        let rows = checks
-            .iter()
-            .map(|c| {
-                vec![
-                    if c.ok { "ok" } else { "MISSING" }.to_owned(),
-                    c.subject.clone(),
-                    c.detail.clone(),
-                    c.fix.clone().unwrap_or_default(),
-                ]
-            })
-            .collect();
-        println!("{}", output::table(&["", "what", "found", "fix"], rows));
+        print!("{}", report::render(&checks, report::width()));
     }
-    ExitCode::SUCCESS
+    if checks.iter().any(|c| !c.ok && c.required) {
+        ExitCode::FAILURE
+    } else {
+        ExitCode::SUCCESS
+    }
 }
 
 #[cfg(test)]

@@ -1,6 +1,7 @@
-//! `sandboxd pools [set POOL --min-idle N --max-total M]`: the running daemon's warm pools, and
-//! their sizes. A resize is stored, applies at once and outlives a restart; pools themselves are
-//! configured in the config file (`[pools.<engine>]`, `[pools."<engine>@<source>"]` for clones).
+//! `sandboxd pools [set POOL --min-idle N [--max-total M]]`: the running daemon's warm pools,
+//! and their sizes. `set` resizes a pool, or adds it when there is none of that name: stored, it
+//! applies at once and at every start, where it wins over the config file's `[pools.<engine>]`
+//! (`[pools."<engine>@<source>"]` for clones).
 
 use std::process::ExitCode;
 
@@ -20,16 +21,18 @@ pub struct Args {
 
 #[derive(Debug, clap::Subcommand)]
 pub enum Command {
-    /// Resize one warm pool.
+    /// Resize a warm pool, or add it when there is none (stored: kept across restarts, where
+    /// it wins over the config file's).
     Set {
         /// An engine (`postgres`), or `<engine>@<source>` for a pool of clones.
         pool: String,
         /// Idle members kept ready.
         #[arg(long)]
         min_idle: usize,
-        /// Most members held at once, idle or starting.
+        /// Most members held at once, idle or starting [default: the pool's, raised to
+        /// --min-idle; for a new pool 4, or --min-idle when more]
         #[arg(long)]
-        max_total: usize,
+        max_total: Option<usize>,
     },
 }
 
@@ -55,7 +58,10 @@ pub fn state_of(pool: &PoolOut) -> String {
 
 fn show(pools: &[PoolOut]) {
     if pools.is_empty() {
-        println!("no warm pool is configured ([pools.<engine>] in the config file)");
+        println!(
+            "no warm pool: add one with `sandboxd pools set <engine> --min-idle N`, or \
+             [pools.<engine>] in the config file"
+        );
         return;
     }
     let rows = pools
@@ -108,12 +114,24 @@ pub async fn run(args: Args, settings: &Settings) -> ExitCode {
             min_idle,
             max_total,
         }) => {
+            let existed = match client.pools().await {
+                Ok(reply) => reply.value.iter().any(|p| p.pool == pool),
+                Err(err) => return err.fail(),
+            };
             let body = PutPool {
                 min_idle,
                 max_total,
             };
             match client.resize_pool(&pool, &body).await {
-                Ok(reply) => reply.print(args.remote.json, |pool| show(std::slice::from_ref(pool))),
+                Ok(reply) => reply.print(args.remote.json, |out| {
+                    if !existed {
+                        println!(
+                            "added the warm pool {} (stored: it is filled now and at every start)",
+                            out.pool
+                        );
+                    }
+                    show(std::slice::from_ref(out))
+                }),
                 Err(err) => return err.fail(),
             }
         }

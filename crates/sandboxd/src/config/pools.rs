@@ -1,5 +1,7 @@
 //! `[pools.<engine>]` and `[pools."<engine>@<source>"]`: warm pools on the provisioning backend,
-//! validated into the broker's `PoolConfig`s.
+//! validated into the broker's `PoolConfig`s. Sizes an operator stored (`sandboxd pools set`)
+//! win over these at start, and pools only stored are added to them (the broker's
+//! `pools::stored`).
 
 use sandboxd_broker::{PoolConfig, PoolKey};
 use sandboxd_domain::Feature;
@@ -23,13 +25,11 @@ pub struct PoolSettings {
 }
 
 impl PoolSettings {
-    /// The ceiling when the file sets none.
-    pub const DEFAULT_MAX_TOTAL: usize = 4;
-
-    /// The pool's ceiling: as set, else [`Self::DEFAULT_MAX_TOTAL`] raised to `min_idle`.
+    /// The pool's ceiling: as set, else 4 raised to `min_idle` (as for a pool an operator adds
+    /// with `sandboxd pools set`).
     pub fn max_total(&self) -> usize {
         self.max_total
-            .unwrap_or(Self::DEFAULT_MAX_TOTAL.max(self.min_idle))
+            .unwrap_or(PoolConfig::default_max_total(self.min_idle))
     }
 }
 

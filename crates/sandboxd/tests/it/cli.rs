@@ -191,10 +191,11 @@ fn doctor_reports_what_is_installed_and_what_to_install() {
     }
 }
 
-/// `doctor` on a real terminal (a pty that `script` opens, 72 columns) wraps its table to the
-/// terminal; piped, every check is one line.
+/// `doctor` fits the terminal (a pty that `script` opens, 72 columns), `COLUMNS` when it is set
+/// (80), else 100 columns when piped: one block per check, `[status] subject` then the finding
+/// and the fix, required checks apart from optional ones, and a one-line verdict at the end.
 #[test]
-fn doctor_table_fits_the_terminal_and_keeps_rows_whole_when_piped() {
+fn doctor_fits_the_terminal_separates_optional_checks_and_ends_with_a_verdict() {
     const COLUMNS: usize = 72;
     let home = Home::new();
     let doctor = home.sandboxd();
@@ -212,39 +213,78 @@ fn doctor_table_fits_the_terminal_and_keeps_rows_whole_when_piped() {
             None => on_terminal.env_remove(key),
         };
     }
+    on_terminal.env_remove("COLUMNS");
     let output = on_terminal.output().expect("script (util-linux)");
     assert!(output.status.success(), "{output:?}");
     let shown = String::from_utf8_lossy(&output.stdout);
-    let table: Vec<&str> = shown
-        .lines()
-        .map(|line| line.trim_end_matches('\r'))
-        .filter(|line| line.starts_with(['┌', '│', '╞', '├', '└']))
-        .collect();
-    assert!(table.len() > 4, "a table on the terminal:\n{shown}");
-    for line in &table {
+    let lines: Vec<&str> = shown.lines().map(|l| l.trim_end_matches('\r')).collect();
+    assert!(lines.len() > 10, "a report on the terminal:\n{shown}");
+    for line in &lines {
         assert!(line.chars().count() <= COLUMNS, "{line:?} in\n{shown}");
     }
 
-    let piped = home.sandboxd().arg("doctor").output().expect("doctor");
-    assert!(piped.status.success());
-    let piped = String::from_utf8_lossy(&piped.stdout);
     let json = home
         .sandboxd()
         .args(["doctor", "--json"])
         .output()
         .expect("doctor --json");
-    let checks: Value = serde_json::from_slice(&json.stdout).expect("json");
+    let checks: Value = serde_json::from_slice(&json.stdout).expect("--json parses");
     let checks = checks.as_array().expect("checks");
-    let rows: Vec<&str> = piped.lines().filter(|line| line.starts_with('│')).collect();
-    // The header and one line per check.
-    assert_eq!(rows.len(), checks.len() + 1, "{piped}");
-    for check in checks {
-        let subject = check["subject"].as_str().expect("subject");
-        assert!(
-            rows.iter().any(|row| row.contains(subject)),
-            "{subject} on one line in\n{piped}"
-        );
+    for (columns, width) in [(Some("80"), 80), (None, 100)] {
+        let mut piped = home.sandboxd();
+        piped.arg("doctor").env_remove("COLUMNS");
+        if let Some(columns) = columns {
+            piped.env("COLUMNS", columns);
+        }
+        let piped = piped.output().expect("doctor");
+        // Ready: nothing this process-backend home relies on is missing.
+        assert!(piped.status.success(), "{piped:?}");
+        let piped = String::from_utf8_lossy(&piped.stdout);
+        for line in piped.lines() {
+            assert!(line.chars().count() <= width, "{width}: {line:?} in\n{piped}");
+        }
+        for check in checks {
+            let subject = check["subject"].as_str().expect("subject");
+            let status = match (check["ok"] == true, check["required"] == true) {
+                (true, _) => "ok",
+                (false, true) => "MISSING",
+                (false, false) => "not available (optional)",
+            };
+            assert!(
+                piped
+                    .lines()
+                    .any(|l| l.trim_start() == format!("[{status}] {subject}")),
+                "[{status}] {subject} in\n{piped}"
+            );
+        }
+        let verdict = piped.lines().last().expect("a last line");
+        assert!(verdict.starts_with("ready: process backend"), "{piped}");
     }
+    // The process backend's missing pgvector is an optional feature, said as such; the Docker
+    // backend this home does not use is optional whatever it lacks.
+    let features = checks
+        .iter()
+        .find(|c| c["subject"] == "postgres features (process)")
+        .expect("a feature line");
+    assert_eq!(features["required"], false, "{features}");
+    assert!(
+        checks
+            .iter()
+            .filter(|c| c["backend"] == "docker")
+            .all(|c| c["required"] == false),
+        "{checks:?}"
+    );
+    let logs = checks
+        .iter()
+        .find(|c| c["subject"] == "logs")
+        .expect("a logs line");
+    assert!(
+        logs["detail"]
+            .as_str()
+            .expect("detail")
+            .contains("server.log"),
+        "{logs}"
+    );
 }
 
 /// With no image configured, Docker runs each engine from the first of its images present (the

@@ -328,6 +328,16 @@ async fn flow(home: &Home, daemon: &TestDaemon) {
         out.contains(&slug) && out.contains("postgres, redis") && out.contains("live"),
         "{out}"
     );
+    // Within 100 columns by default; `--wide` adds the maker and each instance.
+    for line in out.lines() {
+        assert!(line.chars().count() <= 100, "{line:?} in\n{out}");
+    }
+    assert!(!out.contains("sandboxd-postgres-"), "{out}");
+    let wide = stdout(&cli(home, daemon, &["sandboxes", "ls", "--wide"]));
+    assert!(
+        wide.contains("sandboxd-postgres-") && wide.contains("made by"),
+        "{wide}"
+    );
     assert_eq!(sandbox_dirs(home).len(), 2);
     let out = stdout(&cli(home, daemon, &["sandboxes", "rm", &slug]));
     assert!(out.contains("tore down 2 instance(s)"), "{out}");
@@ -466,13 +476,27 @@ fn sources(home: &Home, daemon: &TestDaemon, project: &str) {
         report.contains("clone source shop") && report.contains("the last snapshot failed"),
         "{report}"
     );
+    // A check's block: its `[status] subject` heading and the indented lines below it.
     let line = |subject: &str| {
-        report
+        let mut lines = report
             .lines()
-            .find(|l| l.contains(subject))
-            .unwrap_or_else(|| panic!("a {subject} line: {report}"))
-            .to_owned()
+            .skip_while(|l| !l.ends_with(&format!("] {subject}")));
+        let head = lines
+            .next()
+            .unwrap_or_else(|| panic!("a {subject} block: {report}"));
+        let body: Vec<&str> = lines.take_while(|l| l.starts_with("      ")).collect();
+        // Wrapped lines joined again, one space between words.
+        format!("{head} {}", body.join(" "))
+            .split_whitespace()
+            .collect::<Vec<_>>()
+            .join(" ")
     };
+    // The master switch says where its value comes from.
+    let switch = line("master switch");
+    assert!(
+        switch.contains("the running daemon: on (from the ROBOCO_SANDBOX_DB_ENABLED=on override)"),
+        "{report}"
+    );
     let shop = line("clone source shop TLS");
     assert!(
         !shop.contains("MISSING") && shop.contains("prefer"),

@@ -172,3 +172,88 @@ async fn fill_hand_out_and_drain(home: &Home, daemon: &TestDaemon) {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
 }
+
+async fn until_pool_idle(home: &Home, daemon: &TestDaemon, engine: &str, wanted: u64) {
+    let started = Instant::now();
+    loop {
+        let pools = pools_json(home, daemon);
+        if pools
+            .iter()
+            .any(|p| p["engine"] == engine && p["idle"] == wanted)
+        {
+            return;
+        }
+        assert!(started.elapsed() < Duration::from_secs(60), "{pools:?}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// A pool no config file names, added from the CLI on a running daemon: stored, filled at
+/// once (a `--min-idle` alone, the ceiling 4), refused for what is no pool, and there and
+/// filled again after a restart.
+#[tokio::test]
+async fn a_pool_added_from_the_cli_fills_at_once_and_outlives_a_restart() {
+    let home = Home::new();
+    let mut daemon = spawn_daemon(&home);
+    let outcome = AssertUnwindSafe(async {
+        assert_eq!(pools_json(&home, &daemon), Vec::<Value>::new());
+        let added = home
+            .sandboxd()
+            .args([
+                "pools",
+                "set",
+                "redis",
+                "--min-idle",
+                "1",
+                "--url",
+                &daemon.url,
+            ])
+            .output()
+            .expect("sandboxd pools set");
+        assert!(added.status.success(), "{added:?}");
+        assert!(
+            String::from_utf8_lossy(&added.stdout).contains("added the warm pool redis"),
+            "{added:?}"
+        );
+        let pools = pools_json(&home, &daemon);
+        let redis = pool(&pools, "redis");
+        assert_eq!(
+            (&redis["min_idle"], &redis["max_total"]),
+            (&json!(1), &json!(4))
+        );
+        until_pool_idle(&home, &daemon, "redis", 1).await;
+
+        let refused = home
+            .sandboxd()
+            .args([
+                "pools",
+                "set",
+                "nosuch",
+                "--min-idle",
+                "1",
+                "--url",
+                &daemon.url,
+            ])
+            .output()
+            .expect("sandboxd pools set");
+        assert_eq!(refused.status.code(), Some(2), "{refused:?}");
+        assert!(
+            String::from_utf8_lossy(&refused.stderr).contains("postgres"),
+            "names the engines: {refused:?}"
+        );
+
+        daemon.stop();
+        daemon = spawn_daemon(&home);
+        let pools = pools_json(&home, &daemon);
+        assert_eq!(pools.len(), 1, "{pools:?}");
+        let redis = pool(&pools, "redis");
+        assert_eq!(
+            (&redis["min_idle"], &redis["max_total"]),
+            (&json!(1), &json!(4))
+        );
+        until_pool_idle(&home, &daemon, "redis", 1).await;
+    })
+    .catch_unwind()
+    .await;
+    stop_and_clean_up(daemon, &home, outcome);
+}
