@@ -45,7 +45,21 @@ pub struct Malformed {
 /// Arguments that do not fit the verb's schema. The parser's text may quote the caller's input,
 /// so it is escaped and cut, with room for the fields the schema allows.
 fn bad_arguments(verb: Verb, err: &dyn std::fmt::Display) -> ErrorEnvelope {
-    let detail = quote_up_to(&err.to_string(), 240);
+    let said = err.to_string();
+    // An unknown field: the caller's name is cut, the fields the schema allows (our own
+    // names) are kept whole.
+    let unknown = said.strip_prefix("unknown field `").and_then(|rest| {
+        let end = rest
+            .rfind("`, expected")
+            .or_else(|| rest.rfind("`, there are no"))?;
+        Some((&rest[..end], &rest[end + 3..]))
+    });
+    let detail = match unknown {
+        Some((field, allowed)) => {
+            format!("unknown field {}, {allowed}", quote_up_to(field, 64))
+        }
+        None => quote_up_to(&said, 240),
+    };
     ErrorEnvelope::new(
         ErrorCode::InvalidArgument,
         format!("the arguments of {verb} do not fit its schema: {detail}"),
@@ -136,6 +150,19 @@ mod tests {
             let call = Call::parse(verb, args).expect("the minimal arguments fit");
             assert_eq!(call.verb(), verb);
         }
+    }
+
+    #[test]
+    fn a_long_unknown_field_is_cut_and_the_allowed_ones_kept_whole() {
+        let long = "x".repeat(500);
+        let malformed = Call::parse(Verb::Note, serde_json::json!({ long: 1, "text": "n" }))
+            .expect_err("unknown field");
+        let message = malformed.refusal.message;
+        assert!(
+            message.contains("expected one of `text`, `private`, `task`"),
+            "{message}"
+        );
+        assert!(message.len() < 300, "{message}");
     }
 
     #[test]

@@ -51,8 +51,9 @@ pub struct RequestSandboxArgs {
     /// project opted into. The whole opted-in set is provisioned either way.
     #[serde(default)]
     pub services: Option<Vec<String>>,
-    /// Extra features for this call, per engine, e.g. {"postgres": ["vector"]}; each must be
-    /// in the engine's allowlist and for an engine the project opted into.
+    /// Extra features for this call, per engine, e.g. {"postgres": ["pg_trgm"]}; each must be
+    /// one this sandboxd offers for that engine (tools/list names them) and for an engine the
+    /// project opted into.
     #[serde(default)]
     pub extensions: Option<BTreeMap<String, Vec<String>>>,
 }
@@ -81,8 +82,10 @@ pub struct SandboxSqlArgs {
 #[derive(Debug, Clone, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct RunExperimentArgs {
-    /// A short Python script. `sql(query)` runs one statement against your sandbox's Postgres as
-    /// your sandbox account and returns its rows as a list of dicts (with `.columns`); print what
+    /// A short Python script. `sql(query, params=None)` runs one statement against your
+    /// sandbox's Postgres as your sandbox account and returns its rows as a list of dicts (with
+    /// `.columns`, `.affected`, `.truncated`); `params` is a list of str, int, float, bool or
+    /// None bound to $1, $2, … (sent apart from the statement, never spliced into it). Print what
     /// you want back. No files, network, environment or subprocesses; the standard library's
     /// json, re, math, statistics, decimal, datetime, collections, itertools, csv, hashlib, time
     /// and random are there.
@@ -90,36 +93,45 @@ pub struct RunExperimentArgs {
     /// Which service `sql()` talks to, e.g. "postgres" (the default).
     #[serde(default)]
     pub service: Option<String>,
-    /// Tighter or looser limits than the defaults, each within its allowed range; the answer
-    /// states the limits the run had.
+    /// Tighter or looser limits than the defaults, each within its range (the ranges shown are
+    /// the shipped ones; a refusal names the range in force here); the answer states the limits
+    /// the run had.
     #[serde(default)]
     pub limits: Option<ExperimentLimits>,
 }
 
-/// The limits of one experiment; any left out takes its default.
+/// The limits of one experiment; any left out takes its default. The ranges are the shipped
+/// defaults of `sandboxd_experiments::Policy` (a test there keeps them equal).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ExperimentLimits {
-    /// Wall time of the whole run, milliseconds.
+    /// Wall time of the whole run, milliseconds (default 10000).
     #[serde(default)]
+    #[schemars(range(min = 100, max = 60_000))]
     pub wall_ms: Option<u64>,
-    /// CPU, in WebAssembly fuel units (about one per instruction).
+    /// CPU, in WebAssembly fuel units (about one per instruction; default 20000000000).
     #[serde(default)]
+    #[schemars(range(min = 1_000_000, max = 200_000_000_000_u64))]
     pub fuel: Option<u64>,
-    /// Memory of the interpreter, bytes.
+    /// Memory of the interpreter, bytes (default 268435456, 256 MiB).
     #[serde(default)]
+    #[schemars(range(min = 67_108_864, max = 1_073_741_824))]
     pub memory_bytes: Option<u64>,
-    /// Characters of printed output kept.
+    /// Characters of printed output kept (default 65536).
     #[serde(default)]
+    #[schemars(range(min = 1, max = 1_048_576))]
     pub output_chars: Option<u32>,
-    /// `sql()` calls per run.
+    /// `sql()` calls per run (default 1000).
     #[serde(default)]
+    #[schemars(range(min = 0, max = 100_000))]
     pub sql_calls: Option<u32>,
-    /// Time one `sql()` statement may take, milliseconds.
+    /// Time one `sql()` statement may take, milliseconds (default 5000).
     #[serde(default)]
+    #[schemars(range(min = 10, max = 30_000))]
     pub sql_ms: Option<u64>,
-    /// Rows one `sql()` call returns at most.
+    /// Rows one `sql()` call returns at most (default 1000).
     #[serde(default)]
+    #[schemars(range(min = 1, max = 10_000))]
     pub sql_rows: Option<u32>,
 }
 
@@ -185,7 +197,7 @@ pub fn description(verb: Verb) -> &'static str {
             "Run one statement in your own sandbox as your sandbox account and get the rows back as JSON: one SQL statement for postgres or mariadb (EXPLAIN works), one command for redis. Rows, bytes and time are capped; the answer states the limits and whether rows were left out. It can change or drop data like any client."
         }
         Verb::RunExperiment => {
-            "Run a short Python script in a WebAssembly sandbox whose one capability is sql(query) against your own sandbox's Postgres, as your sandbox account: load rows, time variants of a query, compare EXPLAIN plans. Answers what it printed and each sql() call's timing; wall time, CPU, memory, output and sql() calls are capped and the answer names any limit it met. Its statements can change or drop data like any client."
+            "Run a short Python script in a WebAssembly sandbox whose one capability is sql(query, params) against your own sandbox's Postgres, as your sandbox account (params: a list bound to $1, $2, …, never spliced into the statement): load rows, time variants of a query, compare EXPLAIN plans. Answers what it printed and each sql() call's timing; wall time, CPU, memory, output and sql() calls are capped and the answer names any limit it met. Its statements can change or drop data like any client."
         }
         Verb::SandboxInfo => {
             "Describe your sandbox without changing it: each service's engine, server version, features, endpoint (no password), when it was created and last used, and what ends it (idle timeout, maximum lifetime)."

@@ -21,7 +21,7 @@ impl Broker {
     ) -> Answer {
         let verb = Verb::Evidence;
         let task = self
-            .named_or_held_task(agent, verb, args.task.as_deref())
+            .named_or_held_task(agent, role, verb, args.task.as_deref())
             .await?;
         match args.text {
             Some(text) => {
@@ -40,7 +40,7 @@ impl Broker {
                             "you can record evidence only on a task you hold, not {}",
                             task.id
                         ),
-                        "call give_me_work or claim_review first",
+                        role.hold_the_task_first(),
                     ));
                 }
                 self.store()

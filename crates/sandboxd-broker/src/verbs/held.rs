@@ -33,6 +33,15 @@ pub(super) fn millis(elapsed: Duration) -> f64 {
     (elapsed.as_secs_f64() * 10_000.0).round() / 10.0
 }
 
+/// The argument that names services, as `verb`'s schema has it: one or a list.
+fn argument(verb: &str) -> &'static str {
+    if verb == "reset_sandbox" {
+        "services"
+    } else {
+        "service"
+    }
+}
+
 /// The instances `services` names (all of them when None), or a refusal naming what the
 /// sandbox has.
 pub(super) fn choose<'a>(
@@ -57,7 +66,7 @@ pub(super) fn choose<'a>(
                         sandboxd_domain::error::quote(name),
                         allowed_list(present.iter().copied())
                     ),
-                    format!("call {verb} again with a service from that list"),
+                    format!("call {verb} again with {} from that list", argument(verb)),
                 ));
             }
         }

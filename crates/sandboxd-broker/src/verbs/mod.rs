@@ -35,13 +35,19 @@ const MAX_TEXT: usize = 16 * 1024;
 
 fn check_text(verb: Verb, text: &str) -> Result<(), ErrorEnvelope> {
     if text.len() > MAX_TEXT {
+        // Named as the verb's schema names it.
+        let argument = match verb {
+            Verb::IAmDone | Verb::IDocumented => "summary",
+            Verb::PassReview | Verb::FailReview => "comment",
+            _ => "text",
+        };
         return Err(ErrorEnvelope::new(
             ErrorCode::InvalidArgument,
             format!(
-                "the text given to {verb} is {} bytes; at most {MAX_TEXT}",
+                "the {argument} given to {verb} is {} bytes; at most {MAX_TEXT}",
                 text.len()
             ),
-            format!("call {verb} again with a shorter text"),
+            format!("call {verb} again with a shorter {argument}"),
         ));
     }
     Ok(())

@@ -15,7 +15,7 @@ impl Broker {
         let verb = Verb::Note;
         check_text(verb, &args.text)?;
         let task = self
-            .named_or_held_task(agent, verb, args.task.as_deref())
+            .named_or_held_task(agent, role, verb, args.task.as_deref())
             .await?;
         // Roles that observe (the auditor) write only private notes.
         let private = args.private || role.private_notes;

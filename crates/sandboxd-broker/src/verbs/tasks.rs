@@ -3,7 +3,7 @@
 
 use sandboxd_domain::envelope::{ErrorCode, ErrorEnvelope};
 use sandboxd_domain::error::quote;
-use sandboxd_domain::roles::Verb;
+use sandboxd_domain::roles::{RoleSpec, Verb};
 use sandboxd_domain::{Agent, Task};
 
 use crate::Broker;
@@ -46,6 +46,7 @@ impl Broker {
     pub(super) async fn named_or_held_task(
         &self,
         agent: &Agent,
+        role: &RoleSpec,
         verb: Verb,
         named: Option<&str>,
     ) -> Result<Task, ErrorEnvelope> {
@@ -61,7 +62,7 @@ impl Broker {
                 ErrorEnvelope::new(
                     ErrorCode::OutOfOrder,
                     format!("{verb} records on the task you hold, and you hold none"),
-                    "call give_me_work or claim_review first (or pass a task id)",
+                    role.hold_or_name_a_task(verb),
                 )
             })
     }

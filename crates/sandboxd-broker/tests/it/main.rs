@@ -7,6 +7,7 @@ mod kube;
 mod lifecycle;
 mod pools;
 mod restart;
+mod role_texts;
 mod sandbox;
 mod sizes;
 mod sources;
