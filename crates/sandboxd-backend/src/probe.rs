@@ -21,6 +21,9 @@ pub struct FeatureProbe {
     pub available: BTreeSet<Feature>,
     /// Each feature it lacks: the server's reason and what provides it.
     pub missing: BTreeMap<&'static str, String>,
+    /// The version of each available feature the server reports (Redis modules: `MODULE
+    /// LIST`'s `ver`, 21005 as "2.10.5"), by feature name.
+    pub versions: BTreeMap<&'static str, String>,
 }
 
 impl FeatureProbe {
@@ -82,5 +85,12 @@ pub(crate) async fn try_each_feature(
             }
         }
     }
+    probe.versions = wire::feature_versions(engine.get(), &instance.admin, reach)
+        .await
+        .map_err(|err| BackendError::Wire {
+            operation: "reading feature versions",
+            name: instance.name.clone(),
+            detail: err.to_string(),
+        })?;
     Ok(())
 }

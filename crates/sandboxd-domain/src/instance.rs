@@ -9,7 +9,7 @@ use serde::{Deserialize, Serialize, Serializer};
 
 use crate::clone::CloneOrigin;
 use crate::credentials::Credentials;
-use crate::engine::{AdminAccess, Endpoint};
+use crate::engine::{Activation, AdminAccess, Endpoint, FeatureKind};
 use crate::engines::EngineRef;
 use crate::features::Feature;
 use crate::names::{AgentSlug, DaemonId, EnvPrefix};
@@ -115,6 +115,12 @@ impl Instance {
             url: SecretString::from(url),
             feature_key: self.engine.feature_kind.evidence_key(),
             features: self.features.iter().map(|f| f.name().to_owned()).collect(),
+            modules: (self.engine.feature_kind == FeatureKind::Module).then(|| {
+                self.features
+                    .iter()
+                    .filter_map(ModuleEvidence::of)
+                    .collect()
+            }),
             env: SecretString::from(
                 serde_json::to_string(&env).expect("a map of strings always serializes"),
             ),
@@ -137,6 +143,8 @@ pub struct ServiceEvidence {
     pub url: SecretString,
     feature_key: &'static str,
     pub features: Vec<String>,
+    /// Module engines (Redis): each activated module with its version, where known.
+    pub modules: Option<Vec<ModuleEvidence>>,
     /// The JSON object of environment variables (it embeds the password).
     env: SecretString,
     pub clone: Option<CloneOrigin>,
@@ -147,6 +155,38 @@ pub struct ServiceEvidence {
 impl ServiceEvidence {
     pub fn env(&self) -> BTreeMap<String, String> {
         serde_json::from_str(self.env.expose_secret()).unwrap_or_default()
+    }
+
+    /// Fills in the modules' versions from what the server reported, by feature name (a
+    /// feature probe's `versions`).
+    pub fn set_module_versions(&mut self, versions: &BTreeMap<&'static str, String>) {
+        for module in self.modules.iter_mut().flatten() {
+            if let Some(version) = versions.get(module.name) {
+                module.version = Some(version.clone());
+            }
+        }
+    }
+}
+
+/// One activated module of a module engine as the evidence lists it: the feature's name, the
+/// module's own name (`MODULE LIST`), and its version (null when not known).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ModuleEvidence {
+    pub name: &'static str,
+    pub module: &'static str,
+    pub version: Option<String>,
+}
+
+impl ModuleEvidence {
+    fn of(feature: &Feature) -> Option<Self> {
+        let Activation::RedisModule { names, .. } = feature.spec().activation else {
+            return None;
+        };
+        Some(Self {
+            name: feature.name(),
+            module: names.first()?,
+            version: None,
+        })
     }
 }
 
@@ -167,7 +207,10 @@ impl fmt::Debug for ServiceEvidence {
 
 impl Serialize for ServiceEvidence {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        let entries = 10 + usize::from(self.clone.is_some()) + usize::from(self.size.is_some());
+        let entries = 10
+            + usize::from(self.modules.is_some())
+            + usize::from(self.clone.is_some())
+            + usize::from(self.size.is_some());
         let mut map = s.serialize_map(Some(entries))?;
         map.serialize_entry("service", self.service)?;
         map.serialize_entry("host", &self.host)?;
@@ -178,6 +221,9 @@ impl Serialize for ServiceEvidence {
         map.serialize_entry("url", self.url.expose_secret())?;
         map.serialize_entry("features", &self.features)?;
         map.serialize_entry(self.feature_key, &self.features)?;
+        if let Some(modules) = &self.modules {
+            map.serialize_entry("modules", modules)?;
+        }
         map.serialize_entry("env", &self.env())?;
         if let Some(clone) = &self.clone {
             map.serialize_entry("clone", clone)?;
@@ -269,6 +315,45 @@ mod tests {
             inst.agent.password.expose_secret()
         );
         assert_eq!(inst.name, "sandboxd-postgres-dev-1-cli");
+    }
+
+    #[test]
+    fn redis_evidence_names_its_logical_database_and_each_module_with_its_version() {
+        let engine = EngineRef::parse("redis").expect("registered");
+        let mut inst = instance("postgres");
+        inst.engine = engine;
+        inst.database = engine.agent_database.to_owned();
+        inst.features = ["search", "bloom"]
+            .map(|name| Feature::parse(engine, name).expect("allowlisted"))
+            .into();
+        let mut evidence = inst.evidence(&EnvPrefix::default());
+        evidence.set_module_versions(&BTreeMap::from([("search", "2.10.5".to_owned())]));
+        let json = serde_json::to_value(&evidence).expect("json");
+        assert_eq!(json["database"], "0");
+        let url = json["url"].as_str().expect("url");
+        assert!(
+            url.ends_with("/0"),
+            "the URL names the same database: {url}"
+        );
+        let names: Vec<&str> = inst.features.iter().map(|f| f.name()).collect();
+        assert_eq!(json["available_modules"], serde_json::json!(names));
+        let listed = |name: &str| {
+            json["modules"]
+                .as_array()
+                .and_then(|all| all.iter().find(|m| m["name"] == name))
+                .cloned()
+                .unwrap_or_else(|| panic!("{name} in {json}"))
+        };
+        assert_eq!(
+            listed("search"),
+            serde_json::json!({"name": "search", "module": "search", "version": "2.10.5"})
+        );
+        assert_eq!(
+            listed("bloom"),
+            serde_json::json!({"name": "bloom", "module": "bf", "version": null})
+        );
+        let postgres = serde_json::to_value(instance("postgres").evidence(&EnvPrefix::default()));
+        assert!(postgres.expect("json").get("modules").is_none());
     }
 
     #[test]

@@ -209,6 +209,10 @@ impl Backend for ProcessBackend {
             .map(|path| format!("{}@{}", path.display(), stamp(path)))
             .collect();
         identity.push(format!("dpkg@{}", stamp(Path::new(PACKAGE_DATABASE))));
+        identity.extend(
+            programs::feature_libraries(engine)
+                .map(|path| format!("{path}@{}", stamp(Path::new(path)))),
+        );
         Ok(identity.join(" "))
     }
 

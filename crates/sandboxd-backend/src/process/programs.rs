@@ -7,8 +7,8 @@ use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::Duration;
 
-use sandboxd_domain::Credentials;
-use sandboxd_domain::engine::{ProcessContext, ProcessRecipe};
+use sandboxd_domain::engine::{Activation, ProcessContext, ProcessRecipe};
+use sandboxd_domain::{Credentials, EngineRef};
 
 /// Resolved program paths, or the first program that was not found.
 pub fn resolve(recipe: &ProcessRecipe) -> Result<BTreeMap<&'static str, PathBuf>, &'static str> {
@@ -24,6 +24,20 @@ pub fn resolve(recipe: &ProcessRecipe) -> Result<BTreeMap<&'static str, PathBuf>
         found.insert(*program, path);
     }
     Ok(found)
+}
+
+/// The module files `engine`'s features are loaded from (Redis: `MODULE LOAD`), outside any
+/// package (`scripts/install-deps.sh` unpacks them): what the host provides changes with them.
+pub fn feature_libraries(engine: EngineRef) -> impl Iterator<Item = &'static str> {
+    engine
+        .features
+        .iter()
+        .filter_map(|spec| match spec.activation {
+            Activation::RedisModule { libraries, .. } => Some(libraries),
+            Activation::PgExtension { .. } => None,
+        })
+        .flatten()
+        .copied()
 }
 
 /// The version of the server `recipe` runs here, as the program prints it (`<server>

@@ -2,7 +2,7 @@
 //! you (as superuser), run this setup step, and does the handed-out account answer. Dispatch is by
 //! [`Protocol`], never by engine name.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 
 use sandboxd_domain::engine::{AdminAccess, AdminStep, ResetPlan, ServerFacts};
 use sandboxd_domain::{Credentials, Engine, Feature, Protocol};
@@ -16,7 +16,7 @@ mod redis;
 mod session;
 
 pub use postgres::{AgentConnection, StatementError};
-pub use query::{Cut, QueryAnswer, QueryLimits};
+pub use query::{Cut, Param, QueryAnswer, QueryLimits};
 pub use session::AdminSession;
 
 /// Where a server answers over TCP.
@@ -134,6 +134,19 @@ pub async fn activate(
                 ActivationError::Missing(format!("{} has no activatable features", engine.title)),
             )),
         },
+    }
+}
+
+/// The version of each loaded feature the server reports, by feature name, asked as superuser:
+/// Redis modules (`MODULE LIST`); other engines report none.
+pub async fn feature_versions(
+    engine: &Engine,
+    admin: &AdminAccess,
+    reach: Reach<'_>,
+) -> Result<BTreeMap<&'static str, String>, WireError> {
+    match engine.protocol {
+        Protocol::Redis => redis::module_versions(admin, reach, engine.features).await,
+        Protocol::Postgres | Protocol::Mysql | Protocol::Mongo => Ok(BTreeMap::new()),
     }
 }
 

@@ -1,5 +1,6 @@
 //! Redis over the `redis` crate, always with an ACL user and password (the `default` user is off).
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -7,7 +8,7 @@ use redis::aio::MultiplexedConnection;
 use redis::{
     AsyncConnectionConfig, ConnectionAddr, IntoConnectionInfo, RedisConnectionInfo, Value,
 };
-use sandboxd_domain::engine::{Activation, AdminAccess, AdminStep, ServerFacts};
+use sandboxd_domain::engine::{Activation, AdminAccess, AdminStep, FeatureSpec, ServerFacts};
 use sandboxd_domain::{Credentials, Feature};
 use secrecy::{ExposeSecret, SecretString};
 use tokio::net::TcpStream;
@@ -148,8 +149,15 @@ pub(super) async fn probe(reach: Reach<'_>, agent: &Credentials) -> Result<(), W
     ping(&mut conn).await
 }
 
-/// Names of loaded modules from `MODULE LIST` (RESP2 or RESP3 shapes).
-fn loaded_modules(list: &Value) -> Vec<String> {
+/// One module `MODULE LIST` names: its name and version (`ver`, 21005 for 2.10.5).
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct LoadedModule {
+    name: String,
+    version: Option<String>,
+}
+
+/// The loaded modules from `MODULE LIST` (RESP2 or RESP3 shapes).
+fn loaded_modules(list: &Value) -> Vec<LoadedModule> {
     let Value::Array(modules) = list else {
         return vec![];
     };
@@ -161,19 +169,66 @@ fn loaded_modules(list: &Value) -> Vec<String> {
                 Value::Map(pairs) => pairs.iter().flat_map(|(k, v)| [k, v]).collect(),
                 _ => return None,
             };
-            fields.chunks(2).find_map(|pair| match pair {
-                [Value::BulkString(key), value] if key.as_slice() == b"name" => match value {
-                    Value::BulkString(name) => Some(String::from_utf8_lossy(name).into_owned()),
-                    Value::SimpleString(name) => Some(name.clone()),
+            let field = |wanted: &str| {
+                fields.chunks(2).find_map(|pair| match pair {
+                    [key, value] if text_of(key).as_deref() == Some(wanted) => Some(*value),
                     _ => None,
-                },
-                [Value::SimpleString(key), Value::BulkString(name)] if key == "name" => {
-                    Some(String::from_utf8_lossy(name).into_owned())
-                }
-                _ => None,
+                })
+            };
+            Some(LoadedModule {
+                name: field("name").and_then(text_of)?,
+                version: field("ver").and_then(|ver| match ver {
+                    Value::Int(n) => Some(dotted_version(*n)),
+                    other => text_of(other)?.parse().ok().map(dotted_version),
+                }),
             })
         })
         .collect()
+}
+
+fn text_of(value: &Value) -> Option<String> {
+    match value {
+        Value::BulkString(bytes) => Some(String::from_utf8_lossy(bytes).into_owned()),
+        Value::SimpleString(text) => Some(text.clone()),
+        _ => None,
+    }
+}
+
+/// A module's `ver` as Redis modules encode it (`major * 10000 + minor * 100 + patch`).
+fn dotted_version(ver: i64) -> String {
+    format!("{}.{}.{}", ver / 10000, ver / 100 % 100, ver % 100)
+}
+
+async fn module_list(conn: &mut MultiplexedConnection) -> Result<Vec<LoadedModule>, WireError> {
+    let list: Value = redis::cmd("MODULE")
+        .arg("LIST")
+        .query_async(conn)
+        .await
+        .map_err(WireError::from_display)?;
+    Ok(loaded_modules(&list))
+}
+
+/// The version of each allowlisted module loaded in the server, by feature name, asked as
+/// superuser (the handed-out account may not run `MODULE`).
+pub(super) async fn module_versions(
+    admin: &AdminAccess,
+    reach: Reach<'_>,
+    features: &[FeatureSpec],
+) -> Result<BTreeMap<&'static str, String>, WireError> {
+    let mut conn = connect(reach, admin_creds(admin)?).await?;
+    let loaded = module_list(&mut conn).await?;
+    Ok(features
+        .iter()
+        .filter_map(|spec| {
+            let Activation::RedisModule { names, .. } = spec.activation else {
+                return None;
+            };
+            let module = loaded
+                .iter()
+                .find(|m| names.iter().any(|n| m.name.eq_ignore_ascii_case(n)))?;
+            Some((spec.name, module.version.clone()?))
+        })
+        .collect())
 }
 
 pub(super) async fn activate(
@@ -191,15 +246,10 @@ pub(super) async fn activate(
         )));
     };
     let mut conn = connect(reach, admin_creds(admin)?).await?;
-    let list: Value = redis::cmd("MODULE")
-        .arg("LIST")
-        .query_async(&mut conn)
-        .await
-        .map_err(WireError::from_display)?;
-    let loaded = loaded_modules(&list);
+    let loaded = module_list(&mut conn).await?;
     if loaded
         .iter()
-        .any(|l| names.iter().any(|n| l.eq_ignore_ascii_case(n)))
+        .any(|l| names.iter().any(|n| l.name.eq_ignore_ascii_case(n)))
     {
         return Ok(());
     }
@@ -332,13 +382,31 @@ mod tests {
             Value::BulkString(b"name".to_vec()),
             Value::BulkString(b"search".to_vec()),
             Value::BulkString(b"ver".to_vec()),
-            Value::Int(1),
+            Value::Int(21005),
         ])]);
-        assert_eq!(loaded_modules(&resp2), ["search"]);
-        let resp3 = Value::Array(vec![Value::Map(vec![(
-            Value::BulkString(b"name".to_vec()),
-            Value::BulkString(b"ReJSON".to_vec()),
-        )])]);
-        assert_eq!(loaded_modules(&resp3), ["ReJSON"]);
+        let search = LoadedModule {
+            name: "search".into(),
+            version: Some("2.10.5".into()),
+        };
+        assert_eq!(loaded_modules(&resp2), [search]);
+        let resp3 = Value::Array(vec![Value::Map(vec![
+            (
+                Value::SimpleString("name".into()),
+                Value::BulkString(b"ReJSON".to_vec()),
+            ),
+            (Value::SimpleString("ver".into()), Value::Int(20803)),
+        ])]);
+        let json = LoadedModule {
+            name: "ReJSON".into(),
+            version: Some("2.8.3".into()),
+        };
+        assert_eq!(loaded_modules(&resp3), [json]);
+    }
+
+    #[test]
+    fn module_versions_read_as_dotted_triples() {
+        assert_eq!(dotted_version(21005), "2.10.5");
+        assert_eq!(dotted_version(80000), "8.0.0");
+        assert_eq!(dotted_version(20802), "2.8.2");
     }
 }

@@ -646,22 +646,26 @@ async fn postgres_features_are_activated_in_the_agents_database() {
 
 #[tokio::test]
 async fn a_feature_missing_from_the_image_is_an_error_naming_the_image() {
-    let Some(harness) = Harness::new("dredismod", &[REDIS], |_| {}).await else {
+    let Some(harness) = Harness::new("dpgmissing", &[POSTGRES18], |c| {
+        c.images.insert("postgres".into(), vec![POSTGRES18.into()]);
+    })
+    .await
+    else {
         return;
     };
     harness
         .run(|backend, _docker| async move {
-            let owner = harness_owner("dredismod");
+            let owner = harness_owner("dpgmissing");
             let err = backend
-                .provision(&request("redis", &owner, &["json"]))
+                .provision(&request("postgres", &owner, &["postgis"]))
                 .await
-                .expect_err("the local redis image has no RedisJSON");
+                .expect_err("the local postgres:18 image has no PostGIS");
             assert!(
                 matches!(err, BackendError::FeatureUnavailable { .. }),
                 "{err}"
             );
             let text = err.to_string();
-            assert!(text.contains(&format!("image {REDIS}")), "{text}");
+            assert!(text.contains(&format!("image {POSTGRES18}")), "{text}");
             // Nothing is left: `run` asserts it.
         })
         .await;

