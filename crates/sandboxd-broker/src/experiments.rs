@@ -4,9 +4,9 @@
 
 use std::time::Duration;
 
-use sandboxd_backend::wire::{AgentConnection, Cut, QueryLimits, StatementError};
+use sandboxd_backend::wire::{AgentConnection, Cut, Param, QueryLimits, StatementError};
 use sandboxd_domain::Instance;
-use sandboxd_experiments::{Capacity, GuestFiles, Policy, SqlPort, SqlRefusal, SqlRows};
+use sandboxd_experiments::{Capacity, GuestFiles, Policy, SqlParam, SqlPort, SqlRefusal, SqlRows};
 
 /// Where the runtime finds its guest, the limits agents may pick from, and how much it runs
 /// at once.
@@ -53,6 +53,7 @@ impl SqlPort for AgentSql {
     async fn run(
         &mut self,
         statement: &str,
+        params: &[SqlParam],
         max_rows: usize,
         timeout: Duration,
     ) -> Result<SqlRows, SqlRefusal> {
@@ -78,7 +79,13 @@ impl SqlPort for AgentSql {
             max_bytes: SQL_MAX_BYTES,
             timeout,
         };
-        match connection.run(statement, limits).await {
+        let answer = if params.is_empty() {
+            connection.run(statement, limits).await
+        } else {
+            let params: Vec<Param> = params.iter().map(bound).collect();
+            connection.run_bound(statement, &params, limits).await
+        };
+        match answer {
             Ok(answer) if answer.rows.is_empty() && answer.cut == Some(Cut::MaxBytes) => {
                 // Cut on the wire, the connection ended with it.
                 let closed = if connection.is_closed() {
@@ -102,5 +109,16 @@ impl SqlPort for AgentSql {
             Err(StatementError::TimedOut) => Err(SqlRefusal::TimedOut),
             Err(StatementError::Closed(detail)) => Err(SqlRefusal::Unavailable(detail)),
         }
+    }
+}
+
+/// A script's value as the backend binds it.
+fn bound(param: &SqlParam) -> Param {
+    match param {
+        SqlParam::Null => Param::Null,
+        SqlParam::Bool(b) => Param::Bool(*b),
+        SqlParam::Int(n) => Param::Int(*n),
+        SqlParam::Float(f) => Param::Float(*f),
+        SqlParam::Text(text) => Param::Text(text.clone()),
     }
 }

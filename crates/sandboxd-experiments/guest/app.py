@@ -44,6 +44,10 @@ class SqlError(Exception):
     """The server refused a statement (its own words are the message)."""
 
 
+# Shown as the script names it (`SqlError: …`), not as this module's (`app.SqlError: …`).
+SqlError.__module__ = "builtins"
+
+
 class ExperimentLimit(BaseException):
     """A limit of the run was reached; not an Exception, so `except Exception` cannot hide it."""
 
@@ -58,12 +62,32 @@ class Rows(list):
         self.truncated = truncated
 
 
-def sql(query):
-    """Runs one statement against your sandbox as your sandbox account; answers its rows."""
+# The values a statement's placeholders take: what JSON carries exactly (ints within 64 bits).
+PARAM_TYPES = (str, int, float, bool, type(None))
+INT_RANGE = range(-(2**63), 2**63)
+
+
+def sql(query, params=None):
+    """Runs one statement against your sandbox as your sandbox account; answers its rows.
+
+    `params` is a list of str, int, float, bool or None bound to $1, $2, ... in order: sent
+    apart from the statement, never spliced into it.
+    """
     if not isinstance(query, str):
         raise TypeError("sql() takes one statement as a str")
+    if params is None:
+        params = []
+    if not isinstance(params, (list, tuple)):
+        raise TypeError("sql() takes its params as a list, e.g. sql(query, [42, 'text'])")
+    for at, value in enumerate(params, start=1):
+        if not isinstance(value, PARAM_TYPES):
+            raise TypeError(
+                f"param ${at} is a {type(value).__name__}; params are str, int, float, bool or None"
+            )
+        if isinstance(value, int) and not isinstance(value, bool) and value not in INT_RANGE:
+            raise TypeError(f"param ${at} does not fit 64 bits; pass it as a str")
     try:
-        answer = json.loads(wit_world.sql(query))
+        answer = json.loads(wit_world.sql(query, json.dumps(list(params))))
     except Err as refused:
         detail = json.loads(refused.value)
         if detail.get("limit"):
@@ -112,11 +136,21 @@ def capped(text, limit):
 
 
 def script_traceback(error):
-    """The traceback from the script's own frames on (this module's frames left out)."""
-    tb = error.__traceback__
-    while tb is not None and tb.tb_frame.f_code.co_filename != SCRIPT_NAME:
-        tb = tb.tb_next
-    return "".join(traceback.format_exception(type(error), error, tb))
+    """The traceback of the script's own frames only: it starts at the script, and the frames
+    of this module (sql() raising SqlError, the runner) are left out, in chained errors too."""
+    shown = traceback.TracebackException.from_exception(error)
+    pending, seen = [shown], set()
+    while pending:
+        part = pending.pop()
+        if id(part) in seen:
+            continue
+        seen.add(id(part))
+        part.stack = traceback.StackSummary.from_list(
+            [frame for frame in part.stack if frame.filename == SCRIPT_NAME]
+        )
+        pending.extend(p for p in (part.__cause__, part.__context__) if p is not None)
+        pending.extend(getattr(part, "exceptions", None) or [])
+    return "".join(shown.format())
 
 
 class WitWorld(wit_world.WitWorld):

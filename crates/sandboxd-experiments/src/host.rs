@@ -16,7 +16,7 @@ use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
 
 use crate::limits::{Limit, Limits};
 use crate::outcome::SqlCall;
-use crate::sql_port::{SqlPort, SqlRefusal};
+use crate::sql_port::{SqlParam, SqlPort, SqlRefusal};
 
 /// How much of a statement the evidence repeats.
 const STATEMENT_SHOWN: usize = 200;
@@ -213,17 +213,22 @@ pub(crate) fn add_to_linker(linker: &mut Linker<HostState>) -> wasmtime::Result<
     let mut root = linker.root();
     root.func_wrap_async(
         "sql",
-        |mut store: StoreContextMut<'_, HostState>, (query,): (WasmStr,)| {
+        |mut store: StoreContextMut<'_, HostState>, (query, params): (WasmStr, WasmStr)| {
             Box::new(async move {
                 let text = query.to_str(&store)?;
-                let query = if text.len() <= STATEMENT_MAX {
-                    Ok(text.into_owned())
+                let values = params.to_str(&store)?;
+                let length = text.len().saturating_add(values.len());
+                let query = if length <= STATEMENT_MAX {
+                    Ok((text.into_owned(), values.into_owned()))
                 } else {
-                    Err(text.len())
+                    Err(length)
                 };
                 let state = store.data_mut();
                 let answer = match query {
-                    Ok(query) => state.sql(query).await,
+                    Ok((query, params)) => match serde_json::from_str::<Vec<SqlParam>>(&params) {
+                        Ok(params) => state.sql(query, params).await,
+                        Err(_) => state.unbindable(&query),
+                    },
                     Err(length) => state.too_long(length),
                 };
                 Ok((answer,))
@@ -254,14 +259,24 @@ impl HostState {
         self.record("", Instant::now(), 0, "refused");
         Err(Self::refusal(
             &format!(
-                "the statement is {length} bytes; sql() takes statements of at most \
+                "the statement and its params are {length} bytes; sql() takes at most \
                  {STATEMENT_MAX} bytes"
             ),
             false,
         ))
     }
 
-    async fn sql(&mut self, query: String) -> Result<String, String> {
+    /// Params that are not a list of scalars (the guest checks first; this holds whatever
+    /// the script made of it).
+    fn unbindable(&mut self, query: &str) -> Result<String, String> {
+        self.record(query, Instant::now(), 0, "refused");
+        Err(Self::refusal(
+            "params must be a list of str, int (64-bit), float, bool or None",
+            false,
+        ))
+    }
+
+    async fn sql(&mut self, query: String, params: Vec<SqlParam>) -> Result<String, String> {
         let started = Instant::now();
         if self.made >= self.limits.sql_calls as usize {
             self.record(&query, started, 0, "limit");
@@ -275,9 +290,12 @@ impl HostState {
         let statement_time = self.limits.sql_timeout();
         let wait = left.min(statement_time + SQL_GRACE);
         let max_rows = self.limits.sql_rows as usize;
-        let answer = tokio::time::timeout(wait, self.sql.run(&query, max_rows, statement_time))
-            .await
-            .unwrap_or(Err(SqlRefusal::TimedOut));
+        let answer = tokio::time::timeout(
+            wait,
+            self.sql.run(&query, &params, max_rows, statement_time),
+        )
+        .await
+        .unwrap_or(Err(SqlRefusal::TimedOut));
         match answer {
             Ok(rows) => {
                 self.record(&query, started, rows.rows.len(), "ok");

@@ -27,7 +27,7 @@ pub use guest::{GuestFiles, WASMTIME_VERSION};
 pub use limits::{Bounds, Limit, Limits, OutOfBounds, Policy};
 pub use outcome::{Ending, Run, RunReport, SqlCall, Unavailable, cut_to};
 pub use runtime::{GuestStatus, Runtime, inspect};
-pub use sql_port::{SqlPort, SqlRefusal, SqlRows};
+pub use sql_port::{SqlParam, SqlPort, SqlRefusal, SqlRows};
 
 /// Milliseconds with one decimal, as evidence shows them.
 pub(crate) fn millis(elapsed: std::time::Duration) -> f64 {

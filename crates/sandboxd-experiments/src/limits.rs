@@ -232,6 +232,32 @@ mod tests {
     }
 
     #[test]
+    fn the_verbs_schema_states_the_shipped_ranges() {
+        let schema = sandboxd_domain::verbs::schema(sandboxd_domain::roles::Verb::RunExperiment);
+        let shown = &schema["$defs"]["ExperimentLimits"]["properties"];
+        let policy = Policy::default();
+        for limit in [
+            Limit::WallMs,
+            Limit::Fuel,
+            Limit::MemoryBytes,
+            Limit::OutputChars,
+            Limit::SqlCalls,
+            Limit::SqlMs,
+            Limit::SqlRows,
+        ] {
+            let bounds = policy.bounds(limit);
+            let property = &shown[limit.name()];
+            assert_eq!(property["minimum"], bounds.min, "{limit}: {property}");
+            assert_eq!(property["maximum"], bounds.max, "{limit}: {property}");
+            let description = property["description"].as_str().unwrap_or_default();
+            assert!(
+                description.contains(&format!("default {}", bounds.default)),
+                "{limit}: {property}"
+            );
+        }
+    }
+
+    #[test]
     fn a_limit_inside_its_range_is_taken_as_asked() {
         let limits = Policy::default()
             .resolve(&LimitsRequest {

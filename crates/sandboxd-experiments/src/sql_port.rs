@@ -4,7 +4,19 @@
 
 use std::time::Duration;
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
+
+/// One value a script binds to a statement's placeholder (`$1`, `$2`, …): sent apart from the
+/// statement, never spliced into its text.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(untagged)]
+pub enum SqlParam {
+    Null,
+    Bool(bool),
+    Int(i64),
+    Float(f64),
+    Text(String),
+}
 
 /// What one statement answered.
 #[derive(Debug, Clone, Default, Serialize)]
@@ -30,11 +42,13 @@ pub enum SqlRefusal {
 /// Runs the statements of one experiment, in order, as the agent's account.
 #[async_trait::async_trait]
 pub trait SqlPort: Send + Sync {
-    /// One statement, at most `max_rows` rows back, cancelled by the server past `timeout`
-    /// (the runtime also stops waiting a little after, and at the run's own deadline).
+    /// One statement with `params` bound to its placeholders (none: the statement as it is),
+    /// at most `max_rows` rows back, cancelled by the server past `timeout` (the runtime also
+    /// stops waiting a little after, and at the run's own deadline).
     async fn run(
         &mut self,
         statement: &str,
+        params: &[SqlParam],
         max_rows: usize,
         timeout: Duration,
     ) -> Result<SqlRows, SqlRefusal>;

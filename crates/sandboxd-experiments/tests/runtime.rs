@@ -6,8 +6,8 @@ use std::time::{Duration, Instant};
 
 use sandboxd_domain::verbs::ExperimentLimits;
 use sandboxd_experiments::{
-    Capacity, Ending, Full, GuestFiles, Limit, Limits, Policy, Run, Runtime, SqlPort, SqlRefusal,
-    SqlRows, Unavailable,
+    Capacity, Ending, Full, GuestFiles, Limit, Limits, Policy, Run, Runtime, SqlParam, SqlPort,
+    SqlRefusal, SqlRows, Unavailable,
 };
 
 /// `sql()` with nothing behind it: every statement is refused by "the server".
@@ -15,7 +15,13 @@ struct NoDatabase;
 
 #[async_trait::async_trait]
 impl SqlPort for NoDatabase {
-    async fn run(&mut self, statement: &str, _: usize, _: Duration) -> Result<SqlRows, SqlRefusal> {
+    async fn run(
+        &mut self,
+        statement: &str,
+        _: &[SqlParam],
+        _: usize,
+        _: Duration,
+    ) -> Result<SqlRows, SqlRefusal> {
         Err(SqlRefusal::Server(format!(
             "no database here ({} bytes)",
             statement.len()
@@ -649,4 +655,93 @@ async fn busy_guests_leave_the_callers_threads_free() {
             ran.ending
         );
     }
+}
+
+/// `sql()` that answers its params back as one row (`p1`, `p2`, …), as the server had them.
+struct Echo;
+
+#[async_trait::async_trait]
+impl SqlPort for Echo {
+    async fn run(
+        &mut self,
+        _: &str,
+        params: &[SqlParam],
+        _: usize,
+        _: Duration,
+    ) -> Result<SqlRows, SqlRefusal> {
+        let value = |param: &SqlParam| match param {
+            SqlParam::Null => serde_json::Value::Null,
+            SqlParam::Bool(b) => format!("bool {b}").into(),
+            SqlParam::Int(n) => format!("int {n}").into(),
+            SqlParam::Float(f) => format!("float {f}").into(),
+            SqlParam::Text(text) => format!("text {text}").into(),
+        };
+        Ok(SqlRows {
+            columns: (1..=params.len()).map(|n| format!("p{n}")).collect(),
+            rows: vec![params.iter().map(value).collect()],
+            affected: None,
+            truncated: false,
+        })
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn params_reach_the_port_as_typed_values_apart_from_the_statement() {
+    let runtime = runtime().await;
+    let script = r#"
+row = sql("SELECT $1, $2, $3, $4, $5", ["it's'; drop table x; --", 7, 2.5, True, None])[0]
+print(row["p1"])
+print(row["p2"], row["p3"], row["p4"], row["p5"])
+print(len(sql("SELECT 1")))
+for wrong in ({"a": 1}, [object()], [2**64]):
+    try:
+        sql("SELECT $1", wrong)
+    except TypeError as e:
+        print("refused:", e)
+"#;
+    let run = runtime
+        .run(script, limits(ExperimentLimits::default()), Box::new(Echo))
+        .await
+        .expect("the runtime ran it");
+    assert_eq!(run.ending, Ending::Completed, "{run:?}");
+    let lines: Vec<&str> = run.report.output.lines().collect();
+    assert_eq!(lines[0], "text it's'; drop table x; --", "{lines:?}");
+    assert_eq!(lines[1], "int 7 float 2.5 bool true None", "{lines:?}");
+    assert_eq!(lines[2], "1", "{lines:?}");
+    assert_eq!(lines.len(), 6, "{lines:?}");
+    assert!(
+        lines[3..].iter().all(|l| l.starts_with("refused: ")),
+        "{lines:?}"
+    );
+    // The statement the evidence shows is the statement: no value was spliced into it.
+    assert_eq!(
+        run.report.sql_calls[0].statement,
+        "SELECT $1, $2, $3, $4, $5"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_traceback_starts_at_the_script_and_shows_none_of_the_guest() {
+    let runtime = runtime().await;
+    let run = run_one(&runtime, "def load():\n    sql('SELEC 1')\n\nload()").await;
+    let Ending::ScriptError { traceback } = &run.ending else {
+        panic!("{run:?}");
+    };
+    let frames: Vec<&str> = traceback
+        .lines()
+        .filter(|l| l.trim_start().starts_with("File "))
+        .collect();
+    assert_eq!(frames.len(), 2, "{traceback}");
+    assert!(frames[0].contains("line 4"), "{traceback}");
+    assert!(
+        frames.iter().all(|f| f.contains("<experiment>")),
+        "{traceback}"
+    );
+    assert!(!traceback.contains("app.py"), "{traceback}");
+    assert!(
+        traceback
+            .trim_end()
+            .ends_with("SqlError: no database here (7 bytes)"),
+        "{traceback}"
+    );
 }

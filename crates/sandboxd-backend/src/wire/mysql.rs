@@ -233,18 +233,21 @@ async fn collect(
     collector: &mut Collector,
 ) -> Result<(), mysql_async::Error> {
     let mut result = conn.exec_iter(statement, ()).await?;
-    collector.answer.columns = result
+    let columns: Vec<String> = result
         .columns_ref()
         .iter()
         .map(|c| c.name_str().into_owned())
         .collect();
+    if !columns.is_empty() {
+        collector.describe(columns);
+    }
     while let Some(row) = result.next().await? {
         if !collector.push(row.unwrap().into_iter().map(json_of).collect()) {
             break;
         }
     }
     if !collector.answer.truncated {
-        collector.answer.affected = Some(result.affected_rows());
+        collector.complete(result.affected_rows());
     }
     Ok(())
 }

@@ -54,7 +54,9 @@ pub struct QueryAnswer {
     pub columns: Vec<String>,
     /// Rows of JSON values (SQL text values as strings, NULL as null; Redis replies as JSON).
     pub rows: Vec<Vec<serde_json::Value>>,
-    /// Rows the statement affected or returned, as the server counted them, when it says.
+    /// Rows an INSERT, UPDATE, DELETE, MERGE or `CREATE TABLE … AS` wrote, as the server
+    /// counted them (0 for DDL); None for a statement that returns rows (its rows are the
+    /// answer, even with `RETURNING`) and for Redis.
     pub affected: Option<u64>,
     /// True when rows were left out because a limit was reached.
     pub truncated: bool,
@@ -81,11 +83,40 @@ impl Cut {
     }
 }
 
+/// A value bound to a statement's placeholder (`$1` …), sent apart from the statement's text.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Param {
+    Null,
+    Bool(bool),
+    Int(i64),
+    Float(f64),
+    Text(String),
+}
+
+impl Param {
+    /// The value as the server's input functions read it; None for NULL.
+    pub(crate) fn as_text(&self) -> Option<String> {
+        match self {
+            Param::Null => None,
+            Param::Bool(b) => Some(b.to_string()),
+            Param::Int(n) => Some(n.to_string()),
+            Param::Float(f) if f.is_nan() => Some("NaN".to_owned()),
+            Param::Float(f) if f.is_infinite() => {
+                Some(if *f > 0.0 { "Infinity" } else { "-Infinity" }.to_owned())
+            }
+            Param::Float(f) => Some(format!("{f:?}")),
+            Param::Text(text) => Some(text.clone()),
+        }
+    }
+}
+
 /// Collects rows under `limits`; `push` answers false once no more rows fit.
 #[derive(Debug)]
 pub(crate) struct Collector {
     limits: QueryLimits,
     bytes: usize,
+    /// The statement described a row set: its count is of rows returned, not affected.
+    returns_rows: bool,
     pub answer: QueryAnswer,
 }
 
@@ -94,7 +125,26 @@ impl Collector {
         Self {
             limits,
             bytes: 0,
+            returns_rows: false,
             answer: QueryAnswer::default(),
+        }
+    }
+
+    pub fn limits(&self) -> QueryLimits {
+        self.limits
+    }
+
+    /// The columns of a statement that returns rows (a SELECT, `RETURNING`, SHOW, EXPLAIN).
+    pub fn describe(&mut self, columns: Vec<String>) {
+        self.answer.columns = columns;
+        self.returns_rows = true;
+    }
+
+    /// The server's count at the end of the statement: rows it wrote, unless it returned rows
+    /// (then the count is of those, which `rows` already shows).
+    pub fn complete(&mut self, count: u64) {
+        if !self.returns_rows {
+            self.answer.affected = Some(count);
         }
     }
 
@@ -156,5 +206,34 @@ mod tests {
 
         let shown = serde_json::to_value(limits).expect("json");
         assert_eq!(shown["timeout_ms"], 1000);
+    }
+
+    #[test]
+    fn only_a_statement_without_rows_reports_rows_affected() {
+        let mut select = Collector::new(QueryLimits::default());
+        select.describe(vec!["n".into()]);
+        assert!(select.push(vec![json!("1")]));
+        select.complete(1);
+        assert_eq!(select.answer.affected, None);
+
+        let mut update = Collector::new(QueryLimits::default());
+        update.complete(3);
+        assert_eq!(update.answer.affected, Some(3));
+    }
+
+    #[test]
+    fn params_are_sent_as_the_servers_input_reads_them() {
+        assert_eq!(Param::Null.as_text(), None);
+        assert_eq!(Param::Bool(true).as_text().as_deref(), Some("true"));
+        assert_eq!(Param::Int(-7).as_text().as_deref(), Some("-7"));
+        assert_eq!(Param::Float(0.1).as_text().as_deref(), Some("0.1"));
+        assert_eq!(Param::Float(1e300).as_text().as_deref(), Some("1e300"));
+        assert_eq!(Param::Float(2.0).as_text().as_deref(), Some("2.0"));
+        assert_eq!(
+            Param::Float(f64::NEG_INFINITY).as_text().as_deref(),
+            Some("-Infinity")
+        );
+        let quote = "it's'; drop table x; --";
+        assert_eq!(Param::Text(quote.into()).as_text().as_deref(), Some(quote));
     }
 }

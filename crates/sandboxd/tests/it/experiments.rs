@@ -425,3 +425,82 @@ async fn a_missing_guest_is_a_retryable_runtime_failure() {
     .await;
     stop_and_clean_up(daemon, &home, outcome);
 }
+
+#[tokio::test]
+async fn bound_params_round_trip_as_data_and_tracebacks_start_at_the_script() {
+    let home = Home::new();
+    let daemon = spawn_daemon(&home);
+    let outcome = AssertUnwindSafe(bound_params(&daemon)).catch_unwind().await;
+    stop_and_clean_up(daemon, &home, outcome);
+}
+
+const BOUND_PARAMS: &str = r#"
+sql("CREATE TABLE notes (id int PRIMARY KEY, body text, score float8, ok bool, at timestamptz)")
+tricky = "it's'; drop table notes; --"
+made = sql("INSERT INTO notes VALUES ($1, $2, $3, $4, $5)", [1, tricky, 0.25, True, "2026-01-02 03:04:05+00"])
+print("affected", made.affected)
+sql("INSERT INTO notes (id, body) VALUES ($1, $2)", [2, None])
+row = sql("SELECT id, body, score, ok, at, body = $1 AS same FROM notes WHERE id = $2", [tricky, 1])[0]
+print("row", row["id"], row["body"] == tricky, row["score"], row["ok"], row["same"])
+print("nulls", sql("SELECT body IS NULL AS empty FROM notes WHERE id = $1", [2])[0]["empty"])
+print("tables", sql("SELECT count(*) AS n FROM pg_tables WHERE tablename = $1", ["notes"])[0]["n"])
+plain = sql("SELECT 1 AS one")
+print("select affected", plain.affected)
+try:
+    sql("SELECT $1, $2", [1])
+except SqlError as e:
+    print("refused", e)
+"#;
+
+async fn bound_params(daemon: &TestDaemon) {
+    let (dev, sandbox) = developer_with_sandbox(daemon).await;
+    let ran = dev.ok("run_experiment", script(BOUND_PARAMS)).await;
+    let printed = output(&ran);
+    assert!(printed.contains("affected 1\n"), "{printed}");
+    // Text as the simple protocol shows it, whatever the statement binds.
+    assert!(printed.contains("row 1 True 0.25 t t\n"), "{printed}");
+    assert!(printed.contains("nulls t\n"), "{printed}");
+    assert!(printed.contains("tables 1\n"), "{printed}");
+    assert!(printed.contains("select affected None\n"), "{printed}");
+    assert!(
+        printed.contains("refused the statement has 2 placeholder(s)"),
+        "{printed}"
+    );
+    // The value was data: the table is there, holding it as written.
+    let url = entry(&sandbox, "postgres")["url"].as_str().expect("url");
+    assert_eq!(
+        rows_of(url, "SELECT body FROM notes WHERE id = 1").await,
+        ["it's'; drop table notes; --"]
+    );
+    // The statements the evidence shows hold placeholders, not values.
+    let calls = ran["evidence"]["sql_calls"].as_array().expect("sql_calls");
+    assert!(
+        calls
+            .iter()
+            .all(|c| !c["statement"].as_str().unwrap_or_default().contains("drop")),
+        "{ran}"
+    );
+
+    // A statement the server refuses, raised in a function of the script: the traceback is
+    // the script's frames only, from its first line.
+    let refused = dev
+        .refused(
+            "run_experiment",
+            script("def load():\n    sql('SELEC 1')\n\nload()"),
+        )
+        .await;
+    assert_eq!(refused["error"], "script_error", "{refused}");
+    let text = message(&refused);
+    let frames: Vec<&str> = text
+        .lines()
+        .filter(|l| l.trim_start().starts_with("File "))
+        .collect();
+    assert_eq!(frames.len(), 2, "{text}");
+    assert!(
+        frames[0].contains("<experiment>") && frames[0].contains("line 4"),
+        "{text}"
+    );
+    assert!(!text.contains("app.py"), "{text}");
+    assert!(text.contains("SqlError: "), "{text}");
+    dev.ok("release_sandbox", json!({})).await;
+}

@@ -70,9 +70,9 @@ pub(in crate::wire) async fn agent_query(
 /// It reads no message larger than the running statement's `limits.wire_max()`.
 #[derive(Debug)]
 pub struct AgentConnection {
-    client: Client,
+    pub(super) client: Client,
     /// What the connection may read; tripped when the server sent more than that.
-    cap: Arc<ReadCap>,
+    pub(super) cap: Arc<ReadCap>,
 }
 
 /// Why a statement on an [`AgentConnection`] gave no rows.
@@ -189,8 +189,7 @@ impl AgentConnection {
         while let Some(message) = stream.next().await {
             match message? {
                 SimpleQueryMessage::RowDescription(columns) => {
-                    collector.answer.columns =
-                        columns.iter().map(|c| c.name().to_owned()).collect();
+                    collector.describe(columns.iter().map(|c| c.name().to_owned()).collect());
                 }
                 SimpleQueryMessage::Row(row) => {
                     let values = (0..row.len())
@@ -203,9 +202,7 @@ impl AgentConnection {
                         break;
                     }
                 }
-                SimpleQueryMessage::CommandComplete(count) => {
-                    collector.answer.affected = Some(count)
-                }
+                SimpleQueryMessage::CommandComplete(count) => collector.complete(count),
                 _ => {}
             }
         }

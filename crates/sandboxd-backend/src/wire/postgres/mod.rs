@@ -17,6 +17,7 @@ use tokio_postgres::{Client, Config, NoTls};
 use super::{ActivationError, Reach, WireError};
 
 mod agent;
+mod bound;
 mod reset;
 
 pub use agent::{AgentConnection, StatementError};
