@@ -13,6 +13,8 @@
 //!   answers an envelope, returned as the tool result's structured content (error envelopes are
 //!   flagged as tool errors).
 //! - `sessions.rs`: MCP session state kept by the broker, so a session survives a restart.
+//! - `resume.rs`: a client resuming an answer stream that died with the previous process (or
+//!   ended) gets a JSON-RPC error for its call instead of an empty stream it would wait on.
 //!
 //! The gateway is handed an [`AgentDesk`], never the broker itself: it sees no backend, no store
 //! and no operator operation, so no verb can reach around the guard chain.
@@ -29,10 +31,12 @@ use tokio_util::sync::CancellationToken;
 
 mod auth;
 mod gateway;
+mod resume;
 mod sessions;
 mod tools;
 
 pub use gateway::{Gateway, server_config};
+pub use resume::{LOST_ANSWER, LOST_ANSWER_CODE};
 pub use tools::{Offer, tools_for};
 
 /// Where the gateway answers, and who may reach it.
@@ -62,7 +66,11 @@ pub const LOOPBACK_HOSTS: [&str; 4] = ["localhost", "127.0.0.1", "::1", "[::1]"]
 pub fn router(desk: AgentDesk, config: McpConfig) -> Router {
     let mut hosts: Vec<String> = LOOPBACK_HOSTS.iter().map(|h| (*h).to_owned()).collect();
     hosts.extend(config.allowed_hosts.iter().cloned());
+    // A single answer comes as JSON where the transport can: requests served without a session
+    // (2026-07-28). In a session the answer stays an event stream whose first event lets a
+    // client resume it, and learn that its answer is lost when the daemon restarted.
     let mut transport = StreamableHttpServerConfig::default()
+        .with_json_response(true)
         .with_allowed_hosts(hosts)
         .with_allowed_origins(config.allowed_origins.clone())
         .with_cancellation_token(config.shutdown.clone());
@@ -86,6 +94,7 @@ pub fn router(desk: AgentDesk, config: McpConfig) -> Router {
     Router::new()
         .route_service("/mcp", service)
         .layer(axum::middleware::from_fn(session_end_is_no_content))
+        .layer(axum::middleware::from_fn(resume::unresumable_is_an_error))
         .layer(axum::middleware::from_fn_with_state(
             Arc::new(auth),
             auth::require_agent,

@@ -1,18 +1,40 @@
 //! The task verbs (`give_me_work`, `i_will_work_on`, `claim_review`, `i_am_done`,
 //! `pass_review`, `fail_review`, `i_documented`, `unclaim`, `i_am_idle`): one state machine
-//! (`sandboxd_domain::lifecycle::plan` decides the move), applied here to the store.
+//! (`sandboxd_domain::lifecycle::plan` decides the move), applied here to the store. A
+//! hand-over repeated by an agent that holds no task any more (its first answer was lost, e.g.
+//! in a restart) answers the first call's success again, read from the agent's audit trail.
 
+use sandboxd_domain::audit::{AuditFilter, OutcomeFilter};
 use sandboxd_domain::call::Call;
 use sandboxd_domain::envelope::{ErrorCode, ErrorEnvelope, OkEnvelope};
-use sandboxd_domain::lifecycle::{self, Move, TaskState};
+use sandboxd_domain::lifecycle::{self, Handed, Move, TaskState};
 use sandboxd_domain::roles::{RoleSpec, Verb};
-use sandboxd_domain::{Agent, NoteKind, Task};
+use sandboxd_domain::{Actor, Agent, NoteKind, Task};
 
-use super::Answer;
 use super::check_text;
 use super::tasks::briefing;
+use super::{Answer, Evidence};
 use crate::Broker;
 use crate::envelopes::{internal, out_of_order};
+
+/// How far back a repeat is looked for: the rows of the calls an agent makes between two task
+/// moves (sandbox verbs, notes) are few.
+const RECENT_ROWS: u32 = 50;
+
+/// The answer to a repeated hand-over: the first call's success, said again.
+fn repeated(handed: &Handed) -> (OkEnvelope<Evidence>, String) {
+    (
+        OkEnvelope::new(
+            Some(handed.task.clone()),
+            lifecycle::next_after_hand(handed.verb, handed.from),
+            format!(
+                "task {} is already {} (your earlier {} did it)",
+                handed.task, handed.to, handed.verb
+            ),
+        ),
+        format!("{} (repeated)", handed.detail()),
+    )
+}
 
 impl Broker {
     pub(super) async fn lifecycle(&self, agent: &Agent, role: &RoleSpec, call: Call) -> Answer {
@@ -32,8 +54,19 @@ impl Broker {
             .active_task_of(&agent.slug)
             .await
             .map_err(|e| internal("looking up your task", &e))?;
-        let plan = lifecycle::plan(verb, held.as_ref().map(|t| (t.id.as_str(), t.state)))
-            .map_err(out_of_order)?;
+        let holding = held.as_ref().map(|t| (t.id.as_str(), t.state));
+        let plan = match lifecycle::plan(verb, holding) {
+            Ok(plan) => plan,
+            // Holding no task, the call may repeat one whose answer was lost: only then is the
+            // trail read.
+            Err(refusal) if holding.is_none() => {
+                return match self.last_hand_over(agent).await {
+                    Some(handed) if handed.is_repeated_by(verb, holding) => Ok(repeated(&handed)),
+                    _ => Err(out_of_order(refusal)),
+                };
+            }
+            Err(refusal) => return Err(out_of_order(refusal)),
+        };
         match plan {
             Move::Claim { from, to } => {
                 let task = self
@@ -71,6 +104,13 @@ impl Broker {
                         .await
                         .map_err(|e| internal("recording your summary", &e))?;
                 }
+                // The sandbox goes first: the move is the last write before the audit row that
+                // lets a repeat of this call (its answer lost in a restart) be recognised, so
+                // the window in which neither the old state nor the row says what happened
+                // holds no teardown.
+                if verb.releases_sandbox() {
+                    self.release_best_effort(agent, verb.name()).await;
+                }
                 let moved = self
                     .store()
                     .transition(&task.id, from, Some(&agent.slug), to, None)
@@ -83,23 +123,19 @@ impl Broker {
                         "call give_me_work or claim_review to see what you hold now",
                     ));
                 }
-                if verb.releases_sandbox() {
-                    self.release_best_effort(agent, verb.name()).await;
-                }
-                let next = match verb {
-                    Verb::PassReview | Verb::FailReview => {
-                        "claim_review for the next review, or i_am_idle"
-                    }
-                    Verb::Unclaim if from == TaskState::InReview => "claim_review, or i_am_idle",
-                    _ => "give_me_work for the next task, or i_am_idle",
+                let handed = Handed {
+                    verb,
+                    task: task.id.clone(),
+                    from,
+                    to,
                 };
                 Ok((
                     OkEnvelope::new(
                         Some(task.id.clone()),
-                        next,
+                        lifecycle::next_after_hand(verb, from),
                         format!("task {} is now {to}", task.id),
                     ),
-                    format!("{} {from} -> {to}", task.id),
+                    handed.detail(),
                 ))
             }
             Move::None => {
@@ -115,6 +151,29 @@ impl Broker {
                 ))
             }
         }
+    }
+
+    /// The caller's last task move, if it was a hand-over: read from its audit trail (the
+    /// newest rows that moved a task), since the store keeps no claimant on a handed task.
+    async fn last_hand_over(&self, agent: &Agent) -> Option<Handed> {
+        let filter = AuditFilter {
+            actor: Some(Actor::Agent(agent.slug.clone())),
+            outcome: Some(OutcomeFilter::Ok),
+            limit: RECENT_ROWS,
+            ..Default::default()
+        };
+        let page = match self.store().list_audit(&filter).await {
+            Ok(page) => page,
+            Err(error) => {
+                tracing::warn!(%error, agent = %agent.slug, "reading the caller's last task move");
+                return None;
+            }
+        };
+        let (verb, detail) = page.entries.iter().find_map(|entry| {
+            let verb = Verb::parse(&entry.action).ok()?;
+            lifecycle::moves_tasks(verb).then_some((verb, entry.detail.as_str()))
+        })?;
+        Handed::parse(verb, detail)
     }
 
     async fn claim(
