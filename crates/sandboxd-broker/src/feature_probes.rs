@@ -91,7 +91,7 @@ impl FeatureProbes {
     }
 
     /// What is known now, without probing.
-    fn cached(&self, kind: BackendKind, engine: EngineRef) -> Option<Probed> {
+    pub(crate) fn cached(&self, kind: BackendKind, engine: EngineRef) -> Option<Probed> {
         self.slots()
             .get(&(kind, engine))
             .and_then(|slot| slot.outcome.get().cloned())

@@ -4,9 +4,33 @@
 use sandboxd_backend::wire::QueryLimits;
 use sandboxd_domain::clone::CloneOrigin;
 use sandboxd_domain::envelope::{ErrorEnvelope, OkEnvelope};
-use sandboxd_domain::{AgentSlug, ServiceEvidence};
+use sandboxd_domain::{AgentSlug, EnvPrefix, Instance, ServiceEvidence};
 use sandboxd_experiments::RunReport;
 use serde::Serialize;
+
+use crate::Broker;
+use crate::feature_probes::Probed;
+
+impl Broker {
+    /// `instance`'s evidence for its agent, each module with the version its backend's feature
+    /// probe found (Redis: `MODULE LIST`); a version stays null while no probe of that backend
+    /// is known.
+    pub(crate) fn service_evidence(
+        &self,
+        instance: &Instance,
+        prefix: &EnvPrefix,
+    ) -> ServiceEvidence {
+        let mut evidence = instance.evidence(prefix);
+        let probed = self
+            .inner
+            .feature_probes
+            .cached(instance.backend, instance.engine);
+        if let Some(probe) = probed.as_ref().and_then(Probed::known) {
+            evidence.set_module_versions(&probe.versions);
+        }
+        evidence
+    }
+}
 
 /// A verb's answer and the detail its audit row keeps.
 pub(crate) type Answer = Result<(OkEnvelope<Evidence>, String), ErrorEnvelope>;

@@ -121,7 +121,7 @@ impl Broker {
         let evidence: Vec<_> = instances
             .iter()
             .filter(|i| granted.asked.contains(&i.engine))
-            .map(|i| i.evidence(prefix))
+            .map(|i| self.service_evidence(i, prefix))
             .collect();
         let served: Vec<&str> = granted.asked.iter().map(|e| e.name).collect();
         let mut briefing = format!(

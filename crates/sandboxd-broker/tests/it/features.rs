@@ -76,21 +76,25 @@ async fn a_standing_feature_the_backend_lacks_is_refused_naming_where_it_exists(
                 "nothing was stored"
             );
 
-            // RedisJSON exists on neither backend here.
-            let err = w
-                .broker
-                .set_project(
-                    &slug,
-                    Some(vec![engine("redis")]),
-                    Some(features(&["redis=json"])),
-                )
-                .await
-                .expect_err("json is provided nowhere here");
-            assert!(
-                err.to_string()
-                    .contains("no other backend here provides it"),
-                "{err}"
-            );
+            // A Redis module this host's Redis cannot load (RediSearch 2 needs Redis 7.2 or newer)
+            // is in the local image.
+            let redis = provided(&w, "redis").await;
+            if let Some(lacking) = redis.missing.keys().next() {
+                let err = w
+                    .broker
+                    .set_project(
+                        &slug,
+                        Some(vec![engine("redis")]),
+                        Some(features(&[&format!("redis={lacking}")])),
+                    )
+                    .await
+                    .expect_err("not provided by the process backend here");
+                assert!(
+                    err.to_string()
+                        .contains("it exists on the docker backend (image sandboxd-local/redis:8)"),
+                    "{err}"
+                );
+            }
 
             // What the backend provides is accepted.
             let fine = postgres.names()[0];
@@ -212,6 +216,44 @@ async fn a_standing_feature_lost_with_a_backend_change_is_the_operators_to_fix()
                 "{err:?}"
             );
             assert_eq!(w.backend.total(), 0, "nothing was provisioned");
+        })
+        .await;
+}
+
+#[tokio::test]
+async fn redis_evidence_lists_each_module_with_the_version_its_server_reports() {
+    World::new(WorldSpec::default())
+        .await
+        .expect("process world")
+        .run(|w| async move {
+            let redis = provided(&w, "redis").await;
+            let Some(module) = redis.names().first().copied() else {
+                eprintln!("no Redis module loads on this host: {:?}", redis.missing);
+                return;
+            };
+            let dev = w.working_agent("developer").await;
+            let ok = crate::support::ok(
+                w.call(
+                    &dev,
+                    Verb::RequestSandbox,
+                    json!({"extensions": {"redis": [module]}}),
+                )
+                .await,
+            );
+            let evidence = crate::support::evidence_of(&ok, "redis");
+            assert_eq!(evidence["available_modules"], json!([module]));
+            let listed = &evidence["modules"];
+            assert_eq!(listed.as_array().map(Vec::len), Some(1), "{listed}");
+            assert_eq!(listed[0]["name"], module);
+            assert_eq!(
+                listed[0]["version"],
+                json!(redis.versions[module]),
+                "{listed}"
+            );
+            // The logical database the URL names, not a name Redis does not have.
+            assert_eq!(evidence["database"], "0");
+            let url = evidence["url"].as_str().expect("url");
+            assert!(url.ends_with("/0"), "{url}");
         })
         .await;
 }

@@ -217,12 +217,17 @@ async fn tools_offer_only_the_features_the_backend_provides() {
         assert!(postgres.contains(present), "{present}: {postgres:?}");
     }
     assert!(!postgres.contains("vector"), "{postgres:?}");
-    // Debian's Redis on this host loads no RedisJSON or RedisBloom.
+    // This host's Redis offers the modules scripts/install-deps.sh put in place (and that load:
+    // not RediSearch 2 on Redis 7.0).
     let redis = offered("redis");
-    assert!(
-        !redis.contains("json") && !redis.contains("bloom"),
-        "{redis:?}"
-    );
+    let modules = std::path::Path::new("/usr/local/lib/sandboxd/redis-modules");
+    for (feature, library) in [("json", "rejson.so"), ("bloom", "redisbloom.so")] {
+        assert_eq!(
+            redis.contains(feature),
+            modules.join(library).exists(),
+            "{feature}: {redis:?}"
+        );
+    }
     let description = request.description.as_deref().unwrap_or("");
     assert!(
         description.contains("always have these features active: postgres pg_trgm"),
