@@ -121,6 +121,11 @@ impl ApiError {
                     "feature_unavailable",
                     err.to_string(),
                 ),
+                BrokerError::EngineUnavailable(_) => (
+                    StatusCode::BAD_REQUEST,
+                    "engine_unavailable",
+                    err.to_string(),
+                ),
                 _ => (
                     StatusCode::INTERNAL_SERVER_ERROR,
                     "internal",

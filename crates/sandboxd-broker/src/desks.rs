@@ -6,6 +6,7 @@
 //! itself. The architecture test checks that the MCP crate names neither `Broker` nor
 //! `OperatorDesk`, and the admin crate not `Broker`.
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -112,6 +113,11 @@ impl AgentDesk {
     /// allowlist while the probe does not answer.
     pub async fn offered_names(&self, engine: EngineRef, patience: Duration) -> Vec<&'static str> {
         self.broker.offered_names(engine, patience).await
+    }
+
+    /// Of `engines`, those this sandboxd's backend runs: what agents are offered.
+    pub async fn runnable(&self, engines: &[EngineRef]) -> Vec<EngineRef> {
+        self.broker.runnable(engines).await
     }
 
     /// Runs one call for an authenticated agent, as the gateway parsed it, and answers its
@@ -353,6 +359,12 @@ impl OperatorDesk {
         patience: Duration,
     ) -> Option<Arc<FeatureProbe>> {
         self.broker.offered(engine, patience).await
+    }
+
+    /// Of `engines`, those this sandboxd's backend cannot run, each with why and what provides
+    /// it.
+    pub async fn unrunnable(&self, engines: &[EngineRef]) -> BTreeMap<EngineRef, String> {
+        self.broker.unrunnable(engines).await
     }
 
     pub fn metrics(&self) -> &metrics::Metrics {

@@ -32,6 +32,10 @@ pub enum BrokerError {
     /// exists, or what provides it.
     #[error("{0}")]
     FeatureUnavailable(String),
+    /// An engine the primary backend cannot run; the message says why, where it runs, and
+    /// which engines run here.
+    #[error("{0}")]
+    EngineUnavailable(String),
     #[error("store: {0}")]
     Store(#[source] StoreError),
     #[error("backend: {0}")]
@@ -67,6 +71,7 @@ impl BrokerError {
                 | Self::Conflict { .. }
                 | Self::Foreign { .. }
                 | Self::FeatureUnavailable(_)
+                | Self::EngineUnavailable(_)
         )
     }
 }

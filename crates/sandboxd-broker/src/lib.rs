@@ -37,6 +37,7 @@ mod backends;
 mod caps;
 mod config;
 mod desks;
+mod engine_support;
 mod envelopes;
 mod error;
 mod experiments;

@@ -19,6 +19,9 @@ pub enum ErrorCode {
     ServiceNotAllowed,
     /// Guard 4: a feature for a service not opted into, or outside the allowlist.
     FeatureNotAllowed,
+    /// Guard 4: an opted-in service this sandboxd's backend cannot run (its image or
+    /// programs are missing); an operator must provide it.
+    EngineUnavailable,
     /// Guard 5: the provisioner cannot be reached right now.
     ProvisionerUnavailable,
     /// Provisioning itself failed; nothing was left behind.
@@ -54,6 +57,7 @@ impl ErrorCode {
             Self::ProjectNotOptedIn => "project_not_opted_in",
             Self::ServiceNotAllowed => "service_not_allowed",
             Self::FeatureNotAllowed => "feature_not_allowed",
+            Self::EngineUnavailable => "engine_unavailable",
             Self::ProvisionerUnavailable => "provisioner_unavailable",
             Self::InvalidState => "invalid_state",
             Self::VerbNotAllowed => "verb_not_allowed",

@@ -45,6 +45,10 @@ pub struct Inputs<'a> {
     pub args: &'a RequestSandboxArgs,
     /// What the backend provides, for each engine in [`engines_to_probe`] whose probe answered.
     pub offers: BTreeMap<EngineRef, Offer<'a>>,
+    /// The opted-in engines the primary backend cannot run, each with why and what provides it
+    /// (for the operator). An engine whose backend could not be asked is not here: guard 5
+    /// answers for an unreachable backend.
+    pub unrunnable: BTreeMap<EngineRef, String>,
     /// Whether the provisioner answers; why not, when not.
     pub provisioner: Result<(), String>,
 }
@@ -53,7 +57,7 @@ pub struct Inputs<'a> {
 #[derive(Debug)]
 pub struct Granted {
     pub task: Task,
-    /// The project's whole opted-in set: what gets provisioned.
+    /// The project's whole opted-in set that the backend runs: what gets provisioned.
     pub services: Vec<EngineRef>,
     /// The services this call asked about: what the answer is filtered down to.
     pub asked: Vec<EngineRef>,
@@ -94,8 +98,8 @@ pub fn engines_to_probe(project: Option<&Project>, args: &RequestSandboxArgs) ->
 }
 
 /// The guard chain, in order: 1. the master switch, 2. an active task of the agent's project,
-/// 3. the project opted in, 4. what was asked is within the project's set and what the
-/// backend provides, 5. the provisioner answers.
+/// 3. the project opted in, 4. what was asked is within the project's set, runs here, and its
+/// features are what the backend provides, 5. the provisioner answers.
 pub fn decide(inputs: Inputs<'_>) -> Result<Granted, ErrorEnvelope> {
     let Inputs {
         enabled,
@@ -105,6 +109,7 @@ pub fn decide(inputs: Inputs<'_>) -> Result<Granted, ErrorEnvelope> {
         project,
         args,
         offers,
+        unrunnable,
         provisioner,
     } = inputs;
 
@@ -142,14 +147,16 @@ pub fn decide(inputs: Inputs<'_>) -> Result<Granted, ErrorEnvelope> {
         ));
     }
 
-    // 4. What was asked is within the project's set and the allowlists.
+    // 4. What was asked is within the project's set, runs here, and the allowlists.
     let asked = asked_services(agent, args, &services)?;
+    let runnable = runnable_of(agent, &asked, &services, &unrunnable)?;
     let standing = project
         .as_ref()
         .and_then(|p| p.sandbox_extensions.clone())
         .unwrap_or_default();
     let features = with_extras(agent, args, &services, &standing, &offers)?;
     check_provided(agent, &standing, &features, &offers)?;
+    let features = only_for(&features, &runnable);
 
     // 5. The provisioner is reachable.
     if let Err(why) = provisioner {
@@ -165,7 +172,7 @@ pub fn decide(inputs: Inputs<'_>) -> Result<Granted, ErrorEnvelope> {
         .unwrap_or_default();
     Ok(Granted {
         task,
-        services,
+        services: runnable,
         asked,
         features,
         clones,
@@ -212,7 +219,72 @@ fn asked_services(
     Ok(asked)
 }
 
-/// Guard 4's second part: the project's standing features plus the call's extras, each for an
+/// Guard 4's second part: every service asked for is one the backend runs. An opted-in engine
+/// that stopped running here (its image removed, its programs uninstalled) stays the project's
+/// choice, but is left out of the sandbox: a call not asking for it gets the others. The agent
+/// is told what it can ask for instead; how to provide the engine is the operator's to read.
+fn runnable_of(
+    agent: &Agent,
+    asked: &[EngineRef],
+    services: &[EngineRef],
+    unrunnable: &BTreeMap<EngineRef, String>,
+) -> Result<Vec<EngineRef>, ErrorEnvelope> {
+    let runnable: Vec<EngineRef> = services
+        .iter()
+        .copied()
+        .filter(|engine| !unrunnable.contains_key(engine))
+        .collect();
+    let lacking: Vec<EngineRef> = asked
+        .iter()
+        .copied()
+        .filter(|engine| unrunnable.contains_key(engine))
+        .collect();
+    if lacking.is_empty() {
+        return Ok(runnable);
+    }
+    let what = names(&lacking);
+    let instead = if runnable.is_empty() {
+        "none of its other services runs here either: run your tests without a database until \
+         an operator provides one"
+            .to_owned()
+    } else {
+        format!(
+            "call request_sandbox again with services from those that run here: {}",
+            names(&runnable)
+        )
+    };
+    let why: Vec<String> = lacking
+        .iter()
+        .map(|engine| unrunnable.get(engine).cloned().unwrap_or_default())
+        .collect();
+    Err(ErrorEnvelope::new(
+        ErrorCode::EngineUnavailable,
+        format!(
+            "{what}, which project {} opted into, cannot run on this sandboxd; do not ask for \
+             {what} again: {instead}",
+            agent.project
+        ),
+        format!(
+            "for the operator: {}; or remove {what} from project {}'s services",
+            why.join("; "),
+            agent.project
+        ),
+    )
+    .with_missing(lacking.iter().map(|e| e.name.to_owned()).collect()))
+}
+
+/// `features` without those of engines that are not provisioned.
+fn only_for(features: &FeatureRequest, services: &[EngineRef]) -> FeatureRequest {
+    let mut kept = FeatureRequest::default();
+    for feature in features.features() {
+        if services.contains(&feature.engine()) {
+            kept.insert(feature);
+        }
+    }
+    kept
+}
+
+/// Guard 4's third part: the project's standing features plus the call's extras, each for an
 /// opted-in engine and in its allowlist.
 fn with_extras(
     agent: &Agent,
@@ -382,11 +454,23 @@ mod tests {
         }
     }
 
+    /// `engine` cannot run, for the reason an image-less Docker backend gives.
+    fn unrunnable(engine_name: &str) -> BTreeMap<EngineRef, String> {
+        BTreeMap::from([(
+            engine(engine_name),
+            format!(
+                "the docker backend cannot run {engine_name}: image {engine_name}:8 is not \
+                 present; pull it with `docker pull {engine_name}:8`"
+            ),
+        )])
+    }
+
     struct Case {
         enabled: bool,
         held: Option<Task>,
         project: Option<Project>,
         args: RequestSandboxArgs,
+        unrunnable: BTreeMap<EngineRef, String>,
         provisioner: Result<(), String>,
     }
 
@@ -398,6 +482,7 @@ mod tests {
                 held: Some(task("shop")),
                 project: Some(project(&["postgres", "redis"])),
                 args: RequestSandboxArgs::default(),
+                unrunnable: BTreeMap::new(),
                 provisioner: Ok(()),
             }
         }
@@ -413,6 +498,7 @@ mod tests {
                 project: Ok(self.project),
                 args: &self.args,
                 offers,
+                unrunnable: self.unrunnable,
                 provisioner: self.provisioner,
             })
         }
@@ -430,24 +516,28 @@ mod tests {
                 case.provisioner = Err("down".into());
             }
             if upto >= 2 {
-                case.args.services = Some(vec!["mongo".into()]);
+                case.unrunnable = unrunnable("redis");
             }
             if upto >= 3 {
-                case.project = Some(project(&[]));
+                case.args.services = Some(vec!["redis".into(), "mongo".into()]);
             }
             if upto >= 4 {
-                case.held = Some(task("elsewhere"));
+                case.project = Some(project(&[]));
             }
             if upto >= 5 {
+                case.held = Some(task("elsewhere"));
+            }
+            if upto >= 6 {
                 case.enabled = false;
             }
             case.refusal()
         };
         assert_eq!(failing(1), ErrorCode::ProvisionerUnavailable);
-        assert_eq!(failing(2), ErrorCode::ServiceNotAllowed);
-        assert_eq!(failing(3), ErrorCode::ProjectNotOptedIn);
-        assert_eq!(failing(4), ErrorCode::NoActiveTask);
-        assert_eq!(failing(5), ErrorCode::SandboxDisabled);
+        assert_eq!(failing(2), ErrorCode::EngineUnavailable);
+        assert_eq!(failing(3), ErrorCode::ServiceNotAllowed);
+        assert_eq!(failing(4), ErrorCode::ProjectNotOptedIn);
+        assert_eq!(failing(5), ErrorCode::NoActiveTask);
+        assert_eq!(failing(6), ErrorCode::SandboxDisabled);
     }
 
     #[test]
@@ -464,6 +554,7 @@ mod tests {
             project: Err(broken()),
             args: &args,
             offers: BTreeMap::new(),
+            unrunnable: BTreeMap::new(),
             provisioner: Ok(()),
         };
         assert_eq!(
@@ -530,5 +621,59 @@ mod tests {
         let probed = engines_to_probe(Some(&project(&["postgres", "redis"])), &args);
         assert_eq!(probed, [engine("postgres")]);
         assert!(engines_to_probe(None, &args).is_empty());
+    }
+
+    #[test]
+    fn an_opted_in_engine_that_cannot_run_is_refused_for_good_naming_what_runs() {
+        let mut case = Case::passing();
+        case.unrunnable = unrunnable("redis");
+        let refusal = case.decide(BTreeMap::new()).expect_err("redis cannot run");
+        assert_eq!(refusal.error, ErrorCode::EngineUnavailable);
+        assert!(!refusal.retryable, "{refusal:?}");
+        assert_eq!(refusal.missing.as_deref(), Some(&["redis".to_owned()][..]));
+        // The agent is told what it can ask for, in words: the operator's fix is in remediate.
+        assert!(
+            refusal
+                .message
+                .contains("services from those that run here: postgres"),
+            "{refusal:?}"
+        );
+        assert!(
+            !refusal.message.contains('`') && !refusal.message.contains("docker"),
+            "{refusal:?}"
+        );
+        assert!(
+            refusal.remediate.contains("docker pull redis:8")
+                && refusal.remediate.contains("remove redis from project shop"),
+            "{refusal:?}"
+        );
+
+        let mut case = Case::passing();
+        case.project = Some(project(&["redis"]));
+        case.unrunnable = unrunnable("redis");
+        let refusal = case.decide(BTreeMap::new()).expect_err("nothing runs");
+        assert_eq!(refusal.error, ErrorCode::EngineUnavailable);
+        assert!(
+            refusal.message.contains("without a database"),
+            "{refusal:?}"
+        );
+    }
+
+    #[test]
+    fn a_call_for_the_engines_that_run_gets_them_without_the_one_that_does_not() {
+        let mut standing = FeatureRequest::default();
+        standing.insert(Feature::parse(engine("redis"), "json").expect("allowlisted"));
+        standing.insert(Feature::parse(engine("postgres"), "citext").expect("allowlisted"));
+        let mut case = Case::passing();
+        let mut opted = project(&["postgres", "redis"]);
+        opted.sandbox_extensions = Some(standing);
+        case.project = Some(opted);
+        case.unrunnable = unrunnable("redis");
+        case.args.services = Some(vec!["postgres".into()]);
+        let granted = case.decide(BTreeMap::new()).expect("postgres runs");
+        assert_eq!(granted.services, [engine("postgres")]);
+        assert_eq!(granted.asked, [engine("postgres")]);
+        assert!(granted.features.for_engine(engine("redis")).is_empty());
+        assert_eq!(granted.features.for_engine(engine("postgres")).len(), 1);
     }
 }

@@ -98,13 +98,14 @@ impl Gateway {
 }
 
 impl Gateway {
-    /// What the caller's project lets it ask for: its services, and per service the features
-    /// this sandboxd's backend provides (waiting a little for a probe under way).
+    /// What the caller's project lets it ask for: its services this sandboxd's backend runs,
+    /// and per service the features it provides (waiting a little for a probe under way).
     async fn offer(&self, project: Option<Project>) -> Offer {
         let Some(project) = project else {
             return Offer::default();
         };
-        let services = project.sandbox_services.unwrap_or_default();
+        let opted_in = project.sandbox_services.unwrap_or_default();
+        let services = self.desk.runnable(&opted_in).await;
         let offered = join_all(services.iter().map(|engine| async move {
             (
                 *engine,

@@ -13,8 +13,9 @@ use sandboxd_domain::verbs;
 /// What the caller's project lets it ask for, shown in the schemas so a model cannot guess wrong.
 #[derive(Debug, Clone, Default)]
 pub struct Offer {
-    /// The engines the project opted into; `None` when it did not opt in (the schema then lists
-    /// no choice, and `request_sandbox` answers why).
+    /// The engines the project opted into that this sandboxd's backend runs; `None` when it
+    /// did not opt in or none runs here (the schema then lists no choice, and
+    /// `request_sandbox` answers why).
     pub services: Option<Vec<EngineRef>>,
     /// Per opted-in engine, the features a call may add: its allowlist ∩ what this sandboxd's
     /// backend provides (the allowlist while that is not known yet).

@@ -1147,3 +1147,57 @@ async fn the_sources_page_shows_each_sources_tls_and_warns_of_one_that_checks_no
     })
     .await;
 }
+
+#[tokio::test]
+async fn the_sandbox_card_greys_out_an_engine_the_backend_cannot_run_and_refuses_it() {
+    // This host has no mongod: the process backend runs PostgreSQL, Redis and MariaDB only.
+    app()
+        .await
+        .run(|app| async move {
+            let browser = Browser::new(&app);
+            let csrf = browser.login().await;
+            let slug = unique("nosql");
+            browser
+                .post("/projects", &[("csrf", &csrf), ("slug", &slug)])
+                .await;
+            let project = ProjectSlug::parse(&slug).expect("slug");
+            let card = browser.get(&format!("/projects/{slug}")).await.html;
+            assert!(card.contains("id=\"service-mongo\" disabled"), "{card}");
+            assert!(card.contains("id=\"unrunnable-mongo\""), "{card}");
+            assert!(
+                card.contains("the process backend cannot run mongo"),
+                "the reason is shown: {card}"
+            );
+            for runs in ["postgres", "redis", "mariadb"] {
+                assert!(
+                    !card.contains(&format!("id=\"service-{runs}\" disabled")),
+                    "{runs}: {card}"
+                );
+                assert!(
+                    !card.contains(&format!("id=\"unrunnable-{runs}\"")),
+                    "{runs}"
+                );
+            }
+
+            // A form that sends it anyway (no browser greys anything for a script) is refused.
+            let page = browser
+                .post(
+                    &format!("/projects/{slug}"),
+                    &[
+                        ("csrf", &csrf),
+                        ("service", "postgres"),
+                        ("service", "mongo"),
+                    ],
+                )
+                .await;
+            assert_eq!(page.status, StatusCode::SEE_OTHER);
+            let card = browser.get(&format!("/projects/{slug}")).await.html;
+            assert!(card.contains("Not saved"), "{card}");
+            assert!(
+                card.contains("runnable here: postgres, redis, mariadb"),
+                "{card}"
+            );
+            assert_eq!(app.stored_project(&project).await.sandbox_services, None);
+        })
+        .await;
+}

@@ -90,7 +90,9 @@ impl Broker {
                 .collect::<Vec<_>>()
                 .join(", ")
         )];
-        let services = project_row.sandbox_services.clone().unwrap_or_default();
+        // Only what runs here: an engine the backend cannot run is not offered.
+        let opted_in = project_row.sandbox_services.clone().unwrap_or_default();
+        let services = self.runnable(&opted_in).await;
         if !services.is_empty() && spec.allows(Verb::RequestSandbox) {
             let csv = services
                 .iter()

@@ -14,7 +14,9 @@ use crate::error::{BrokerError, not_opted_in};
 
 impl Broker {
     /// Creates or updates a project's sandbox opt-in. Features must be for opted-in services;
-    /// an empty service list means "not opted in".
+    /// an empty service list means "not opted in". An engine the primary backend cannot run is
+    /// refused when it is added; one the project already has stays (its agents are told it
+    /// does not run here, and its operator how to provide it), so other settings can change.
     pub async fn set_project(
         &self,
         slug: &ProjectSlug,
@@ -40,6 +42,18 @@ impl Broker {
                 ));
             }
         }
+        let stored = self
+            .store()
+            .get_project(slug)
+            .await?
+            .and_then(|p| p.sandbox_services)
+            .unwrap_or_default();
+        let adding: Vec<EngineRef> = deduped
+            .iter()
+            .copied()
+            .filter(|engine| !stored.contains(engine))
+            .collect();
+        self.check_runnable(&adding).await?;
         for feature in extensions.iter().flat_map(|e| e.features()) {
             if let Some(why) = self.unavailable_here(feature).await {
                 return Err(BrokerError::FeatureUnavailable(why));

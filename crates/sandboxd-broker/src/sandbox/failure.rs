@@ -49,8 +49,40 @@ impl SandboxFailure {
         }
     }
 
-    /// The agent's answer: what failed, what became of its sandbox, and how to go on.
+    /// The engine the backend turned out not to run (its image or programs went missing since
+    /// the guards asked), and the backend's words on how to provide it.
+    fn engine_missing(&self) -> Option<(&'static str, &BackendError)> {
+        match self {
+            Self::Backend(
+                err @ (BackendError::ImageMissing { engine, .. }
+                | BackendError::NotInstalled { engine, .. }),
+            ) => Some((*engine, err)),
+            Self::Backend(_) | Self::Store(_) | Self::Turn(_) => None,
+            Self::Kept(inner) => inner.engine_missing(),
+        }
+    }
+
+    /// The agent's answer: what failed, what became of its sandbox, and how to go on. How to
+    /// provide a missing engine is the operator's to read (`remediate`), never a command in
+    /// the agent's message; waiting does not bring it back, so it is not retryable.
     pub(crate) fn envelope(&self) -> ErrorEnvelope {
+        if let Some((engine, err)) = self.engine_missing() {
+            return ErrorEnvelope::new(
+                ErrorCode::EngineUnavailable,
+                format!(
+                    "{engine} cannot run on this sandboxd: what runs it is not installed here; \
+                     do not retry {engine}: call request_sandbox again with your project's \
+                     other services, or run your tests without {engine}; {}",
+                    if matches!(self, Self::Kept(_)) {
+                        "your sandbox, its data and its credentials were kept as they were"
+                    } else {
+                        "nothing was left behind"
+                    }
+                ),
+                format!("for the operator: {err}"),
+            )
+            .with_missing(vec![engine.to_owned()]);
+        }
         let retryable = !self.feature_unavailable();
         let (message, outcome) = match self {
             Self::Kept(_) => (
@@ -72,5 +104,32 @@ impl SandboxFailure {
             )
         };
         ErrorEnvelope::new(ErrorCode::InvalidState, message, remediate).retryable(retryable)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_missing_image_is_the_operators_to_fix_never_a_command_in_the_agents_message() {
+        let failure = SandboxFailure::Backend(BackendError::ImageMissing {
+            engine: "mongo",
+            image: "mongo:8".into(),
+            hint: "pull it with `docker pull mongo:8`".into(),
+        });
+        let envelope = failure.envelope();
+        assert_eq!(envelope.error, ErrorCode::EngineUnavailable);
+        assert!(!envelope.retryable, "{envelope:?}");
+        assert!(
+            !envelope.message.contains('`') && !envelope.message.contains("docker"),
+            "{envelope:?}"
+        );
+        assert!(
+            envelope.remediate.contains("docker pull mongo:8"),
+            "{envelope:?}"
+        );
+        let kept = SandboxFailure::Kept(Box::new(failure)).envelope();
+        assert!(kept.message.contains("were kept"), "{kept:?}");
     }
 }

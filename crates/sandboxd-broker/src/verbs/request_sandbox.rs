@@ -42,11 +42,20 @@ impl Broker {
             .get_project(&agent.project)
             .await
             .map_err(|e| internal("reading your project", &e));
+        let opted_in = project
+            .as_ref()
+            .ok()
+            .and_then(Option::as_ref)
+            .and_then(|p| p.sandbox_services.clone())
+            .unwrap_or_default();
+        // Read only past guard 3, but asked before it: a lookup, cheap, and never refusing.
+        let unrunnable = self.unrunnable(&opted_in).await;
         let engines =
             guards::engines_to_probe(project.as_ref().ok().and_then(Option::as_ref), args);
         let probes = join_all(
             engines
                 .into_iter()
+                .filter(|engine| !unrunnable.contains_key(engine))
                 .map(|engine| async move { (engine, self.offered(engine, PROBE_PATIENCE).await) }),
         )
         .await;
@@ -71,6 +80,7 @@ impl Broker {
             project,
             args,
             offers,
+            unrunnable,
             provisioner: self.provisioner_answers().await,
         })
     }

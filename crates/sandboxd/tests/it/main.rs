@@ -4,6 +4,7 @@
 mod architecture;
 mod cli;
 mod costs;
+mod engines;
 mod experiments;
 mod http_hardening;
 mod limits;

@@ -1,6 +1,7 @@
-//! The Sandbox card of a project's page: a checkbox per engine of the registry and per feature
-//! of its allowlist (greyed out where this sandboxd's backend does not provide it), the source
-//! an engine is cloned from, and the size of an engine's data space.
+//! The Sandbox card of a project's page: a checkbox per engine of the registry (greyed out, with
+//! why, where this sandboxd's backend cannot run it) and per feature of its allowlist (greyed
+//! out where the backend does not provide it), the source an engine is cloned from, and the
+//! size of an engine's data space.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -25,6 +26,14 @@ fn feature_noun(engine: EngineRef) -> &'static str {
 
 /// Per engine with an allowlist, what this sandboxd's backend provides (absent while unknown).
 type Offered = BTreeMap<EngineRef, Arc<FeatureProbe>>;
+
+/// The engines this sandboxd's backend cannot run, each with why and what provides it.
+pub(super) type Unrunnable = BTreeMap<EngineRef, String>;
+
+pub(super) async fn unrunnable(state: &AppState) -> Unrunnable {
+    let all: Vec<EngineRef> = engines::all().collect();
+    state.desk.unrunnable(&all).await
+}
 
 /// How long the card waits for a feature probe under way before it shows the allowlist alone.
 const PROBE_PATIENCE: Duration = Duration::from_secs(10);
@@ -109,11 +118,13 @@ pub(super) struct Space {
     pub(super) ceiling: DataSize,
 }
 
-/// The Sandbox card: every engine of the registry, every feature of its allowlist; a feature
-/// this sandboxd's backend does not provide cannot be newly chosen.
+/// The Sandbox card: every engine of the registry, every feature of its allowlist; an engine
+/// this sandboxd's backend cannot run, or a feature it does not provide, cannot be newly chosen
+/// (one already chosen stays checked, so saving other changes keeps it).
 pub(super) fn sandbox_card(
     session: &PanelSession,
     project: &Project,
+    unrunnable: &Unrunnable,
     offered: &Offered,
     sources: &[Source],
     space: &Space,
@@ -127,8 +138,8 @@ pub(super) fn sandbox_card(
                 "Services this project's developers and QA agents may request with "
                 code { "request_sandbox" } ". The first request provisions the whole set; "
                 "extensions are activated by the daemon, only from each engine's allowlist, "
-                "and only those this sandboxd's backend provides (the others are greyed out; "
-                "hover for what provides them)."
+                "and only those this sandboxd's backend provides. Services it cannot run and "
+                "features it lacks are greyed out (hover a feature for what provides it)."
             }
             form method="post" action={ "/projects/" (project.slug) } {
                 (csrf_field(session))
@@ -137,14 +148,28 @@ pub(super) fn sandbox_card(
                     tbody {
                         @for engine in engines::all() {
                             @let chosen = extensions.for_engine(engine);
+                            @let opted = services.contains(&engine);
+                            @let cannot = unrunnable.get(&engine);
                             tr {
                                 td class="service" {
-                                    label class="check" {
+                                    label class={ "check" @if cannot.is_some() { " unavailable" } }
+                                        title=[cannot] {
                                         input type="checkbox" name="service" value=(engine.name)
                                             id={ "service-" (engine.name) }
-                                            checked[services.contains(&engine)];
+                                            checked[opted]
+                                            disabled[cannot.is_some() && !opted];
                                         strong { (engine.title) }
                                         " " code class="muted" { (engine.name) }
+                                    }
+                                    @if let Some(why) = cannot {
+                                        div class="unrunnable small muted" id={ "unrunnable-" (engine.name) } {
+                                            @if opted {
+                                                "Cannot run here, so its agents are refused it: "
+                                            } @else {
+                                                "Cannot run here: "
+                                            }
+                                            (why)
+                                        }
                                     }
                                     (clone_choice(engine, project, sources))
                                     (size_choice(engine, project, space))

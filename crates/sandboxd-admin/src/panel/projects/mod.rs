@@ -1,9 +1,9 @@
 //! Projects: the list, and one project's Sandbox card — a checkbox per engine of the registry
-//! and, per engine, a checkbox per feature of its allowlist (greyed out where this sandboxd's
+//! (greyed out where this sandboxd's backend cannot run it) and, per engine, a checkbox per feature of its allowlist (greyed out where this sandboxd's
 //! backend does not provide it), for an engine that can be a clone, which registered source it
 //! clones, and for an engine that keeps its data on disk, the size of its data space. Saving goes
 //! through the same validation as the API (registry, allowlists, then the broker, which refuses
-//! a feature no backend provides, a clone it cannot make or a size above the ceiling).
+//! an engine the backend cannot run, a feature no backend provides, a clone it cannot make or a size above the ceiling).
 //!
 //! `card.rs` renders the Sandbox card; `save.rs` takes the forms (a new project, the card).
 
@@ -20,7 +20,7 @@ use super::layout::{self, Section, badge, csrf_field};
 use super::session::PanelSession;
 use crate::AppState;
 use crate::api::ApiPath;
-use card::{Space, offered, sandbox_card};
+use card::{Space, offered, sandbox_card, unrunnable};
 
 mod card;
 mod save;
@@ -138,9 +138,9 @@ pub async fn show(
             return failure(&session, Section::Projects, "Project", err);
         }
     };
-    let offered = offered(&state).await;
+    let (unrunnable, offered) = tokio::join!(unrunnable(&state), offered(&state));
     let body = html! {
-        (sandbox_card(&session, &project, &offered, &sources, &Space {
+        (sandbox_card(&session, &project, &unrunnable, &offered, &sources, &Space {
             default: state.desk.default_sandbox_size(),
             ceiling: state.desk.max_sandbox_size(),
         }))
