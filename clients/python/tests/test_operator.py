@@ -41,10 +41,10 @@ def test_a_refused_input_raises_with_the_reason_and_changes_nothing(operator: Op
     assert slug not in [p["slug"] for p in operator.projects()]
 
 
-def test_a_pool_that_is_not_configured_cannot_be_resized(operator: Operator) -> None:
-    # The test daemon runs without warm pools: none is listed, and a resize names where pools
-    # are configured.
+def test_a_pool_of_an_unknown_engine_is_refused_naming_it(operator: Operator) -> None:
+    # The test daemon runs without warm pools; a pool of no engine is refused, and none is made.
     assert operator.pools() == []
     with pytest.raises(SandboxdError) as refused:
-        operator.resize_pool("postgres", 1, 2)
-    assert "[pools.postgres]" in refused.value.message
+        operator.resize_pool("oracle", 1, 2)
+    assert "oracle" in refused.value.message
+    assert operator.pools() == []

@@ -14,6 +14,7 @@ ROUTES: frozenset[tuple[str, str]] = frozenset(
     {
         ("GET", "/v1/settings"),
         ("PUT", "/v1/settings"),
+        ("POST", "/v1/restart"),
         ("GET", "/v1/projects"),
         ("GET", "/v1/projects/{slug}"),
         ("PUT", "/v1/projects/{slug}"),
@@ -98,6 +99,11 @@ class Operator:
     def set_sandbox_db_enabled(self, enabled: bool) -> dict[str, Any]:
         """Stored at once; the daemon runs with it after its next restart."""
         return self._request("PUT", "/v1/settings", json={"sandbox_db_enabled": enabled})
+
+    def restart(self) -> dict[str, Any]:
+        """Drains the daemon and re-executes it in place (live sandboxes stay); answered before
+        anything stops."""
+        return self._request("POST", "/v1/restart")
 
     def projects(self) -> list[dict[str, Any]]:
         return self._request("GET", "/v1/projects")

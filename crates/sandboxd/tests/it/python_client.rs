@@ -1,13 +1,15 @@
 //! Our Python package (`clients/python`, installed from its wheel by `scripts/python-sdks.sh`):
-//! its own pytest suite against the real daemon, then the example project's suite
-//! (`examples/shop`) getting its databases through the pytest plugin as an agent holding a task.
+//! its own pytest suite against the real daemon (verbs, admin API, one-line errors for a refused
+//! token and an unreachable daemon, the plugin claiming a task itself), then the example
+//! project's suite (`examples/shop`) getting its databases through the pytest plugin as an agent
+//! that holds no task: the plugin claims one and gives it back.
 
 use std::panic::AssertUnwindSafe;
 use std::path::Path;
 use std::process::{Command, Output};
 
 use futures::FutureExt;
-use serde_json::json;
+use serde_json::{Value, json};
 
 use crate::support::{ADMIN_TOKEN, Home, python_venv, spawn_daemon, stop_and_clean_up, unique};
 
@@ -45,6 +47,42 @@ fn passed(output: &Output, at_least: usize) {
     );
 }
 
+/// The wheel `scripts/python-wheel.sh` builds (run by `run.sh` and the test command) is where
+/// README and the example's pyproject install it from, named with the client's version.
+#[test]
+fn readme_and_the_example_install_the_wheel_the_scripts_build() {
+    let read = |path: &str| {
+        std::fs::read_to_string(Path::new(REPO).join(path))
+            .unwrap_or_else(|e| panic!("{path}: {e}"))
+    };
+    let client = read("clients/python/pyproject.toml");
+    let version = client
+        .lines()
+        .find_map(|line| line.strip_prefix("version = \""))
+        .and_then(|rest| rest.strip_suffix('"'))
+        .expect("the client's version");
+    let wheel = format!("target/wheels/sandboxd-{version}-py3-none-any.whl");
+    assert!(
+        read("examples/shop/pyproject.toml")
+            .contains(&format!("{{root:parent:parent:uri}}/{wheel}")),
+        "examples/shop/pyproject.toml installs {wheel}"
+    );
+    assert!(
+        read("README.md").contains(&format!("pip install {wheel}")),
+        "README installs {wheel}"
+    );
+    assert!(
+        read("scripts/run.sh").contains("./scripts/python-wheel.sh"),
+        "run.sh builds it"
+    );
+    if python_venv("client").is_some() {
+        assert!(
+            Path::new(REPO).join(&wheel).exists(),
+            "{wheel} is built (scripts/python-wheel.sh)"
+        );
+    }
+}
+
 #[tokio::test]
 async fn the_python_client_suite_and_the_example_project_through_the_pytest_plugin() {
     let Some(python) = python_venv("client") else {
@@ -64,14 +102,12 @@ async fn the_python_client_suite_and_the_example_project_through_the_pytest_plug
             ],
         )
         .await;
-        passed(&own, 12);
+        passed(&own, 18);
 
         let project = unique("shop");
         daemon.project(&project, &["postgres", "redis"]).await;
-        daemon.task(&project).await;
+        let task = daemon.task(&project).await;
         let (token, _) = daemon.spawn_agent("developer", &project).await;
-        let agent = daemon.client(&token).await;
-        agent.ok("give_me_work", json!({})).await;
         let example = pytest(
             &python,
             "examples/shop",
@@ -92,6 +128,23 @@ async fn the_python_client_suite_and_the_example_project_through_the_pytest_plug
         assert!(
             daemon.sandboxes().await.is_empty(),
             "the plugin released the sandbox at the end of the session"
+        );
+        let (status, tasks) = daemon
+            .admin(
+                reqwest::Method::GET,
+                &format!("/v1/tasks?project={project}"),
+                None,
+            )
+            .await;
+        assert_eq!(status, 200, "{tasks}");
+        let after = tasks
+            .as_array()
+            .and_then(|all| all.iter().find(|t| t["id"] == task.as_str()))
+            .expect("the task");
+        assert_eq!(
+            (&after["state"], &after["claimed_by"]),
+            (&json!("open"), &Value::Null),
+            "the plugin claimed the task for the session and gave it back: {after}"
         );
     })
     .catch_unwind()
