@@ -1,9 +1,11 @@
 //! The official MCP Python SDK, the client many agents run, against the real daemon over
 //! streamable HTTP and over stdio (`sandboxd mcp`, launched by the SDK as a configured command):
 //! 2.x in its default `auto` mode, pinned to the stateless 2026-07-28 revision and in the
-//! 2025-11-25 session revision, 1.x in its session revision. Each lists annotated tools whose
-//! answers validate against their output schemas, gets a working Postgres, releases it, and
-//! closes without a warning: the same on both transports.
+//! 2025-11-25 session revision, 1.x in its session revision, and fastmcp's client. Each lists
+//! annotated tools whose answers validate against their output schemas, gets a working Postgres,
+//! releases it, and closes without a warning; and every client, on both transports, reads the
+//! same tools and the same envelopes (the same fields, texts and outcomes; only credentials,
+//! ids and ports differ).
 //!
 //! The SDKs live in virtualenvs `scripts/python-sdks.sh` makes (the test command runs it).
 
@@ -120,19 +122,64 @@ fn judge(report: &Value, protocol: &str) {
     );
 }
 
-/// Every SDK and revision the SDKs speak, through `transport`.
-async fn every_sdk_and_revision(transport: Transport) {
-    let (Some(two), Some(one)) = (python_venv("mcp-2.3.0"), python_venv("mcp-1.30.0")) else {
-        return;
+/// What a report says that must not depend on the client: the tools as listed, and per call
+/// its verb, outcome, `next`/`remediate` texts and the shape of its envelope (values that
+/// differ per run, as credentials, ids and ports, reduced to their JSON type).
+fn what_every_client_sees(report: &Value) -> Value {
+    let calls: Vec<Value> = report["calls"]
+        .as_array()
+        .expect("calls")
+        .iter()
+        .map(|call| {
+            let envelope = &call["structured"];
+            serde_json::json!({
+                "verb": call["verb"],
+                "is_error": call["is_error"],
+                "status": envelope["status"],
+                "error": envelope["error"],
+                "next": envelope["next"],
+                "remediate": envelope["remediate"],
+                "retryable": envelope["retryable"],
+                "shape": shape(envelope),
+            })
+        })
+        .collect();
+    serde_json::json!({"tools": report["tools"], "calls": calls})
+}
+
+/// `value` with every string and number replaced by its type's name.
+fn shape(value: &Value) -> Value {
+    match value {
+        Value::String(_) => Value::from("string"),
+        Value::Number(_) => Value::from("number"),
+        Value::Array(items) => items.iter().map(shape).collect(),
+        Value::Object(fields) => fields
+            .iter()
+            .map(|(key, value)| (key.clone(), shape(value)))
+            .collect(),
+        other => other.clone(),
+    }
+}
+
+/// Every SDK and revision the SDKs speak, and fastmcp, through `transport`.
+async fn every_sdk_and_revision(transport: Transport) -> Vec<(String, Value)> {
+    let (Some(two), Some(one), Some(fastmcp)) = (
+        python_venv("mcp-2.3.0"),
+        python_venv("mcp-1.30.0"),
+        python_venv("fastmcp-4.2.3"),
+    ) else {
+        return Vec::new();
     };
     let home = Home::new();
     let daemon = spawn_daemon(&home);
+    let mut seen = Vec::new();
     let outcome = AssertUnwindSafe(async {
         for (python, mode, protocol, sdk) in [
             (&two, "auto", "2026-07-28", "2."),
             (&two, "2026-07-28", "2026-07-28", "2."),
             (&two, "legacy", "2025-11-25", "2."),
             (&one, "legacy", "2025-11-25", "1."),
+            (&fastmcp, "fastmcp", "2026-07-28", "fastmcp 4.2."),
         ] {
             let report = run_flow(&daemon, python, mode, transport).await;
             assert!(
@@ -140,6 +187,10 @@ async fn every_sdk_and_revision(transport: Transport) {
                 "{transport:?} {mode}: {report}"
             );
             judge(&report, protocol);
+            seen.push((
+                format!("{transport:?} {mode} {}", report["sdk"]),
+                what_every_client_sees(&report),
+            ));
         }
         assert!(
             daemon.sandboxes().await.is_empty(),
@@ -149,14 +200,23 @@ async fn every_sdk_and_revision(transport: Transport) {
     .catch_unwind()
     .await;
     stop_and_clean_up(daemon, &home, outcome);
+    seen
+}
+
+/// Every client saw what the first one saw.
+fn all_alike(seen: &[(String, Value)]) {
+    let Some((first, expected)) = seen.first() else {
+        return;
+    };
+    for (client, saw) in seen {
+        assert_eq!(saw, expected, "{client} differs from {first}");
+    }
 }
 
 #[tokio::test]
-async fn python_sdk_2_auto_stateless_and_with_a_session_and_python_sdk_1_over_http() {
-    every_sdk_and_revision(Transport::Http).await;
-}
-
-#[tokio::test]
-async fn python_sdk_2_auto_stateless_and_with_a_session_and_python_sdk_1_over_stdio() {
-    every_sdk_and_revision(Transport::Stdio).await;
+async fn python_sdk_2_auto_stateless_and_with_a_session_python_sdk_1_and_fastmcp_over_http_and_stdio_alike()
+ {
+    let mut seen = every_sdk_and_revision(Transport::Http).await;
+    seen.extend(every_sdk_and_revision(Transport::Stdio).await);
+    all_alike(&seen);
 }
