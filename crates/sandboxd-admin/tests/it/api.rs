@@ -118,6 +118,7 @@ async fn the_openapi_document_lists_exactly_the_served_routes() {
             let expected = [
                 ("GET", "/v1/settings"),
                 ("PUT", "/v1/settings"),
+                ("POST", "/v1/restart"),
                 ("GET", "/v1/projects"),
                 ("GET", "/v1/projects/{slug}"),
                 ("PUT", "/v1/projects/{slug}"),
