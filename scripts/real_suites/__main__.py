@@ -28,6 +28,9 @@ SANDBOXES = {
     "redis-py": (["redis"], []),
 }
 SHOWN_PER_CAUSE = 5
+# A --full run's data space per engine that keeps its data on disk (`sandboxd provision --size`).
+FULL_RUN_SIZE = "2G"
+DISK_ENGINES = ("postgres", "mariadb")
 
 
 def say(message: str = "") -> None:
@@ -70,7 +73,12 @@ def main() -> int:
             owner = f"suites-{suite.name}-{backend}"
             say(f"{backend}: {suite.name} {suite.version} on {','.join(suite.engines)} "
                 f"({owner})")
-            sandbox = Sandbox(args.sandboxd, owner, suite.engines, suite.features, backend, say)
+            # Django's whole suite with --parallel 2 makes six databases of every app's tables:
+            # more than the default data space holds, so a --full run asks for what it needs.
+            sizes = ([f"{e}={FULL_RUN_SIZE}" for e in suite.engines if e in DISK_ENGINES]
+                     if args.full else [])
+            sandbox = Sandbox(args.sandboxd, owner, suite.engines, suite.features, backend, say,
+                              sizes=sizes)
             try:
                 with sandbox:
                     for part in suite.run(sandbox, ctx):

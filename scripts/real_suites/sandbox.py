@@ -34,8 +34,9 @@ class Sandbox:
     """`with Sandbox(...) as sandbox:` provisions on entry and always tears down on exit."""
 
     def __init__(self, sandboxd: str, owner: str, engines: list[str], features: list[str],
-                 backend: str, log):
+                 backend: str, log, sizes: list[str] | None = None):
         self.sandboxd = sandboxd
+        self.sizes = sizes or []
         self.owner = owner
         self.engines = engines
         self.features = features
@@ -54,6 +55,8 @@ class Sandbox:
                    "--engines", ",".join(self.engines), "--backend", self.backend]
         for feature in self.features:
             command += ["--features", feature]
+        for size in self.sizes:
+            command += ["--size", size]
         try:
             done = subprocess.run(command, capture_output=True, text=True, timeout=300)
             if done.returncode != 0:

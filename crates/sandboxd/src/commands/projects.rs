@@ -85,7 +85,7 @@ fn feature_map(items: &[String]) -> Result<BTreeMap<String, Vec<String>>, String
 
 /// `postgres=2G,mariadb=1G` items → `{"postgres": "2G", "mariadb": "1G"}` (the daemon validates
 /// the engines and the sizes).
-fn size_map(items: &[String]) -> Result<BTreeMap<String, String>, String> {
+pub(super) fn size_map(items: &[String]) -> Result<BTreeMap<String, String>, String> {
     items
         .iter()
         .flat_map(|item| item.split(','))

@@ -3,7 +3,9 @@
 use std::process::ExitCode;
 
 use sandboxd_backend::InstanceRequest;
-use sandboxd_domain::{AgentSlug, BackendKind, DaemonId, FeatureRequest, ServiceEvidence, engines};
+use sandboxd_domain::{
+    AgentSlug, BackendKind, DaemonId, FeatureRequest, ProjectSizes, ServiceEvidence, engines,
+};
 use serde::Serialize;
 
 use crate::backends;
@@ -24,6 +26,11 @@ pub struct Args {
     /// Features per engine, e.g. `postgres=vector,pg_trgm`; repeat for several engines.
     #[arg(long)]
     pub features: Vec<String>,
+    /// The data space of engines that keep their data on disk, ENGINE=SIZE[,ENGINE=SIZE…]
+    /// (e.g. postgres=2G; whole M or G, at least 256M); an engine not named gets the backend's
+    /// default. The memory cap grows with it.
+    #[arg(long = "size", value_name = "ENGINE=SIZE")]
+    pub sizes: Vec<String>,
     #[command(flatten)]
     pub backend: BackendArg,
     /// Print JSON (the stable shape documented in README.md).
@@ -50,9 +57,22 @@ pub async fn run(args: Args, settings: &Settings) -> ExitCode {
                 detail: format!("features were given for {stray}, which is not in --engines"),
             });
         }
-        Ok((owner, engines, features))
+        let sizes = super::projects::size_map(&args.sizes).map_err(|detail| {
+            sandboxd_domain::InputError::Malformed {
+                what: "size",
+                detail,
+            }
+        })?;
+        let sizes = ProjectSizes::parse_map(&sizes)?;
+        if let Some((stray, _)) = sizes.iter().find(|(e, _)| !engines.contains(e)) {
+            return Err(sandboxd_domain::InputError::Malformed {
+                what: "size",
+                detail: format!("a size was given for {stray}, which is not in --engines"),
+            });
+        }
+        Ok((owner, engines, features, sizes))
     })();
-    let (owner, engines, features) = match parsed {
+    let (owner, engines, features, sizes) = match parsed {
         Ok(parsed) => parsed,
         Err(err) => {
             eprintln!("error: {err}");
@@ -79,7 +99,7 @@ pub async fn run(args: Args, settings: &Settings) -> ExitCode {
             owner: owner.clone(),
             maker: DaemonId::cli(),
             features: features.for_engine(*engine),
-            size: None,
+            size: sizes.get(*engine),
         })
         .collect();
     let outcome = super::provision_shown(backend.as_ref(), &requests, &progress, bar).await;

@@ -45,14 +45,13 @@ async fn wait_for_new_run(
     timeout: Duration,
 ) -> Result<crate::client::Reply<SettingsOut>, String> {
     let deadline = Instant::now() + timeout;
-    let mut last = String::from("no answer yet");
     loop {
-        match client.settings().await {
+        let last = match client.settings().await {
             Ok(reply) if reply.value.running_since_ms != before => return Ok(reply),
-            Ok(_) => last = "the old run still answers (draining)".into(),
+            Ok(_) => "the old run still answers (draining)".to_owned(),
             Err(err @ ClientError::Refused { .. }) => return Err(err.to_string()),
-            Err(err) => last = err.to_string(),
-        }
+            Err(err) => err.to_string(),
+        };
         if Instant::now() >= deadline {
             return Err(format!(
                 "sandboxd did not answer as a new run within {}s ({last}); its log says why",

@@ -241,7 +241,10 @@ fn doctor_fits_the_terminal_separates_optional_checks_and_ends_with_a_verdict() 
         assert!(piped.status.success(), "{piped:?}");
         let piped = String::from_utf8_lossy(&piped.stdout);
         for line in piped.lines() {
-            assert!(line.chars().count() <= width, "{width}: {line:?} in\n{piped}");
+            assert!(
+                line.chars().count() <= width,
+                "{width}: {line:?} in\n{piped}"
+            );
         }
         for check in checks {
             let subject = check["subject"].as_str().expect("subject");
