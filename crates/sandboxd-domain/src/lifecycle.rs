@@ -6,7 +6,7 @@ use std::fmt;
 
 use serde::{Deserialize, Serialize};
 
-use crate::roles::Verb;
+use crate::roles::{RoleSpec, Verb};
 
 /// Where a task is. `claimed` in the doc of each state says whether an agent holds it there.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -77,34 +77,38 @@ pub struct OutOfOrder {
     pub remediate: String,
 }
 
+/// Why a verb cannot be called now, before it is put in the words of the caller's role.
+enum Refusal<'a> {
+    /// A claim (or `i_am_idle`) while the caller holds task `id`.
+    Holding { id: &'a str, state: TaskState },
+    /// A hand-over of a task in `expected`, while the caller holds `held`.
+    NeedsHeld {
+        expected: TaskState,
+        held: Option<(&'a str, TaskState)>,
+    },
+    /// `unclaim` with nothing held.
+    NothingToGiveBack,
+}
+
 /// Decides what `verb` does given the task the caller holds (its id and state), or why it cannot
-/// be called now.
-pub fn plan(verb: Verb, held: Option<(&str, TaskState)>) -> Result<Move, OutOfOrder> {
+/// be called now, the remediation naming only verbs of the caller's `role`.
+pub fn plan(
+    role: &RoleSpec,
+    verb: Verb,
+    held: Option<(&str, TaskState)>,
+) -> Result<Move, OutOfOrder> {
+    decide(verb, held).map_err(|refusal| explain(role, verb, refusal))
+}
+
+fn decide(verb: Verb, held: Option<(&str, TaskState)>) -> Result<Move, Refusal<'_>> {
     use TaskState::*;
     let must_be_free = |then: Move| match held {
         None => Ok(then),
-        Some((id, state)) => Err(OutOfOrder {
-            message: format!("you already hold task {id} ({state})"),
-            remediate: match state {
-                InReview => format!(
-                    "finish task {id} with pass_review or fail_review, or give it back with unclaim, then call {verb}"
-                ),
-                _ => format!(
-                    "finish task {id} with i_am_done (or i_documented), or give it back with unclaim, then call {verb}"
-                ),
-            },
-        }),
+        Some((id, state)) => Err(Refusal::Holding { id, state }),
     };
-    let must_hold = |expected: TaskState, first: &str, to: TaskState| match held {
+    let must_hold = |expected: TaskState, to: TaskState| match held {
         Some((_, state)) if state == expected => Ok(Move::Hand { from: expected, to }),
-        Some((id, state)) => Err(OutOfOrder {
-            message: format!("{verb} needs a task in {expected}, but task {id} is {state}"),
-            remediate: format!("call {first} first"),
-        }),
-        None => Err(OutOfOrder {
-            message: format!("{verb} needs a task you hold, and you hold none"),
-            remediate: format!("call {first} first"),
-        }),
+        held => Err(Refusal::NeedsHeld { expected, held }),
     };
     match verb {
         Verb::GiveMeWork | Verb::IWillWorkOn => must_be_free(Move::Claim {
@@ -115,10 +119,9 @@ pub fn plan(verb: Verb, held: Option<(&str, TaskState)>) -> Result<Move, OutOfOr
             from: Review,
             to: InReview,
         }),
-        Verb::IAmDone => must_hold(InProgress, "give_me_work (or i_will_work_on)", Review),
-        Verb::IDocumented => must_hold(InProgress, "give_me_work", Review),
-        Verb::PassReview => must_hold(InReview, "claim_review", Done),
-        Verb::FailReview => must_hold(InReview, "claim_review", Open),
+        Verb::IAmDone | Verb::IDocumented => must_hold(InProgress, Review),
+        Verb::PassReview => must_hold(InReview, Done),
+        Verb::FailReview => must_hold(InReview, Open),
         Verb::Unclaim => match held {
             Some((_, InProgress)) => Ok(Move::Hand {
                 from: InProgress,
@@ -128,10 +131,7 @@ pub fn plan(verb: Verb, held: Option<(&str, TaskState)>) -> Result<Move, OutOfOr
                 from: InReview,
                 to: Review,
             }),
-            _ => Err(OutOfOrder {
-                message: "unclaim gives back a task you hold, and you hold none".into(),
-                remediate: "call give_me_work or claim_review to hold a task first".into(),
-            }),
+            _ => Err(Refusal::NothingToGiveBack),
         },
         Verb::IAmIdle => must_be_free(Move::None),
         Verb::RequestSandbox
@@ -142,6 +142,48 @@ pub fn plan(verb: Verb, held: Option<(&str, TaskState)>) -> Result<Move, OutOfOr
         | Verb::RunExperiment
         | Verb::Note
         | Verb::Evidence => Ok(Move::None),
+    }
+}
+
+fn explain(role: &RoleSpec, verb: Verb, refusal: Refusal<'_>) -> OutOfOrder {
+    match refusal {
+        Refusal::Holding { id, state } => OutOfOrder {
+            message: format!("you already hold task {id} ({state})"),
+            remediate: role.free_yourself(id, state == TaskState::InReview, verb),
+        },
+        Refusal::NeedsHeld { expected, held } => {
+            let claims: &[Verb] = if expected == TaskState::InReview {
+                &[Verb::ClaimReview]
+            } else {
+                &[Verb::GiveMeWork, Verb::IWillWorkOn]
+            };
+            let claims: Vec<&str> = claims
+                .iter()
+                .filter(|claim| role.allows(**claim))
+                .map(|claim| claim.name())
+                .collect();
+            let remediate = match claims.as_slice() {
+                [] => format!(
+                    "your role cannot claim a task in {expected}; {verb} has none to hand on"
+                ),
+                [one] => format!("call {one} first"),
+                [first, rest @ ..] => format!("call {first} (or {}) first", rest.join(" / ")),
+            };
+            let message = match held {
+                Some((id, state)) => {
+                    format!("{verb} needs a task in {expected}, but task {id} is {state}")
+                }
+                None => format!("{verb} needs a task you hold, and you hold none"),
+            };
+            OutOfOrder { message, remediate }
+        }
+        Refusal::NothingToGiveBack => OutOfOrder {
+            message: "unclaim gives back a task you hold, and you hold none".into(),
+            remediate: match role.how_to_hold_a_task() {
+                Some(claim) => format!("{claim} to hold a task first"),
+                None => "your role claims no task, so there is none to give back".to_owned(),
+            },
+        },
     }
 }
 
@@ -168,7 +210,7 @@ impl Handed {
         let mut words = detail.split_whitespace();
         let (task, from, arrow, to) = (words.next()?, words.next()?, words.next()?, words.next()?);
         let (from, to) = (TaskState::parse(from)?, TaskState::parse(to)?);
-        let planned = plan(verb, Some((task, from))).ok()?;
+        let planned = decide(verb, Some((task, from))).ok()?;
         (arrow == "->" && planned == (Move::Hand { from, to })).then(|| Self {
             verb,
             task: task.to_owned(),
@@ -202,45 +244,93 @@ pub fn moves_tasks(verb: Verb) -> bool {
     )
 }
 
-/// What an agent that handed a task over with `verb` (from `from`) calls next.
-pub fn next_after_hand(verb: Verb, from: TaskState) -> &'static str {
-    match verb {
-        Verb::PassReview | Verb::FailReview => "claim_review for the next review, or i_am_idle",
-        Verb::Unclaim if from == TaskState::InReview => "claim_review, or i_am_idle",
-        _ => "give_me_work for the next task, or i_am_idle",
+/// What an agent of `role` that handed a task over with `verb` (from `from`) calls next: the
+/// next review after a review, else the role's next claim, or the way to stop.
+pub fn next_after_hand(role: &RoleSpec, verb: Verb, from: TaskState) -> String {
+    let reviewed = matches!(verb, Verb::PassReview | Verb::FailReview)
+        || (verb == Verb::Unclaim && from == TaskState::InReview);
+    if reviewed && role.allows(Verb::ClaimReview) {
+        let mut next = "claim_review for the next review".to_owned();
+        if role.allows(Verb::IAmIdle) {
+            next.push_str(", or i_am_idle to end your engagement");
+        }
+        return next;
     }
+    role.after_handing()
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::roles::RoleBook;
+
+    /// A role allowed every verb: the texts then name every step.
+    fn everyone() -> RoleSpec {
+        RoleSpec {
+            verbs: Verb::ALL.into_iter().collect(),
+            private_notes: false,
+            read_only_evidence: false,
+        }
+    }
+
+    #[test]
+    fn a_role_is_pointed_only_to_its_own_verbs() {
+        let book = RoleBook::default();
+        let qa = book.get("qa").expect("qa");
+        let busy =
+            plan(qa, Verb::ClaimReview, Some(("t3", TaskState::InReview))).expect_err("busy");
+        assert!(busy.remediate.contains("pass_review"), "{busy:?}");
+        assert!(!busy.remediate.contains("i_am_done"), "{busy:?}");
+        let documenter = book.get("documenter").expect("documenter");
+        let busy = plan(
+            documenter,
+            Verb::GiveMeWork,
+            Some(("t4", TaskState::InProgress)),
+        )
+        .expect_err("busy");
+        assert!(busy.remediate.contains("i_documented"), "{busy:?}");
+        assert!(!busy.remediate.contains("i_am_done"), "{busy:?}");
+        let nothing = plan(qa, Verb::Unclaim, None).expect_err("nothing held");
+        assert!(nothing.remediate.contains("claim_review"), "{nothing:?}");
+        assert!(!nothing.remediate.contains("give_me_work"), "{nothing:?}");
+        let reviewer = book.get("pr_reviewer").expect("pr_reviewer");
+        assert_eq!(
+            next_after_hand(reviewer, Verb::PassReview, TaskState::InReview),
+            "claim_review for the next review"
+        );
+        let developer = book.get("developer").expect("developer");
+        assert!(
+            !next_after_hand(developer, Verb::Unclaim, TaskState::InProgress)
+                .contains("claim_review")
+        );
+    }
 
     #[test]
     fn the_happy_path_of_a_task() {
         use TaskState::*;
         assert_eq!(
-            plan(Verb::GiveMeWork, None),
+            plan(&everyone(), Verb::GiveMeWork, None),
             Ok(Move::Claim {
                 from: Open,
                 to: InProgress
             })
         );
         assert_eq!(
-            plan(Verb::IAmDone, Some(("t1", InProgress))),
+            plan(&everyone(), Verb::IAmDone, Some(("t1", InProgress))),
             Ok(Move::Hand {
                 from: InProgress,
                 to: Review
             })
         );
         assert_eq!(
-            plan(Verb::ClaimReview, None),
+            plan(&everyone(), Verb::ClaimReview, None),
             Ok(Move::Claim {
                 from: Review,
                 to: InReview
             })
         );
         assert_eq!(
-            plan(Verb::PassReview, Some(("t1", InReview))),
+            plan(&everyone(), Verb::PassReview, Some(("t1", InReview))),
             Ok(Move::Hand {
                 from: InReview,
                 to: Done
@@ -250,29 +340,43 @@ mod tests {
 
     #[test]
     fn out_of_order_calls_name_the_verb_to_call_first() {
-        let err = plan(Verb::IAmDone, None).expect_err("no task");
+        let err = plan(&everyone(), Verb::IAmDone, None).expect_err("no task");
         assert!(err.remediate.contains("give_me_work"), "{err:?}");
-        let err = plan(Verb::PassReview, None).expect_err("not claimed");
+        let err = plan(&everyone(), Verb::PassReview, None).expect_err("not claimed");
         assert!(err.remediate.contains("claim_review"), "{err:?}");
-        let err =
-            plan(Verb::PassReview, Some(("t9", TaskState::InProgress))).expect_err("wrong state");
+        let err = plan(
+            &everyone(),
+            Verb::PassReview,
+            Some(("t9", TaskState::InProgress)),
+        )
+        .expect_err("wrong state");
         assert!(err.message.contains("t9") && err.remediate.contains("claim_review"));
-        let err = plan(Verb::GiveMeWork, Some(("t2", TaskState::InProgress))).expect_err("busy");
+        let err = plan(
+            &everyone(),
+            Verb::GiveMeWork,
+            Some(("t2", TaskState::InProgress)),
+        )
+        .expect_err("busy");
         assert!(err.remediate.contains("i_am_done") && err.remediate.contains("unclaim"));
-        let err = plan(Verb::IAmIdle, Some(("t2", TaskState::InReview))).expect_err("busy");
+        let err = plan(
+            &everyone(),
+            Verb::IAmIdle,
+            Some(("t2", TaskState::InReview)),
+        )
+        .expect_err("busy");
         assert!(err.remediate.contains("pass_review"));
     }
 
     #[test]
     fn unclaim_returns_the_task_to_where_it_was_waiting() {
         assert_eq!(
-            plan(Verb::Unclaim, Some(("t", TaskState::InReview))),
+            plan(&everyone(), Verb::Unclaim, Some(("t", TaskState::InReview))),
             Ok(Move::Hand {
                 from: TaskState::InReview,
                 to: TaskState::Review
             })
         );
-        assert!(plan(Verb::Unclaim, None).is_err());
+        assert!(plan(&everyone(), Verb::Unclaim, None).is_err());
     }
 
     #[test]

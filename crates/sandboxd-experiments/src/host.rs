@@ -217,11 +217,11 @@ pub(crate) fn add_to_linker(linker: &mut Linker<HostState>) -> wasmtime::Result<
             Box::new(async move {
                 let text = query.to_str(&store)?;
                 let values = params.to_str(&store)?;
-                let length = text.len().saturating_add(values.len());
-                let query = if length <= STATEMENT_MAX {
+                let lengths = (text.len(), values.len());
+                let query = if lengths.0.saturating_add(lengths.1) <= STATEMENT_MAX {
                     Ok((text.into_owned(), values.into_owned()))
                 } else {
-                    Err(length)
+                    Err(lengths)
                 };
                 let state = store.data_mut();
                 let answer = match query {
@@ -229,7 +229,7 @@ pub(crate) fn add_to_linker(linker: &mut Linker<HostState>) -> wasmtime::Result<
                         Ok(params) => state.sql(query, params).await,
                         Err(_) => state.unbindable(&query),
                     },
-                    Err(length) => state.too_long(length),
+                    Err((statement, params)) => state.too_long(statement, params),
                 };
                 Ok((answer,))
             })
@@ -255,12 +255,12 @@ pub(crate) fn add_to_linker(linker: &mut Linker<HostState>) -> wasmtime::Result<
 impl HostState {
     /// A statement over [`STATEMENT_MAX`]: refused without reading it, as the server would
     /// refuse a statement (the script may catch it).
-    fn too_long(&mut self, length: usize) -> Result<String, String> {
+    fn too_long(&mut self, statement: usize, params: usize) -> Result<String, String> {
         self.record("", Instant::now(), 0, "refused");
         Err(Self::refusal(
             &format!(
-                "the statement and its params are {length} bytes; sql() takes at most \
-                 {STATEMENT_MAX} bytes"
+                "the statement is {statement} bytes and its params {params} bytes (as JSON); \
+                 sql() takes at most {STATEMENT_MAX} bytes of both together"
             ),
             false,
         ))

@@ -936,16 +936,10 @@ async fn warm_pools_are_listed_and_resized_and_the_sizes_outlive_a_restart() {
                 "at least 1",
             ),
             (
-                "/v1/pools/redis",
-                json!({"min_idle": 1, "max_total": 2}),
-                StatusCode::NOT_FOUND,
-                "[pools.redis]",
-            ),
-            (
                 "/v1/pools/postgres@shop",
                 json!({"min_idle": 1, "max_total": 2}),
                 StatusCode::NOT_FOUND,
-                "[pools.\"postgres@shop\"]; configured: postgres",
+                "sandboxd sources add shop",
             ),
             (
                 "/v1/pools/redis@shop",
@@ -961,9 +955,9 @@ async fn warm_pools_are_listed_and_resized_and_the_sizes_outlive_a_restart() {
             ),
             (
                 "/v1/pools/postgres",
-                json!({"min_idle": 1}),
+                json!({"max_total": 2}),
                 StatusCode::BAD_REQUEST,
-                "max_total",
+                "min_idle",
             ),
         ] {
             let (status, answer) = send(app.api(Method::PUT, path).json(&body)).await;
@@ -976,7 +970,22 @@ async fn warm_pools_are_listed_and_resized_and_the_sizes_outlive_a_restart() {
             );
         }
         let (_, unchanged) = send(app.api(Method::GET, "/v1/pools")).await;
+        assert_eq!(unchanged.as_array().map(Vec::len), Some(1), "{unchanged}");
         assert_eq!(unchanged[0]["max_total"], 2);
+
+        // A pool of an engine the backend runs, not in the config file, is added.
+        let (status, added) = send(
+            app.api(Method::PUT, "/v1/pools/redis")
+                .json(&json!({"min_idle": 1})),
+        )
+        .await;
+        assert_eq!(status, StatusCode::OK, "{added}");
+        assert_eq!(added["pool"], "redis");
+        assert_eq!(
+            (added["min_idle"].clone(), added["max_total"].clone()),
+            (json!(1), json!(4)),
+            "a new pool's ceiling is 4 when left out"
+        );
 
         let (status, resized) = send(
             app.api(Method::PUT, "/v1/pools/postgres")
@@ -1002,11 +1011,15 @@ async fn warm_pools_are_listed_and_resized_and_the_sizes_outlive_a_restart() {
 
         app.restart().await;
         let (_, after) = send(app.api(Method::GET, "/v1/pools")).await;
-        assert_eq!(
-            (after[0]["min_idle"].clone(), after[0]["max_total"].clone()),
-            (json!(3), json!(5)),
-            "{after}"
-        );
+        let sizes = |name: &str| {
+            let pool = after
+                .as_array()
+                .and_then(|pools| pools.iter().find(|p| p["pool"] == name))
+                .unwrap_or_else(|| panic!("{name} in {after}"));
+            (pool["min_idle"].clone(), pool["max_total"].clone())
+        };
+        assert_eq!(sizes("postgres"), (json!(3), json!(5)), "{after}");
+        assert_eq!(sizes("redis"), (json!(1), json!(4)), "{after}");
     })
     .await;
 }

@@ -359,16 +359,40 @@ async fn flow(app: &App, client: &Client) {
     click(client, "#service-postgres").await;
     click(client, "#service-redis").await;
     click(client, "#feature-postgres-vector").await;
-    // The local Redis image has no RedisJSON: its box cannot be checked.
+    // What the backend cannot give is greyed out and cannot be checked: MongoDB (no local
+    // image is built) and any feature the images lack; everything offered can be.
     assert!(
         !client
-            .find(Locator::Id("feature-redis-json"))
+            .find(Locator::Id("service-mongo"))
             .await
-            .expect("checkbox")
+            .expect("mongo's box")
             .is_enabled()
             .await
-            .expect("state")
+            .expect("state"),
+        "no MongoDB image here"
     );
+    assert!(
+        text(client, "#unrunnable-mongo")
+            .await
+            .contains("Cannot run here")
+    );
+    for chip in client
+        .find_all(Locator::Css("label.chip.unavailable input[type=checkbox]"))
+        .await
+        .expect("chips")
+    {
+        assert!(!chip.is_enabled().await.expect("state"));
+    }
+    let offered = client
+        .find_all(Locator::Css(
+            "label.chip:not(.unavailable) input[type=checkbox]",
+        ))
+        .await
+        .expect("chips");
+    assert!(!offered.is_empty());
+    for chip in &offered {
+        assert!(chip.is_enabled().await.expect("state"));
+    }
     shot(client, "05-project-card-checked").await;
     submit(client, "#save-sandbox").await;
     assert!(

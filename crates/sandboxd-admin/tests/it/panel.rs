@@ -345,6 +345,7 @@ async fn every_panel_post_refuses_a_forged_token_before_its_handler_runs() {
             browser.login().await;
             let posts = [
                 "/settings/sandbox-db".to_owned(),
+                "/settings/restart".to_owned(),
                 "/projects".to_owned(),
                 format!("/projects/{project}"),
                 "/sandboxes/dev-x/teardown".to_owned(),

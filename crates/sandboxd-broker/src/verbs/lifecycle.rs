@@ -22,11 +22,11 @@ use crate::envelopes::{internal, out_of_order};
 const RECENT_ROWS: u32 = 50;
 
 /// The answer to a repeated hand-over: the first call's success, said again.
-fn repeated(handed: &Handed) -> (OkEnvelope<Evidence>, String) {
+fn repeated(role: &RoleSpec, handed: &Handed) -> (OkEnvelope<Evidence>, String) {
     (
         OkEnvelope::new(
             Some(handed.task.clone()),
-            lifecycle::next_after_hand(handed.verb, handed.from),
+            lifecycle::next_after_hand(role, handed.verb, handed.from),
             format!(
                 "task {} is already {} (your earlier {} did it)",
                 handed.task, handed.to, handed.verb
@@ -55,13 +55,15 @@ impl Broker {
             .await
             .map_err(|e| internal("looking up your task", &e))?;
         let holding = held.as_ref().map(|t| (t.id.as_str(), t.state));
-        let plan = match lifecycle::plan(verb, holding) {
+        let plan = match lifecycle::plan(role, verb, holding) {
             Ok(plan) => plan,
             // Holding no task, the call may repeat one whose answer was lost: only then is the
             // trail read.
             Err(refusal) if holding.is_none() => {
                 return match self.last_hand_over(agent).await {
-                    Some(handed) if handed.is_repeated_by(verb, holding) => Ok(repeated(&handed)),
+                    Some(handed) if handed.is_repeated_by(verb, holding) => {
+                        Ok(repeated(role, &handed))
+                    }
                     _ => Err(out_of_order(refusal)),
                 };
             }
@@ -70,7 +72,7 @@ impl Broker {
         match plan {
             Move::Claim { from, to } => {
                 let task = self
-                    .claim(agent, verb, named_task.as_deref(), from, to)
+                    .claim(agent, role, verb, named_task.as_deref(), from, to)
                     .await?;
                 let next = match verb {
                     Verb::ClaimReview if role.allows(Verb::RequestSandbox) => {
@@ -120,7 +122,10 @@ impl Broker {
                     return Err(ErrorEnvelope::new(
                         ErrorCode::OutOfOrder,
                         format!("task {} changed while you were calling {verb}", task.id),
-                        "call give_me_work or claim_review to see what you hold now",
+                        match role.how_to_hold_a_task() {
+                            Some(claim) => format!("{claim} to see what you hold now"),
+                            None => "ask the operator what became of the task".to_owned(),
+                        },
                     ));
                 }
                 let handed = Handed {
@@ -132,7 +137,7 @@ impl Broker {
                 Ok((
                     OkEnvelope::new(
                         Some(task.id.clone()),
-                        lifecycle::next_after_hand(verb, from),
+                        lifecycle::next_after_hand(role, verb, from),
                         format!("task {} is now {to}", task.id),
                     ),
                     handed.detail(),
@@ -144,7 +149,7 @@ impl Broker {
                 Ok((
                     OkEnvelope::new(
                         None,
-                        "nothing: your engagement is over (give_me_work if new work arrives)",
+                        role.after_idling(),
                         "your sandbox, if any, was released",
                     ),
                     "idle".to_owned(),
@@ -179,6 +184,7 @@ impl Broker {
     async fn claim(
         &self,
         agent: &Agent,
+        role: &RoleSpec,
         verb: Verb,
         named: Option<&str>,
         from: TaskState,
@@ -194,7 +200,7 @@ impl Broker {
                     ErrorEnvelope::new(
                         ErrorCode::NoWork,
                         format!("no task of project {} is waiting ({from})", agent.project),
-                        format!("call {verb} again later, or i_am_idle to end your engagement"),
+                        role.when_no_work(verb),
                     )
                 });
         };

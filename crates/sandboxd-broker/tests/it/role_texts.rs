@@ -14,29 +14,12 @@ use serde_json::{Value, json};
 
 use crate::support::{World, WorldSpec, engines, unique};
 
-/// Texts of the task lifecycle (`domain/lifecycle.rs`, `broker/verbs/lifecycle.rs`, owned
-/// apart) that still name verbs of other roles, until they take the role's hints
-/// (`domain/hints.rs`: `after_handing`, `after_idling`, `when_no_work`, `free_yourself`,
-/// `how_to_hold_a_task`). The walk prints what they excuse; delete each as it is fixed.
-const PENDING_IN_LIFECYCLE: &[&str] = &[
-    "claim_review for the next review, or i_am_idle",
-    "claim_review, or i_am_idle",
-    "give_me_work for the next task, or i_am_idle",
-    "(give_me_work if new work arrives)",
-    "again later, or i_am_idle to end your engagement",
-    "with i_am_done (or i_documented)",
-    "give it back with unclaim",
-    "call give_me_work or claim_review",
-];
-
 /// What the walk saw and what it found wrong.
 #[derive(Default)]
 struct Walk {
     /// Per role and verb, the outcomes met (`ok` or an error code).
     seen: BTreeMap<(String, Verb), BTreeSet<String>>,
     wrong: Vec<String>,
-    /// Wrong texts of [`PENDING_IN_LIFECYCLE`].
-    pending: BTreeSet<String>,
 }
 
 impl Walk {
@@ -53,15 +36,9 @@ impl Walk {
         };
         for (field, text) in texts {
             for problem in problems(role, verb, field, text) {
-                let found = format!("{role_name} {verb} → {outcome}: {field} {problem}: {text:?}");
-                if PENDING_IN_LIFECYCLE
-                    .iter()
-                    .any(|known| text.contains(known))
-                {
-                    self.pending.insert(found);
-                } else {
-                    self.wrong.push(found);
-                }
+                self.wrong.push(format!(
+                    "{role_name} {verb} → {outcome}: {field} {problem}: {text:?}"
+                ));
             }
         }
         self.seen
@@ -600,7 +577,7 @@ async fn every_text_names_only_the_roles_verbs_and_fits_their_schemas() {
         })
         .await
         .expect("process world");
-        let (seen, wrong, pending) = {
+        let (seen, wrong) = {
             let name = name.clone();
             let role = role.clone();
             let shared = std::sync::Arc::new(std::sync::Mutex::new(Walk::default()));
@@ -620,11 +597,10 @@ async fn every_text_names_only_the_roles_verbs_and_fits_their_schemas() {
                 })
                 .await;
             let done = std::mem::take(&mut *shared.lock().expect("lock"));
-            (done.seen, done.wrong, done.pending)
+            (done.seen, done.wrong)
         };
         walk.seen.extend(seen);
         walk.wrong.extend(wrong);
-        walk.pending.extend(pending);
     }
 
     // The switch off: each role with request_sandbox is told so, and nothing else.
@@ -654,9 +630,6 @@ async fn every_text_names_only_the_roles_verbs_and_fits_their_schemas() {
     })
     .await;
 
-    for excused in &walk.pending {
-        eprintln!("PENDING (lifecycle texts): {excused}");
-    }
     assert!(
         walk.wrong.is_empty(),
         "{} wrong text(s):\n{}",

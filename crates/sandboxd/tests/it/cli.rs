@@ -191,6 +191,32 @@ fn doctor_reports_what_is_installed_and_what_to_install() {
     }
 }
 
+/// What a terminal leaves on screen of one line: the text after its last carriage return (the
+/// progress spinner redraws itself in place), without escape sequences (`ESC [ … letter`).
+fn as_the_terminal_shows(line: &str) -> String {
+    let last = line
+        .trim_end_matches('\r')
+        .rsplit('\r')
+        .next()
+        .unwrap_or_default();
+    let mut shown = String::new();
+    let mut chars = last.chars();
+    while let Some(c) = chars.next() {
+        if c == '\u{1b}' {
+            if chars.next() == Some('[') {
+                for c in chars.by_ref() {
+                    if c.is_ascii_alphabetic() {
+                        break;
+                    }
+                }
+            }
+        } else {
+            shown.push(c);
+        }
+    }
+    shown
+}
+
 /// `doctor` fits the terminal (a pty that `script` opens, 72 columns), `COLUMNS` when it is set
 /// (80), else 100 columns when piped: one block per check, `[status] subject` then the finding
 /// and the fix, required checks apart from optional ones, and a one-line verdict at the end.
@@ -217,7 +243,7 @@ fn doctor_fits_the_terminal_separates_optional_checks_and_ends_with_a_verdict() 
     let output = on_terminal.output().expect("script (util-linux)");
     assert!(output.status.success(), "{output:?}");
     let shown = String::from_utf8_lossy(&output.stdout);
-    let lines: Vec<&str> = shown.lines().map(|l| l.trim_end_matches('\r')).collect();
+    let lines: Vec<String> = shown.lines().map(as_the_terminal_shows).collect();
     assert!(lines.len() > 10, "a report on the terminal:\n{shown}");
     for line in &lines {
         assert!(line.chars().count() <= COLUMNS, "{line:?} in\n{shown}");
@@ -260,7 +286,12 @@ fn doctor_fits_the_terminal_separates_optional_checks_and_ends_with_a_verdict() 
                 "[{status}] {subject} in\n{piped}"
             );
         }
-        let verdict = piped.lines().last().expect("a last line");
+        // The verdict is the last paragraph: its first line is not indented.
+        let verdict = piped
+            .lines()
+            .rev()
+            .find(|l| !l.starts_with(' '))
+            .expect("a verdict");
         assert!(verdict.starts_with("ready: process backend"), "{piped}");
     }
     // The process backend's missing pgvector is an optional feature, said as such; the Docker
