@@ -17,7 +17,7 @@ STATE=${SANDBOXD_PODMAN_STATE:-/var/cache/sandboxd-podman}
 RUN=${SANDBOXD_PODMAN_RUN:-/run/sandboxd-podman}
 SOCK=$RUN/podman.sock
 PIDFILE=$RUN/service.pid
-IMAGES=(sandboxd-local/postgres:17 sandboxd-local/redis:8 sandboxd-local/mariadb:11 sandboxd-local/never-ready:1)
+IMAGES=(sandboxd-local/postgres:17 sandboxd-local/postgres:18 sandboxd-local/redis:8 sandboxd-local/mariadb:11 sandboxd-local/never-ready:1)
 
 say() { printf '[podman] %s\n' "$*"; }
 die() { printf '[podman] ERROR: %s\n' "$*" >&2; exit 1; }
