@@ -113,6 +113,7 @@ pub async fn read_source(
                 range_length_histogram: row.get(14),
                 range_empty_frac: row.get(15),
                 range_bounds_histogram: row.get(16),
+                attnum: row.get(17),
             })
             .collect()
     } else {
@@ -244,7 +245,7 @@ fn driver_text(err: &tokio_postgres::Error, dsn: &SecretString) -> String {
 const RELATIONS: &str = "SELECT n.nspname::text, c.relname::text, c.relkind::text, c.relpages::bigint, \
             c.reltuples::text, c.relallvisible::bigint \
      FROM pg_catalog.pg_class c JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace \
-     WHERE c.relkind IN ('r', 'p', 'i', 'm') \
+     WHERE c.relkind IN ('r', 'p', 'i', 'I', 'm') \
        AND n.nspname NOT IN ('pg_catalog', 'information_schema') \
        AND n.nspname NOT LIKE 'pg\\_toast%' AND n.nspname NOT LIKE 'pg\\_temp%' \
        AND NOT EXISTS (SELECT 1 FROM pg_catalog.pg_depend d \
@@ -252,17 +253,22 @@ const RELATIONS: &str = "SELECT n.nspname::text, c.relname::text, c.relkind::tex
                          AND d.deptype = 'e') \
      ORDER BY 1, 2";
 
-/// `pg_stats` of tables and materialized views (an expression index's rows are left out).
+/// `pg_stats` of tables, materialized views and indexes (an index has rows for its expression
+/// columns: `lower(email)`, `date_part('year', created_at)`); an index row keeps its attribute
+/// number, which it is restored by. (ANALYZE gives a partitioned index no rows of its own, its
+/// partitions' indexes have them; should one appear it is read too.)
 const COLUMNS: &str = "SELECT s.schemaname::text, s.tablename::text, s.attname::text, s.inherited, \
             s.null_frac::text, s.avg_width::text, s.n_distinct::text, \
             s.most_common_vals::text, s.most_common_freqs::text, s.histogram_bounds::text, \
             s.correlation::text, s.most_common_elems::text, s.most_common_elem_freqs::text, \
             s.elem_count_histogram::text, s.range_length_histogram::text, \
-            s.range_empty_frac::text, s.range_bounds_histogram::text \
+            s.range_empty_frac::text, s.range_bounds_histogram::text, \
+            CASE WHEN c.relkind IN ('i', 'I') THEN a.attnum END \
      FROM pg_catalog.pg_stats s \
      JOIN pg_catalog.pg_namespace n ON n.nspname = s.schemaname \
      JOIN pg_catalog.pg_class c ON c.relnamespace = n.oid AND c.relname = s.tablename \
-     WHERE c.relkind IN ('r', 'p', 'm') \
+     JOIN pg_catalog.pg_attribute a ON a.attrelid = c.oid AND a.attname = s.attname \
+     WHERE c.relkind IN ('r', 'p', 'm', 'i', 'I') \
        AND s.schemaname NOT IN ('pg_catalog', 'information_schema') \
      ORDER BY 1, 2, 3, 4";
 

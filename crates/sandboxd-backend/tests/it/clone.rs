@@ -250,7 +250,7 @@ impl Production {
 }
 
 /// Each query's plan shape on the server `client` is connected to.
-async fn shapes(client: &Client, queries: &[&str]) -> Vec<String> {
+pub(super) async fn shapes(client: &Client, queries: &[&str]) -> Vec<String> {
     let mut out = Vec::with_capacity(queries.len());
     for query in queries {
         let answers = client
@@ -275,7 +275,7 @@ fn agreement(production: &[String], other: &[String]) -> f64 {
     same as f64 / production.len() as f64
 }
 
-async fn agent(instance: &Instance) -> Client {
+pub(super) async fn agent(instance: &Instance) -> Client {
     support::pg_connect(instance, instance.agent.password.expose_secret())
         .await
         .expect("the agent's account logs into the clone")
@@ -295,7 +295,7 @@ pub(super) async fn one_value(client: &Client, sql: &str) -> String {
         .expect("a row")
 }
 
-async fn remove(backend: &DockerBackend, instance: &Instance) {
+pub(super) async fn remove(backend: &DockerBackend, instance: &Instance) {
     backend
         .teardown(&InstanceHandle::of(instance))
         .await
@@ -303,7 +303,7 @@ async fn remove(backend: &DockerBackend, instance: &Instance) {
 }
 
 /// A clone of `snapshot` for a new owner of the test `tag`.
-async fn clone_of(
+pub(super) async fn clone_of(
     backend: &DockerBackend,
     tag: &str,
     snapshot: &Snapshot,

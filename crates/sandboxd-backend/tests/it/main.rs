@@ -4,6 +4,7 @@ mod attack_docker;
 mod attack_process;
 mod bounded_answers;
 mod clone;
+mod clone_expression;
 mod clone_fixture;
 mod clone_tls;
 mod docker;

@@ -65,7 +65,11 @@ fn attribute_stats_call(column: &ColumnStats, version: u32) -> String {
         format!("'version', {version}::integer"),
         format!("'schemaname', {}", sql_literal(&column.schema)),
         format!("'relname', {}", sql_literal(&column.table)),
-        format!("'attname', {}", sql_literal(&column.column)),
+        // An index's expression column by number, as pg_dump does: its name is not stable.
+        match column.attnum {
+            Some(attnum) => format!("'attnum', {attnum}::smallint"),
+            None => format!("'attname', {}", sql_literal(&column.column)),
+        },
         format!("'inherited', {}::boolean", column.inherited),
     ];
     let typed: [(&str, &Option<String>, &str); 13] = [
@@ -251,6 +255,47 @@ mod tests {
             !statements[1].contains("histogram_bounds"),
             "absent stays absent"
         );
+    }
+
+    #[test]
+    fn an_index_expression_column_is_restored_by_number_and_privacy_still_strips_it() {
+        let mut snapshot = snapshot();
+        snapshot.columns.push(ColumnStats {
+            schema: "public".into(),
+            table: "people_lower_email".into(),
+            column: "lower".into(),
+            attnum: Some(1),
+            n_distinct: Some("-1".into()),
+            most_common_vals: Some("{shared@example.com}".into()),
+            most_common_freqs: Some("{0.1}".into()),
+            histogram_bounds: Some("{a@example.com,z@example.com}".into()),
+            ..ColumnStats::default()
+        });
+        let statements = restore_statements(&snapshot, 18);
+        assert_eq!(statements.len(), 3);
+        let table = &statements[1];
+        assert!(table.contains("'attname', 'a'"), "{table}");
+        assert!(!table.contains("attnum"), "{table}");
+        let index = &statements[2];
+        assert!(
+            index.contains("'relname', 'people_lower_email', 'attnum', 1::smallint, "),
+            "{index}"
+        );
+        assert!(!index.contains("attname"), "{index}");
+        assert!(!index.contains("'lower'"), "{index}");
+        assert!(
+            index.contains("'most_common_vals', '{shared@example.com}'::text"),
+            "{index}"
+        );
+
+        let private = snapshot.with_privacy(Privacy::NoValues);
+        let statements = restore_statements(&private, 18);
+        let index = &statements[2];
+        assert!(index.contains("'attnum', 1::smallint"), "{index}");
+        assert!(index.contains("'n_distinct', '-1'::real"), "{index}");
+        for sample in ["example.com", "most_common", "histogram"] {
+            assert!(!index.contains(sample), "{sample} left in {index}");
+        }
     }
 
     #[test]

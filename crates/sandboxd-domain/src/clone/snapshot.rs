@@ -54,6 +54,8 @@ pub enum RelationKind {
     PartitionedTable,
     Index,
     MaterializedView,
+    /// A partitioned table's index: no file of its own, its partitions' indexes have them.
+    PartitionedIndex,
 }
 
 impl RelationKind {
@@ -64,13 +66,14 @@ impl RelationKind {
             "p" => Some(Self::PartitionedTable),
             "i" => Some(Self::Index),
             "m" => Some(Self::MaterializedView),
+            "I" => Some(Self::PartitionedIndex),
             _ => None,
         }
     }
 
     /// Whether it has a file whose length the planner reads.
     pub fn has_storage(self) -> bool {
-        !matches!(self, Self::PartitionedTable)
+        !matches!(self, Self::PartitionedTable | Self::PartitionedIndex)
     }
 }
 
@@ -86,12 +89,20 @@ pub struct RelationSize {
     pub relallvisible: i64,
 }
 
-/// One row of the source's `pg_stats`, every value as text.
+/// One row of the source's `pg_stats`, every value as text: a table's (or materialized
+/// view's) column, or an index's expression column (`lower(email)`), whose `table` is then the
+/// index's name.
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
 pub struct ColumnStats {
     pub schema: String,
     pub table: String,
     pub column: String,
+    /// An index column's attribute number, set for index rows only: they are restored by
+    /// number, as `pg_dump --statistics` does, because an expression column's name (`lower`,
+    /// `expr1`) is not stable from one server to the next. Absent in snapshots taken before
+    /// index rows were read.
+    #[serde(default)]
+    pub attnum: Option<i16>,
     pub inherited: bool,
     pub null_frac: Option<String>,
     pub avg_width: Option<String>,
@@ -212,6 +223,24 @@ mod tests {
         assert_eq!(stripped.n_distinct, column.n_distinct);
         assert_eq!(stripped.correlation, column.correlation);
         assert_eq!(stripped.avg_width, column.avg_width);
+    }
+
+    #[test]
+    fn a_snapshot_row_stored_before_attnum_existed_still_reads() {
+        let old = r#"{"schema":"public","table":"t","column":"a","inherited":false,
+            "null_frac":"0","avg_width":"4","n_distinct":"-1","most_common_vals":null,
+            "most_common_freqs":null,"histogram_bounds":null,"correlation":"1",
+            "most_common_elems":null,"most_common_elem_freqs":null,"elem_count_histogram":null,
+            "range_length_histogram":null,"range_empty_frac":null,"range_bounds_histogram":null}"#;
+        let column: ColumnStats = serde_json::from_str(old).expect("an old row deserializes");
+        assert_eq!(column.attnum, None);
+        assert_eq!(column.n_distinct.as_deref(), Some("-1"));
+        assert_eq!(
+            RelationKind::from_relkind("I"),
+            Some(RelationKind::PartitionedIndex)
+        );
+        assert!(!RelationKind::PartitionedIndex.has_storage());
+        assert!(RelationKind::Index.has_storage());
     }
 
     #[test]
