@@ -76,6 +76,11 @@ const MIGRATIONS: &[(i64, &str, &str)] = &[
         "sandbox_sizes",
         include_str!("../migrations/0008_sandbox_sizes.sql"),
     ),
+    (
+        10,
+        "hand_overs",
+        include_str!("../migrations/0010_hand_overs.sql"),
+    ),
 ];
 
 fn migrator() -> Migrator {

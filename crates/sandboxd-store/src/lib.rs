@@ -33,6 +33,7 @@ pub mod cipher;
 mod conditions;
 pub mod db;
 pub mod error;
+pub mod hand_overs;
 mod ids;
 pub mod instances;
 pub mod leases;

@@ -113,9 +113,15 @@ impl Broker {
                 if verb.releases_sandbox() {
                     self.release_best_effort(agent, verb.name()).await;
                 }
+                let handed = Handed {
+                    verb,
+                    task: task.id.clone(),
+                    from,
+                    to,
+                };
                 let moved = self
                     .store()
-                    .transition(&task.id, from, Some(&agent.slug), to, None)
+                    .hand_over(&agent.slug, &handed)
                     .await
                     .map_err(|e| internal("moving your task", &e))?;
                 if !moved {
@@ -128,12 +134,6 @@ impl Broker {
                         },
                     ));
                 }
-                let handed = Handed {
-                    verb,
-                    task: task.id.clone(),
-                    from,
-                    to,
-                };
                 Ok((
                     OkEnvelope::new(
                         Some(task.id.clone()),
@@ -158,9 +158,17 @@ impl Broker {
         }
     }
 
-    /// The caller's last task move, if it was a hand-over: read from its audit trail (the
-    /// newest rows that moved a task), since the store keeps no claimant on a handed task.
+    /// The caller's last hand-over, when no other task move of the caller came after it. The
+    /// store records the hand-over with the move itself (a crash cannot keep one without the
+    /// other); the audit trail says whether the caller moved a task since (a claim, an idle).
     async fn last_hand_over(&self, agent: &Agent) -> Option<Handed> {
+        let last = match self.store().last_hand_over(&agent.slug).await {
+            Ok(last) => last?,
+            Err(error) => {
+                tracing::warn!(%error, agent = %agent.slug, "reading the caller's last hand-over");
+                return None;
+            }
+        };
         let filter = AuditFilter {
             actor: Some(Actor::Agent(agent.slug.clone())),
             outcome: Some(OutcomeFilter::Ok),
@@ -174,11 +182,18 @@ impl Broker {
                 return None;
             }
         };
-        let (verb, detail) = page.entries.iter().find_map(|entry| {
-            let verb = Verb::parse(&entry.action).ok()?;
-            lifecycle::moves_tasks(verb).then_some((verb, entry.detail.as_str()))
-        })?;
-        Handed::parse(verb, detail)
+        let moved_since = page.entries.iter().any(|entry| {
+            let Ok(verb) = Verb::parse(&entry.action) else {
+                return false;
+            };
+            lifecycle::moves_tasks(verb)
+                && entry.at_ms > last.at_ms
+                && Handed::parse(verb, &entry.detail).as_ref() != Some(&last.handed)
+        });
+        // A full page of newer rows may hide a move: then it is not taken for a repeat.
+        let beyond_the_page = page.entries.len() >= RECENT_ROWS as usize
+            && page.entries.last().is_some_and(|e| e.at_ms > last.at_ms);
+        (!moved_since && !beyond_the_page).then_some(last.handed)
     }
 
     async fn claim(

@@ -5,7 +5,8 @@ use std::sync::Arc;
 
 use sandboxd_domain::AgentSlug;
 use sandboxd_domain::NoteKind;
-use sandboxd_domain::lifecycle::TaskState;
+use sandboxd_domain::lifecycle::{Handed, TaskState};
+use sandboxd_domain::roles::Verb;
 use sandboxd_store::{SecretCipher, Store, StoreError};
 use tokio::sync::Barrier;
 
@@ -325,6 +326,52 @@ async fn notes_keep_their_order_and_privacy() {
             .await
             .expect_err("no such task");
         assert!(err.is_not_found(), "{err:?}");
+        store.close().await;
+    })
+    .await;
+}
+
+/// A hand-over moves the task and records it as the agent's last, in one transaction; one that
+/// does not hold is refused and records nothing; removing the agent removes its record.
+#[tokio::test]
+async fn a_hand_over_is_recorded_with_the_move_and_only_then() {
+    on_both("hand-over", |db| async move {
+        let store = db.open(SecretCipher::generate()).await;
+        let web = project("web");
+        let (dev, other) = (agent("dev-1"), agent("dev-2"));
+        seed_agent(&store, &web, &dev).await;
+        seed_agent(&store, &web, &other).await;
+        let task = store.create_task(&web, "t", "").await.expect("create");
+        store
+            .claim_next(&web, TaskState::Open, TaskState::InProgress, &dev)
+            .await
+            .expect("claim")
+            .expect("a task");
+        let handed = Handed {
+            verb: Verb::IAmDone,
+            task: task.id.clone(),
+            from: TaskState::InProgress,
+            to: TaskState::Review,
+        };
+        assert!(!store.hand_over(&other, &handed).await.expect("refused"));
+        assert_eq!(store.last_hand_over(&other).await.expect("read"), None);
+        assert_eq!(store.last_hand_over(&dev).await.expect("read"), None);
+
+        assert!(store.hand_over(&dev, &handed).await.expect("moved"));
+        let moved = store.get_task(&task.id).await.expect("get").expect("task");
+        assert_eq!((moved.state, moved.claimed_by), (TaskState::Review, None));
+        let last = store
+            .last_hand_over(&dev)
+            .await
+            .expect("read")
+            .expect("recorded");
+        assert_eq!(last.handed, handed);
+        assert!(last.at_ms > 0);
+        // Not twice: the task is no longer the agent's.
+        assert!(!store.hand_over(&dev, &handed).await.expect("refused"));
+
+        assert!(store.delete_agent(&dev).await.expect("delete"));
+        assert_eq!(store.last_hand_over(&dev).await.expect("read"), None);
         store.close().await;
     })
     .await;
