@@ -4,7 +4,7 @@
 
 use std::fmt;
 
-use crate::clone::Privacy;
+use crate::clone::{Privacy, Summary};
 use crate::lifecycle::TaskState;
 use crate::{AgentSlug, EngineRef, FeatureRequest, ProjectSizes, ProjectSlug, SourceName};
 
@@ -106,6 +106,8 @@ pub struct SnapshotSummary {
     pub taken_at_ms: i64,
     pub server_version: String,
     pub took_ms: i64,
+    /// What it holds and left out; None for a snapshot stored before summaries were kept.
+    pub contents: Option<Summary>,
 }
 
 /// Who acted.

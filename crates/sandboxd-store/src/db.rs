@@ -77,6 +77,11 @@ const MIGRATIONS: &[(i64, &str, &str)] = &[
         include_str!("../migrations/0008_sandbox_sizes.sql"),
     ),
     (
+        9,
+        "snapshot_summary",
+        include_str!("../migrations/0009_snapshot_summary.sql"),
+    ),
+    (
         10,
         "hand_overs",
         include_str!("../migrations/0010_hand_overs.sql"),

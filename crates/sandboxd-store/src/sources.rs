@@ -5,7 +5,7 @@
 
 use sandboxd_domain::SourceName;
 use sandboxd_domain::clock::now_ms;
-use sandboxd_domain::clone::{Privacy, Snapshot};
+use sandboxd_domain::clone::{Privacy, Snapshot, Summary};
 use sandboxd_domain::{SnapshotSummary, Source};
 use secrecy::{ExposeSecret, SecretString};
 use sqlx::Row;
@@ -15,7 +15,7 @@ use crate::Store;
 use crate::error::{Result, StoreError, Violation, violation};
 
 const COLUMNS: &str = "s.name, s.privacy, s.refresh_secs, s.created_at_ms, s.updated_at_ms, \
-     s.last_attempt_at_ms, s.last_error, p.taken_at_ms, p.server_version, p.took_ms";
+     s.last_attempt_at_ms, s.last_error, p.taken_at_ms, p.server_version, p.took_ms, p.summary";
 const FROM: &str = "clone_sources s LEFT JOIN clone_snapshots p ON p.source = s.name";
 
 fn dsn_label(name: &SourceName) -> String {
@@ -45,6 +45,7 @@ fn source_from_row(op: &'static str, row: &AnyRow) -> Result<Source> {
             taken_at_ms,
             server_version: row.try_get("server_version").map_err(get)?,
             took_ms: row.try_get("took_ms").map_err(get)?,
+            contents: summary_from(op, &name, row.try_get("summary").map_err(get)?)?,
         }),
         None => None,
     };
@@ -58,6 +59,19 @@ fn source_from_row(op: &'static str, row: &AnyRow) -> Result<Source> {
         snapshot,
         name,
     })
+}
+
+/// The stored summary of a snapshot; None for one stored before summaries were kept.
+fn summary_from(
+    op: &'static str,
+    name: &SourceName,
+    text: Option<String>,
+) -> Result<Option<Summary>> {
+    text.map(|text| {
+        serde_json::from_str(&text)
+            .map_err(|e| StoreError::corrupt(op, format!("snapshot summary of source {name}"), e))
+    })
+    .transpose()
 }
 
 impl Store {
@@ -213,6 +227,8 @@ impl Store {
         const OP: &str = "put_snapshot";
         let body = serde_json::to_vec(snapshot).expect("a snapshot always serializes");
         let sealed = self.cipher.seal(&snapshot_label(name), &body);
+        let summary = serde_json::to_string(&Summary::of(snapshot))
+            .expect("a snapshot summary always serializes");
         let now = now_ms();
         let mut tx = self.pool.begin().await.map_err(StoreError::db(OP))?;
         let updated = sqlx::query(
@@ -237,13 +253,14 @@ impl Store {
             .map_err(StoreError::db(OP))?;
         sqlx::query(
             "INSERT INTO clone_snapshots (source, taken_at_ms, server_version, took_ms, \
-             sealed_body) VALUES ($1, $2, $3, $4, $5)",
+             sealed_body, summary) VALUES ($1, $2, $3, $4, $5, $6)",
         )
         .bind(name.as_str())
         .bind(snapshot.taken_at_ms)
         .bind(snapshot.server_version.as_str())
         .bind(took_ms)
         .bind(sealed)
+        .bind(summary)
         .execute(&mut *tx)
         .await
         .map_err(StoreError::db(OP))?;

@@ -1,7 +1,8 @@
 //! `/v1/sources`: production Postgres servers clones are made from (SPEC §7). A DSN goes in and
 //! never comes back out: answers carry the source's name, privacy mode, refresh interval, last
-//! snapshot, last error and how it is reached over TLS (mode, roots, a warning when that
-//! protects nothing on the network) only.
+//! snapshot with its summary (what it holds, what a clone of it lacks and why), last error and
+//! how it is reached over TLS (mode, roots, a warning when that protects nothing on the
+//! network) only.
 
 use axum::Json;
 use axum::extract::State;
@@ -38,7 +39,7 @@ fn not_found(name: &SourceName) -> sandboxd_broker::BrokerError {
     }
 }
 
-/// Every source, by name.
+/// Every source, by name, each with its latest snapshot's summary.
 #[utoipa::path(get, path = "/v1/sources", tag = TAG,
     responses(
         (status = 200, body = Vec<SourceOut>),
@@ -132,7 +133,8 @@ pub async fn remove_source(
 }
 
 /// Takes a snapshot of the source now (read-only, through `pg_dump` of its major version)
-/// and answers the source with it.
+/// and answers the source with it: `snapshot.summary` counts what it holds and says what a
+/// clone of it lacks and why.
 #[utoipa::path(post, path = "/v1/sources/{name}/snapshot", tag = TAG,
     params(("name" = String, Path, description = "The source's name")),
     responses(

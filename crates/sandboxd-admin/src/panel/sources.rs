@@ -1,5 +1,6 @@
 //! Sources: the production Postgres servers clones are made from (SPEC §7) — each with its
-//! privacy mode, refresh interval, the server version and age of its latest snapshot, why the
+//! privacy mode, refresh interval, the server version and age of its latest snapshot and what it
+//! holds and left out (a line, opened for the counts and reasons), why the
 //! last attempt failed, how it is reached over TLS (a warning when that protects nothing on the
 //! network), and which projects clone it; buttons to take a snapshot now and to
 //! remove it; and a form that registers a source or replaces its DSN. The DSN goes in through
@@ -43,6 +44,14 @@ fn snapshot_cell(source: &Source) -> Markup {
                 div class="muted small age" {
                     "snapshot " (format_age_since(snapshot.taken_at_ms)) " old · took "
                     (snapshot.took_ms) " ms"
+                }
+                @if let Some(contents) = &snapshot.contents {
+                    details class="small snapshot-summary" id={ "summary-" (source.name) } {
+                        summary { (contents.line()) }
+                        @for line in contents.lines() {
+                            div { (line) }
+                        }
+                    }
                 }
             }
             None => span class="muted" { "no snapshot yet" },

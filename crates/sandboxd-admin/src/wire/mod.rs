@@ -29,7 +29,9 @@ pub use pools::{PoolOut, PutPool};
 pub use projects::{ProjectOut, PutProject};
 pub use sandboxes::{InstanceOut, SandboxOut, SandboxesQuery, TeardownOut};
 pub use settings::{PutSettings, RestartOut, Settings};
-pub use sources::{PutSource, SnapshotOut, SourceOut, SourceTlsOut};
+pub use sources::{
+    LeftOutOut, PutSource, SnapshotOut, SnapshotSummaryOut, SourceOut, SourceTlsOut,
+};
 pub use tasks::{NewTask, TaskOut, TasksQuery};
 
 #[cfg(test)]

@@ -2,6 +2,7 @@
 
 use sandboxd_broker::SourceTls;
 use sandboxd_domain::Source;
+use sandboxd_domain::clone::{LeftOut, Summary};
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
@@ -63,6 +64,89 @@ pub struct SnapshotOut {
     /// The source's server, e.g. `PostgreSQL 18.6`.
     pub server_version: String,
     pub took_ms: i64,
+    /// What it holds and what a clone of it lacks, and why; `null` for a snapshot taken before
+    /// summaries were kept.
+    pub summary: Option<SnapshotSummaryOut>,
+}
+
+/// What a snapshot carries into a clone (counts), and what it leaves out with the reason.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct SnapshotSummaryOut {
+    /// Ordinary tables, partitions included.
+    pub tables: u32,
+    pub partitioned_tables: u32,
+    /// Indexes with their sizes, partitioned indexes included.
+    pub indexes: u32,
+    /// Indexes whose expression columns carry statistics (`lower(email)`).
+    pub expression_indexes: u32,
+    pub materialized_views: u32,
+    /// Rows of `pg_stats` carried.
+    pub column_statistics: u32,
+    /// `CREATE STATISTICS` objects in the schema (their data is left out).
+    pub extended_statistics: u32,
+    /// Planner settings captured.
+    pub settings: u32,
+    pub extensions: u32,
+    /// What a clone lacks and why (e.g. extended statistics by name, sample values under
+    /// `no-values`, column statistics from a source before PostgreSQL 18).
+    pub left_out: Vec<LeftOutOut>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct LeftOutOut {
+    /// Short: `extended statistics (2)`, `column statistics`, `sample values`.
+    pub what: String,
+    /// Why, and what it costs the plans.
+    pub why: String,
+}
+
+impl From<Summary> for SnapshotSummaryOut {
+    fn from(s: Summary) -> Self {
+        Self {
+            tables: s.tables,
+            partitioned_tables: s.partitioned_tables,
+            indexes: s.indexes,
+            expression_indexes: s.expression_indexes,
+            materialized_views: s.materialized_views,
+            column_statistics: s.column_statistics,
+            extended_statistics: s.extended_statistics,
+            settings: s.settings,
+            extensions: s.extensions,
+            left_out: s
+                .left_out
+                .into_iter()
+                .map(|l| LeftOutOut {
+                    what: l.what,
+                    why: l.why,
+                })
+                .collect(),
+        }
+    }
+}
+
+impl From<SnapshotSummaryOut> for Summary {
+    /// Back to the domain's, whose `line` and `lines` the CLI and the panel print.
+    fn from(s: SnapshotSummaryOut) -> Self {
+        Self {
+            tables: s.tables,
+            partitioned_tables: s.partitioned_tables,
+            indexes: s.indexes,
+            expression_indexes: s.expression_indexes,
+            materialized_views: s.materialized_views,
+            column_statistics: s.column_statistics,
+            extended_statistics: s.extended_statistics,
+            settings: s.settings,
+            extensions: s.extensions,
+            left_out: s
+                .left_out
+                .into_iter()
+                .map(|l| LeftOut {
+                    what: l.what,
+                    why: l.why,
+                })
+                .collect(),
+        }
+    }
 }
 
 impl SourceOut {
@@ -80,6 +164,7 @@ impl SourceOut {
                 taken_at_ms: p.taken_at_ms,
                 server_version: p.server_version,
                 took_ms: p.took_ms,
+                summary: p.contents.map(SnapshotSummaryOut::from),
             }),
             tls: tls.map(SourceTlsOut::from),
         }

@@ -53,6 +53,21 @@ fn answers_decode_to_what_was_encoded() {
             taken_at_ms: 3,
             server_version: "PostgreSQL 18.6".into(),
             took_ms: 400,
+            summary: Some(SnapshotSummaryOut {
+                tables: 12,
+                partitioned_tables: 1,
+                indexes: 20,
+                expression_indexes: 2,
+                materialized_views: 1,
+                column_statistics: 30,
+                extended_statistics: 1,
+                settings: 40,
+                extensions: 2,
+                left_out: vec![LeftOutOut {
+                    what: "extended statistics (1)".into(),
+                    why: "PostgreSQL cannot restore it".into(),
+                }],
+            }),
         }),
         tls: Some(
             SourceTls::new(Some("require"), None, false)

@@ -986,6 +986,15 @@ async fn the_sources_page_registers_snapshots_and_removes_a_source_and_never_sho
             row.contains("snapshot ") && row.contains(" old"),
             "the age: {row}"
         );
+        // What it holds and left out: a PostgreSQL 17 source gives no column statistics, and
+        // no-values strips the samples; both say why.
+        assert!(row.contains("id=\"summary-prod\""), "the summary: {row}");
+        assert!(row.contains("0 stats rows, 2 left out"), "{row}");
+        assert!(
+            row.contains("PostgreSQL 17 cannot import column statistics"),
+            "{row}"
+        );
+        assert!(row.contains("privacy mode no-values"), "{row}");
 
         // The project's card offers the source for postgres, and saves the choice.
         let card = browser.get(&format!("/projects/{project}")).await.html;

@@ -147,6 +147,13 @@ pub async fn read_source(
         .iter()
         .map(|row| row.get(0))
         .collect();
+    let foreign_tables = tx
+        .query(FOREIGN_TABLES, &[])
+        .await
+        .map_err(read("foreign tables"))?
+        .iter()
+        .map(|row| row.get(0))
+        .collect();
     tx.commit().await.map_err(read("snapshot transaction"))?;
     let snapshot = Snapshot {
         source: source.to_owned(),
@@ -160,6 +167,7 @@ pub async fn read_source(
         settings,
         extensions,
         extended_statistics,
+        foreign_tables,
         privacy: Privacy::KeepValues,
     };
     Ok(snapshot.with_privacy(privacy))
@@ -285,6 +293,16 @@ const SETTINGS: &str = "SELECT name::text, current_setting(name) FROM pg_catalog
 const EXTENSIONS: &str = "SELECT e.extname::text, e.extversion::text, n.nspname::text \
      FROM pg_catalog.pg_extension e JOIN pg_catalog.pg_namespace n ON n.oid = e.extnamespace \
      WHERE e.extname <> 'plpgsql' ORDER BY 1";
+
+/// Foreign tables: their definitions are in the schema, their statistics and sizes are not
+/// read (the snapshot's summary says so).
+const FOREIGN_TABLES: &str = "SELECT n.nspname || '.' || c.relname \
+     FROM pg_catalog.pg_class c JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace \
+     WHERE c.relkind = 'f' \
+       AND NOT EXISTS (SELECT 1 FROM pg_catalog.pg_depend d \
+                       WHERE d.classid = 'pg_catalog.pg_class'::regclass AND d.objid = c.oid \
+                         AND d.deptype = 'e') \
+     ORDER BY 1";
 
 const EXTENDED_STATISTICS: &str = "SELECT n.nspname || '.' || s.stxname \
      FROM pg_catalog.pg_statistic_ext s JOIN pg_catalog.pg_namespace n ON n.oid = s.stxnamespace \

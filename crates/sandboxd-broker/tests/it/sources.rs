@@ -72,6 +72,8 @@ async fn a_source_is_sealed_snapshotted_and_kept_while_a_project_clones_it() {
                     production.database
                 )}),
                 "CREATE TABLE readings (id int PRIMARY KEY, sensor int NOT NULL); \
+                 CREATE INDEX readings_bucket ON readings ((sensor % 7)); \
+                 CREATE STATISTICS readings_deps (dependencies) ON id, sensor FROM readings; \
                  INSERT INTO readings SELECT g, g % 50 FROM generate_series(1, 50000) g; \
                  ANALYZE readings",
             )
@@ -109,6 +111,27 @@ async fn a_source_is_sealed_snapshotted_and_kept_while_a_project_clones_it() {
                 summary.server_version.starts_with("PostgreSQL 18"),
                 "{summary:?}"
             );
+            // What it holds: one table, its key and expression index (whose one expression
+            // row is among the statistics, beside the table's two columns); what a clone
+            // lacks: the extended statistics, and under no-values the sample values.
+            let contents = summary.contents.clone().expect("a summary");
+            assert_eq!(
+                (
+                    contents.tables,
+                    contents.partitioned_tables,
+                    contents.indexes,
+                    contents.expression_indexes,
+                    contents.materialized_views,
+                    contents.column_statistics,
+                    contents.extended_statistics,
+                ),
+                (1, 0, 2, 1, 0, 3, 1),
+                "{contents:?}"
+            );
+            assert!(contents.settings > 10, "{contents:?}");
+            let left_out: Vec<_> = contents.left_out.iter().map(|l| l.what.as_str()).collect();
+            assert_eq!(left_out, ["extended statistics (1)", "sample values"]);
+            assert!(contents.left_out[0].why.contains("public.readings_deps"));
             let snapshot = world
                 .store()
                 .await
@@ -182,6 +205,11 @@ async fn a_source_is_sealed_snapshotted_and_kept_while_a_project_clones_it() {
                 "{pg}"
             );
             assert_eq!(pg["clone"]["privacy"], "no-values");
+            assert_eq!(
+                pg["clone"]["summary"],
+                serde_json::to_value(&contents).expect("json"),
+                "the clone's evidence carries the snapshot's summary"
+            );
             assert!(evidence_of(&first, "redis").get("clone").is_none());
             assert_ne!(pg["port"], production.port, "a clone, not production");
             pg_query(&pg, "INSERT INTO readings VALUES (1, 1)")

@@ -6,6 +6,7 @@
 //! - [`restore`]: the statements that apply a snapshot's statistics and settings.
 //! - [`padding`]: how far each relation file must reach so the planner believes its size.
 //! - [`origin`]: what a clone was made from, kept with its instance for the agent's evidence.
+//! - [`summary`]: what a snapshot holds and what it left out, and why, for operator and agent.
 //! - [`plan_shape`]: a plan's shape (node types, join order, index names) from `EXPLAIN`'s JSON,
 //!   what clone and source are compared by.
 
@@ -14,6 +15,7 @@ pub mod padding;
 pub mod plan_shape;
 pub mod restore;
 pub mod snapshot;
+pub mod summary;
 
 pub use origin::CloneOrigin;
 pub use padding::{BLOCK_SIZE, SEGMENT_BLOCKS, Segment, padding};
@@ -22,3 +24,4 @@ pub use restore::{clone_notes, restore_statements, schema_statements, setting_st
 pub use snapshot::{
     ColumnStats, ExtensionUse, PlannerSetting, Privacy, RelationKind, RelationSize, Snapshot,
 };
+pub use summary::{LeftOut, Summary};

@@ -4,6 +4,7 @@ use serde::{Deserialize, Serialize};
 
 use super::restore::clone_notes;
 use super::snapshot::{Privacy, Snapshot};
+use super::summary::Summary;
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct CloneOrigin {
@@ -16,6 +17,10 @@ pub struct CloneOrigin {
     pub privacy: Privacy,
     /// What the clone lacks and what undoes it, for the agent.
     pub notes: Vec<String>,
+    /// What the snapshot held and left out: what the clone's estimates rest on. Absent for
+    /// clones made before summaries.
+    #[serde(default)]
+    pub summary: Option<Summary>,
 }
 
 impl CloneOrigin {
@@ -27,6 +32,7 @@ impl CloneOrigin {
             server_version: snapshot.server_version.clone(),
             privacy: snapshot.privacy,
             notes: clone_notes(snapshot, target_major),
+            summary: Some(Summary::of(snapshot)),
         }
     }
 
@@ -55,6 +61,7 @@ mod tests {
             server_version: "PostgreSQL 18.6".into(),
             privacy: Privacy::KeepValues,
             notes: Vec::new(),
+            summary: None,
         };
         let text = origin.briefing("postgres");
         assert!(text.starts_with("postgres is a clone of source shop (PostgreSQL 18.6)"));

@@ -165,22 +165,37 @@ pub fn clone_notes(snapshot: &Snapshot, target_major: u32) -> Vec<String> {
             .to_owned(),
     ];
     if target_major < STATS_IMPORT_MAJOR {
-        notes.push(format!(
-            "PostgreSQL {target_major} cannot import column statistics: only table and index \
-             sizes (pg_class) were restored, so selectivity estimates are the planner's defaults"
-        ));
+        notes.push(no_import_note(target_major));
     }
     if !snapshot.extended_statistics.is_empty() {
-        notes.push(format!(
-            "extended statistics ({}) exist in the schema but hold no data: PostgreSQL cannot \
-             restore it, so plans that depend on them may differ",
-            snapshot.extended_statistics.join(", ")
-        ));
+        notes.push(extended_statistics_note(&snapshot.extended_statistics));
     }
     if let Some(consequence) = snapshot.privacy.consequence() {
         notes.push(consequence.to_owned());
     }
     notes
+}
+
+/// Whether a server of `major` can import column statistics.
+pub(super) fn imports_column_statistics(major: u32) -> bool {
+    major >= STATS_IMPORT_MAJOR
+}
+
+/// Why a clone on a server of `major` (before 18) has no column statistics.
+pub(super) fn no_import_note(major: u32) -> String {
+    format!(
+        "PostgreSQL {major} cannot import column statistics: only table and index sizes \
+         (pg_class) were restored, so selectivity estimates are the planner's defaults"
+    )
+}
+
+/// Why the `CREATE STATISTICS` objects `names` hold no data in a clone.
+pub(super) fn extended_statistics_note(names: &[String]) -> String {
+    format!(
+        "extended statistics ({}) exist in the schema but hold no data: PostgreSQL cannot \
+         restore it, so plans that depend on them may differ",
+        names.join(", ")
+    )
 }
 
 #[cfg(test)]
@@ -225,6 +240,7 @@ mod tests {
             ],
             extensions: vec![],
             extended_statistics: vec!["public.s1".into()],
+            foreign_tables: vec![],
             privacy: Privacy::KeepValues,
         }
     }

@@ -169,6 +169,10 @@ pub struct Snapshot {
     pub extensions: Vec<ExtensionUse>,
     /// `CREATE STATISTICS` objects: the schema has them, their data cannot be restored.
     pub extended_statistics: Vec<String>,
+    /// Foreign tables (`schema.name`): the schema has them, their statistics and sizes are not
+    /// read. Absent in snapshots taken before they were listed.
+    #[serde(default)]
+    pub foreign_tables: Vec<String>,
     pub privacy: Privacy,
 }
 

@@ -26,7 +26,8 @@ fn snapshot(source: &str) -> Snapshot {
             value: "1.1".into(),
         }],
         extensions: Vec::new(),
-        extended_statistics: Vec::new(),
+        extended_statistics: vec!["public.s_status_day".into()],
+        foreign_tables: Vec::new(),
         privacy: Privacy::KeepValues,
     }
 }
@@ -72,6 +73,12 @@ async fn sources_keep_their_dsn_sealed_and_their_latest_snapshot() {
             (summary.took_ms, summary.server_version.as_str()),
             (420, "PostgreSQL 18.6")
         );
+        // What it holds is kept beside it, readable without opening the body.
+        let contents = summary.contents.as_ref().expect("a summary is stored");
+        assert_eq!((contents.settings, contents.tables), (1, 0));
+        assert_eq!(contents.extended_statistics, 1);
+        assert_eq!(contents.left_out.len(), 1, "{:?}", contents.left_out);
+        assert!(contents.left_out[0].why.contains("public.s_status_day"));
 
         // Neither the DSN nor the snapshot's schema is readable in the database itself.
         let raw = db.raw().await;

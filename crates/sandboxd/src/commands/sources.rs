@@ -9,6 +9,7 @@ use std::process::ExitCode;
 
 use sandboxd_admin::wire::{PutSource, SourceOut};
 use sandboxd_domain::clock::format_age_since;
+use sandboxd_domain::clone::Summary;
 use serde_json::json;
 
 use crate::client::{AdminClient, Remote};
@@ -41,11 +42,11 @@ pub enum Command {
         #[arg(long, default_value_t = 0)]
         refresh_secs: u64,
     },
-    /// List sources, their last snapshot and last error.
+    /// List sources, their last snapshot (what it holds and left out) and last error.
     Ls,
     /// Remove a source and its snapshot (refused while a project clones it).
     Rm { name: String },
-    /// Take a snapshot of a source now.
+    /// Take a snapshot of a source now, and say what it holds and left out, and why.
     Snapshot { name: String },
 }
 
@@ -68,9 +69,29 @@ fn row(source: &SourceOut) -> Vec<String> {
             format!("every {} s", source.refresh_secs)
         },
         snapshot,
+        holds_text(source),
         tls_text(source),
         source.last_error.clone().unwrap_or_default(),
     ]
+}
+
+/// The holds column: `12 tables, 30 stats rows, 2 left out`.
+fn holds_text(source: &SourceOut) -> String {
+    match source.snapshot.as_ref().map(|s| s.summary.clone()) {
+        Some(Some(summary)) => Summary::from(summary).line(),
+        Some(None) => "not recorded (snapshot again)".into(),
+        None => String::new(),
+    }
+}
+
+/// One source as a table, then what its snapshot holds and left out, and why.
+fn show(source: &SourceOut) {
+    println!("{}", output::table(&HEADER, vec![row(source)]));
+    if let Some(summary) = source.snapshot.as_ref().and_then(|s| s.summary.clone()) {
+        for line in Summary::from(summary).lines() {
+            println!("{line}");
+        }
+    }
 }
 
 /// The TLS column: the mode, what it trusts, and `(default)` when the DSN named none.
@@ -99,11 +120,12 @@ fn warn(source: &SourceOut) {
     }
 }
 
-const HEADER: [&str; 6] = [
+const HEADER: [&str; 7] = [
     "source",
     "privacy",
     "refresh",
     "snapshot",
+    "holds",
     "tls",
     "last error",
 ];
@@ -129,7 +151,6 @@ pub async fn run(args: Args, settings: &Settings) -> ExitCode {
         Ok(client) => client,
         Err(err) => return err.fail(),
     };
-    let show = |source: &SourceOut| println!("{}", output::table(&HEADER, vec![row(source)]));
     match args.command {
         Command::Add {
             name,
@@ -177,4 +198,63 @@ pub async fn run(args: Args, settings: &Settings) -> ExitCode {
         },
     }
     ExitCode::SUCCESS
+}
+
+#[cfg(test)]
+mod tests {
+    use sandboxd_admin::wire::{LeftOutOut, SnapshotOut, SnapshotSummaryOut};
+
+    use super::*;
+
+    fn source(summary: Option<SnapshotSummaryOut>) -> SourceOut {
+        SourceOut {
+            name: "shop".into(),
+            privacy: "no-values".into(),
+            refresh_secs: 0,
+            created_at_ms: 0,
+            updated_at_ms: 0,
+            last_attempt_at_ms: None,
+            last_error: None,
+            snapshot: Some(SnapshotOut {
+                taken_at_ms: 0,
+                server_version: "PostgreSQL 18.1".into(),
+                took_ms: 10,
+                summary,
+            }),
+            tls: None,
+        }
+    }
+
+    #[test]
+    fn the_holds_column_counts_tables_statistics_and_what_was_left_out() {
+        let summary = SnapshotSummaryOut {
+            tables: 12,
+            partitioned_tables: 0,
+            indexes: 20,
+            expression_indexes: 1,
+            materialized_views: 0,
+            column_statistics: 30,
+            extended_statistics: 1,
+            settings: 40,
+            extensions: 0,
+            left_out: vec![
+                LeftOutOut {
+                    what: "extended statistics (1)".into(),
+                    why: "cannot restore".into(),
+                },
+                LeftOutOut {
+                    what: "sample values".into(),
+                    why: "no-values".into(),
+                },
+            ],
+        };
+        let row = row(&source(Some(summary)));
+        assert_eq!(row.len(), HEADER.len());
+        assert_eq!(row[4], "12 tables, 30 stats rows, 2 left out");
+        assert_eq!(
+            holds_text(&source(None)),
+            "not recorded (snapshot again)",
+            "a snapshot stored before summaries"
+        );
+    }
 }

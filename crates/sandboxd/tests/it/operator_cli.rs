@@ -450,6 +450,8 @@ fn sources(home: &Home, daemon: &TestDaemon, project: &str) {
         table.contains("connect"),
         "the last error is listed: {table}"
     );
+    assert!(table.contains("holds"), "the summary's column: {table}");
+    assert_eq!(listed[0]["snapshot"], serde_json::Value::Null, "none yet");
     // Each source's TLS is shown; one that checks nothing off loopback is warned of when it is
     // added, listed and checked.
     let remote = cli_with_stdin(

@@ -1,0 +1,336 @@
+//! What a snapshot holds and what it left out, counted from the snapshot itself: what an
+//! operator reads in `sources ls`, `sources snapshot`, the admin API and the panel, and an agent
+//! in a clone's evidence. The reasons are the clone's own notes ([`super::clone_notes`]), not
+//! texts of their own.
+
+use std::collections::BTreeSet;
+
+use serde::{Deserialize, Serialize};
+
+use super::restore::{extended_statistics_note, imports_column_statistics, no_import_note};
+use super::snapshot::{RelationKind, Snapshot};
+
+/// The counts of what a snapshot carries into a clone, and what it does not.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Summary {
+    /// Ordinary tables (partitions included).
+    pub tables: u32,
+    pub partitioned_tables: u32,
+    /// Indexes with their sizes, partitioned indexes included.
+    pub indexes: u32,
+    /// Of those, the ones whose expression columns carry statistics (`lower(email)`).
+    pub expression_indexes: u32,
+    pub materialized_views: u32,
+    /// Rows of `pg_stats` carried (a column of a table, materialized view or index expression).
+    pub column_statistics: u32,
+    /// `CREATE STATISTICS` objects in the schema (their data is left out, see `left_out`).
+    pub extended_statistics: u32,
+    /// Planner settings captured.
+    pub settings: u32,
+    pub extensions: u32,
+    /// What the clone will lack, and why.
+    pub left_out: Vec<LeftOut>,
+}
+
+/// One thing a clone of the snapshot lacks.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LeftOut {
+    /// Short: `extended statistics (2)`, `column statistics`, `sample values`.
+    pub what: String,
+    /// Why, and what it costs the plans.
+    pub why: String,
+}
+
+fn count(n: usize) -> u32 {
+    u32::try_from(n).unwrap_or(u32::MAX)
+}
+
+impl Summary {
+    /// The summary of `snapshot`, restored on a server of its own major version (as clones are).
+    pub fn of(snapshot: &Snapshot) -> Self {
+        let of_kind = |kinds: &[RelationKind]| {
+            count(
+                snapshot
+                    .relations
+                    .iter()
+                    .filter(|r| kinds.contains(&r.kind))
+                    .count(),
+            )
+        };
+        let expression_indexes = snapshot
+            .columns
+            .iter()
+            .filter(|c| c.attnum.is_some())
+            .map(|c| (c.schema.as_str(), c.table.as_str()))
+            .collect::<BTreeSet<_>>()
+            .len();
+        let mut left_out = Vec::new();
+        if !imports_column_statistics(snapshot.major()) {
+            left_out.push(LeftOut {
+                what: "column statistics".into(),
+                why: no_import_note(snapshot.major()),
+            });
+        }
+        if !snapshot.extended_statistics.is_empty() {
+            left_out.push(LeftOut {
+                what: format!(
+                    "extended statistics ({})",
+                    snapshot.extended_statistics.len()
+                ),
+                why: extended_statistics_note(&snapshot.extended_statistics),
+            });
+        }
+        if let Some(consequence) = snapshot.privacy.consequence() {
+            left_out.push(LeftOut {
+                what: "sample values".into(),
+                why: consequence.to_owned(),
+            });
+        }
+        if !snapshot.foreign_tables.is_empty() {
+            left_out.push(LeftOut {
+                what: format!("foreign tables ({})", snapshot.foreign_tables.len()),
+                why: format!(
+                    "foreign tables ({}) are in the schema but their statistics and sizes are \
+                     not read (their rows live on another server), so the planner estimates \
+                     them from its defaults",
+                    snapshot.foreign_tables.join(", ")
+                ),
+            });
+        }
+        Self {
+            tables: of_kind(&[RelationKind::Table]),
+            partitioned_tables: of_kind(&[RelationKind::PartitionedTable]),
+            indexes: of_kind(&[RelationKind::Index, RelationKind::PartitionedIndex]),
+            expression_indexes: count(expression_indexes),
+            materialized_views: of_kind(&[RelationKind::MaterializedView]),
+            column_statistics: count(snapshot.columns.len()),
+            extended_statistics: count(snapshot.extended_statistics.len()),
+            settings: count(snapshot.settings.len()),
+            extensions: count(snapshot.extensions.len()),
+            left_out,
+        }
+    }
+
+    /// One short line for a listing: `12 tables, 30 stats rows, 2 left out`.
+    pub fn line(&self) -> String {
+        let mut parts = vec![plural(self.tables, "table", "tables")];
+        if self.partitioned_tables > 0 {
+            parts.push(plural(
+                self.partitioned_tables,
+                "partitioned",
+                "partitioned",
+            ));
+        }
+        parts.push(plural(self.column_statistics, "stats row", "stats rows"));
+        parts.push(format!("{} left out", self.left_out.len()));
+        parts.join(", ")
+    }
+
+    /// A few lines: every count, then each thing left out with its reason.
+    pub fn lines(&self) -> Vec<String> {
+        let mut lines = vec![
+            format!(
+                "holds: {}, {}, {} ({} with expression statistics), {}",
+                plural(self.tables, "table", "tables"),
+                plural(
+                    self.partitioned_tables,
+                    "partitioned table",
+                    "partitioned tables"
+                ),
+                plural(self.indexes, "index", "indexes"),
+                self.expression_indexes,
+                plural(
+                    self.materialized_views,
+                    "materialized view",
+                    "materialized views"
+                ),
+            ),
+            format!(
+                "       {}, {}, {}, {}",
+                plural(
+                    self.column_statistics,
+                    "column statistics row",
+                    "column statistics rows"
+                ),
+                plural(
+                    self.extended_statistics,
+                    "extended statistics object",
+                    "extended statistics objects"
+                ),
+                plural(self.settings, "planner setting", "planner settings"),
+                plural(self.extensions, "extension", "extensions"),
+            ),
+        ];
+        if self.left_out.is_empty() {
+            lines.push("left out: nothing".into());
+        }
+        for item in &self.left_out {
+            lines.push(format!("left out: {}: {}", item.what, item.why));
+        }
+        lines
+    }
+}
+
+fn plural(n: u32, one: &str, many: &str) -> String {
+    format!("{n} {}", if n == 1 { one } else { many })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::clone::snapshot::{
+        ColumnStats, ExtensionUse, PlannerSetting, Privacy, RelationSize,
+    };
+
+    fn relation(name: &str, kind: RelationKind) -> RelationSize {
+        RelationSize {
+            schema: "public".into(),
+            name: name.into(),
+            kind,
+            relpages: 1,
+            reltuples: "10".into(),
+            relallvisible: 0,
+        }
+    }
+
+    fn stats(table: &str, column: &str, attnum: Option<i16>) -> ColumnStats {
+        ColumnStats {
+            schema: "public".into(),
+            table: table.into(),
+            column: column.into(),
+            attnum,
+            most_common_vals: Some("{a,b}".into()),
+            ..ColumnStats::default()
+        }
+    }
+
+    fn snapshot() -> Snapshot {
+        Snapshot {
+            source: "prod".into(),
+            taken_at_ms: 0,
+            server_version: "PostgreSQL 18.1".into(),
+            server_version_num: 180_001,
+            database: "shop".into(),
+            schema_sql: String::new(),
+            relations: vec![
+                relation("orders", RelationKind::PartitionedTable),
+                relation("orders_2025", RelationKind::Table),
+                relation("orders_2026", RelationKind::Table),
+                relation("people", RelationKind::Table),
+                relation("people_pkey", RelationKind::Index),
+                relation("people_lower_email", RelationKind::Index),
+                relation("people_year", RelationKind::Index),
+                relation("orders_pkey", RelationKind::PartitionedIndex),
+                relation("daily", RelationKind::MaterializedView),
+            ],
+            columns: vec![
+                stats("people", "id", None),
+                stats("people", "email", None),
+                stats("people_lower_email", "lower", Some(1)),
+                stats("people_year", "date_part", Some(1)),
+                stats("people_year", "expr", Some(2)),
+                stats("daily", "day", None),
+            ],
+            settings: vec![PlannerSetting {
+                name: "random_page_cost".into(),
+                value: "1.1".into(),
+            }],
+            extensions: vec![ExtensionUse {
+                name: "pg_trgm".into(),
+                version: "1.6".into(),
+                schema: "public".into(),
+            }],
+            extended_statistics: vec!["public.s_city_zip".into(), "public.s_nd".into()],
+            foreign_tables: vec![],
+            privacy: Privacy::KeepValues,
+        }
+    }
+
+    #[test]
+    fn counts_every_kind_and_expression_indexes_once() {
+        let summary = Summary::of(&snapshot());
+        assert_eq!(summary.tables, 3);
+        assert_eq!(summary.partitioned_tables, 1);
+        assert_eq!(summary.indexes, 4, "partitioned indexes count as indexes");
+        assert_eq!(
+            summary.expression_indexes, 2,
+            "two rows of one index count once"
+        );
+        assert_eq!(summary.materialized_views, 1);
+        assert_eq!(summary.column_statistics, 6);
+        assert_eq!(summary.extended_statistics, 2);
+        assert_eq!(summary.settings, 1);
+        assert_eq!(summary.extensions, 1);
+        assert_eq!(
+            summary.line(),
+            "3 tables, 1 partitioned, 6 stats rows, 1 left out"
+        );
+    }
+
+    #[test]
+    fn extended_statistics_are_left_out_by_name_with_the_clone_notes_reason() {
+        let snapshot = snapshot();
+        let summary = Summary::of(&snapshot);
+        assert_eq!(summary.left_out.len(), 1);
+        assert_eq!(summary.left_out[0].what, "extended statistics (2)");
+        assert!(
+            summary.left_out[0]
+                .why
+                .contains("public.s_city_zip, public.s_nd")
+        );
+        let notes = super::super::clone_notes(&snapshot, snapshot.major());
+        assert!(
+            notes.contains(&summary.left_out[0].why),
+            "the same text as the clone's notes"
+        );
+    }
+
+    #[test]
+    fn no_values_and_an_old_source_and_foreign_tables_are_each_left_out() {
+        let mut old = snapshot().with_privacy(Privacy::NoValues);
+        old.server_version_num = 170_004;
+        old.columns.clear();
+        old.extended_statistics.clear();
+        old.foreign_tables = vec!["public.remote_orders".into()];
+        let summary = Summary::of(&old);
+        let whats: Vec<_> = summary.left_out.iter().map(|l| l.what.as_str()).collect();
+        assert_eq!(
+            whats,
+            ["column statistics", "sample values", "foreign tables (1)"]
+        );
+        let notes = super::super::clone_notes(&old, 17);
+        for item in &summary.left_out[..2] {
+            assert!(
+                notes.contains(&item.why),
+                "{} is the clone's note",
+                item.what
+            );
+        }
+        assert!(summary.left_out[0].why.contains("PostgreSQL 17"));
+        assert!(summary.left_out[2].why.contains("public.remote_orders"));
+        let text = summary.lines().join("\n");
+        assert!(
+            text.contains("left out: sample values: privacy mode no-values"),
+            "{text}"
+        );
+        assert!(text.contains("0 column statistics rows"), "{text}");
+    }
+
+    #[test]
+    fn a_complete_snapshot_says_nothing_was_left_out() {
+        let mut whole = snapshot();
+        whole.extended_statistics.clear();
+        let summary = Summary::of(&whole);
+        assert!(summary.left_out.is_empty());
+        let lines = summary.lines();
+        assert_eq!(lines.last().map(String::as_str), Some("left out: nothing"));
+        assert!(
+            lines[0].contains("4 indexes (2 with expression statistics)"),
+            "{}",
+            lines[0]
+        );
+        let json = serde_json::to_string(&summary).expect("json");
+        let back: Summary = serde_json::from_str(&json).expect("round trip");
+        assert_eq!(back, summary);
+    }
+}
