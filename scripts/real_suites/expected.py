@@ -7,6 +7,7 @@ is caught.
 
 from __future__ import annotations
 
+import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -47,6 +48,15 @@ _DEBUG_OFF = "DEBUG command not allowed"
 # An unauthenticated client on a server whose `default` user is off.
 _NO_CREDENTIALS = re.compile(
     r"HELLO must be called with the client already authenticated|NOAUTH Authentication required")
+
+
+# Django tests (outside any database) that expect writing into a read-only directory or file to
+# fail, which the kernel allows root.
+_NEEDS_NON_ROOT = (
+    "(template_tests.test_loaders.FileSystemLoaderTests.test_permissions_error)",
+    "(file_uploads.tests.DirectoryCreationTests.test_readonly_root)",
+    "(i18n.test_compilation.PoFileTests.test_no_write_access)",
+)
 
 
 def denied_command(failure: Failure, denied: frozenset[str], allowed: frozenset[str]) -> str | None:
@@ -113,6 +123,41 @@ def expected_list(repo: Path) -> list[Expected]:
                 "(gis_tests.geoapp.tests.GeoLookupTest.test_relate_lookup)")
             and f.cause.startswith("gis_tests.geoapp.models.City.DoesNotExist"),
             backend="docker",
+        ),
+        # The three below meet only Django's whole suite (`--full`), not the six apps CI runs.
+        Expected(
+            suite="django",
+            label="file_fdw reads the server's files",
+            reason=(
+                "inspectdb's foreign-data-wrapper test creates `file_fdw`, which only a superuser "
+                "may create: its foreign tables read any file the server's account can, so it "
+                "is not on the allowlist (README, What an agent gets) and never pre-installed"
+            ),
+            matches=lambda f: 'permission denied to create extension "file_fdw"' in f.cause,
+        ),
+        Expected(
+            suite="django",
+            label="the runner is root",
+            reason=(
+                "tests of Django's file handling that expect a write into a read-only directory "
+                "to fail; this job runs as root, whom the kernel lets write; no database is "
+                "involved"
+            ),
+            matches=lambda f: os.geteuid() == 0 and f.test.endswith(_NEEDS_NON_ROOT)
+            and f.cause.endswith("Error not raised"),
+        ),
+        Expected(
+            suite="django",
+            label="a timing ratio on a busy machine",
+            reason=(
+                "serializers' test_crafted_xml_performance times the XML deserializer on "
+                "inputs of growing size in the test process (no database) and asserts the "
+                "time grows at most 2x per step; with two workers and the servers on two "
+                "cores the ratio it measures varies from run to run"
+            ),
+            matches=lambda f: ".test_crafted_xml_performance)" in f.test
+            and re.fullmatch(r"AssertionError: [0-9.]+ not less than or equal to 2", f.cause)
+            is not None,
         ),
     ]
 

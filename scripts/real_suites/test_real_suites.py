@@ -167,6 +167,25 @@ class Expected(unittest.TestCase):
         self.assertEqual(classify("redis-py", "process", [failure], expected)[1], [])
         self.assertEqual(classify("redis-py", "docker", [failure], expected)[1], [failure])
 
+    def test_whole_suite_entries_match_their_cause_not_any_failure_of_the_test(self):
+        expected = expected_list(REPO)
+        fdw = Failure("test_foreign_data_wrapper (inspectdb.tests.InspectDBTransactionalTests."
+                      "test_foreign_data_wrapper)", "error", "django.db.utils.ProgrammingError: "
+                      'permission denied to create extension "file_fdw"')
+        timing = Failure("test_crafted_xml_performance (serializers.test_deserialization."
+                         "TestDeserializer.test_crafted_xml_performance) [varying depth]",
+                         "failed", "AssertionError: 5.2 not less than or equal to 2")
+        self.assertEqual(classify("django", "docker", [fdw, timing], expected)[1], [])
+        # Another extension refused, the same test failing otherwise: not explained.
+        postgis = Failure(fdw.test, "error", 'permission denied to create extension "postgis"')
+        broken = Failure(timing.test, "error", "django.db.utils.OperationalError: gone")
+        self.assertEqual(classify("django", "docker", [postgis, broken], expected)[1],
+                         [postgis, broken])
+        # "Not raised" is expected of the three root-only tests, not of a database test.
+        db_test = Failure("test_x (backends.tests.T.test_x)", "failed",
+                          "AssertionError: IntegrityError not raised")
+        self.assertEqual(classify("django", "docker", [db_test], expected)[1], [db_test])
+
     def test_denied_command_names_it(self):
         denied, allowed = redis_denied(REPO)
         failure = Failure("t", "failed", "Command # 1 (DEBUG OBJECT k) of pipeline caused error:"
