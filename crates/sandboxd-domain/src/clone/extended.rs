@@ -661,24 +661,22 @@ fn fill_statement(
             let unique = unique_values(&object.columns[source_dim].type_name);
             // The first unique column carries extra occurrences only when a second one keeps
             // those rows unique; the second's start after the first's.
-            let (mut start, allowed) = match (Some(source_dim) == first, Some(source_dim) == second)
-            {
-                (true, _) if second.is_none() => (0, false),
-                _ => (0, true),
-            };
+            let is_first = Some(source_dim) == first;
+            let allowed = !(is_first && second.is_none());
+            let mut start = 0;
             let mut branches = Vec::new();
-            if Some(source_dim) == second {
-                if let Some(first) = first {
-                    let taken: u64 = extras(first).iter().map(|(_, n)| n).sum();
-                    let taken = taken.min(fill);
-                    if taken > 0 {
-                        branches.push(format!(
-                            "WHEN g OPERATOR(pg_catalog.<=) {taken} THEN {}",
-                            unique.unwrap_or("NULL")
-                        ));
-                    }
-                    start = taken;
+            if Some(source_dim) == second
+                && let Some(first) = first
+            {
+                let taken: u64 = extras(first).iter().map(|(_, n)| n).sum();
+                let taken = taken.min(fill);
+                if taken > 0 {
+                    branches.push(format!(
+                        "WHEN g OPERATOR(pg_catalog.<=) {taken} THEN {}",
+                        unique.unwrap_or("NULL")
+                    ));
                 }
+                start = taken;
             }
             if allowed {
                 for (value, count) in extras(source_dim) {
