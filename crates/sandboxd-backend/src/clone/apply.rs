@@ -169,7 +169,7 @@ pub async fn apply<B: CloneHost + ?Sized>(
     }
 
     let (extended_statistics_rebuilt, extended_notes) = if fidelity.statistics {
-        rebuild_extended(&client, snapshot).await
+        rebuild_extended(&client, snapshot, major).await
     } else {
         (0, Vec::new())
     };
@@ -255,7 +255,11 @@ pub async fn apply<B: CloneHost + ?Sized>(
 /// Rebuilds the data of the snapshot's extended statistics objects in the clone (see
 /// `sandboxd_domain::clone::extended`): how many objects got data, and a note for each part
 /// that failed (what cannot be rebuilt at all is in the clone's notes already).
-async fn rebuild_extended(client: &Client, snapshot: &Snapshot) -> (usize, Vec<String>) {
+async fn rebuild_extended(
+    client: &Client,
+    snapshot: &Snapshot,
+    major: u32,
+) -> (usize, Vec<String>) {
     let Some(data) = &snapshot.extended_statistics_data else {
         return (0, Vec::new());
     };
@@ -278,7 +282,7 @@ async fn rebuild_extended(client: &Client, snapshot: &Snapshot) -> (usize, Vec<S
         };
         match exact_rebuild(object, &target) {
             Ok(None) => {}
-            Ok(Some(rebuild)) => match run_rebuild(client, &rebuild).await {
+            Ok(Some(rebuild)) => match run_rebuild(client, &rebuild, major).await {
                 Ok(()) => {
                     rebuilt.insert(label.clone());
                 }
@@ -293,7 +297,7 @@ async fn rebuild_extended(client: &Client, snapshot: &Snapshot) -> (usize, Vec<S
         let scratch = format!("{SCRATCH_PREFIX}{:016x}", rand::rng().random::<u64>());
         // A list that cannot be sampled is in the clone's notes already (`extended::left_out`).
         if let Ok(Some(rebuild)) = mcv_rebuild(object, &target, &scratch, &snapshot.columns) {
-            match run_rebuild(client, &rebuild).await {
+            match run_rebuild(client, &rebuild, major).await {
                 Ok(()) => {
                     rebuilt.insert(label);
                 }
@@ -367,11 +371,21 @@ async fn clone_object(
 }
 
 /// Runs one rebuild in a transaction that commits only if the server reads back what was
-/// meant; on any failure it rolls back, and with it the scratch schema and casts.
-async fn run_rebuild(client: &Client, rebuild: &Rebuild) -> Result<(), String> {
+/// meant; on any failure it rolls back, and with it the scratch schema and casts. Event
+/// triggers the schema brought (from 17 on, where they can be turned off) do not fire on the
+/// scratch objects.
+async fn run_rebuild(client: &Client, rebuild: &Rebuild, major: u32) -> Result<(), String> {
+    let quiet = if major >= 17 {
+        "SET LOCAL event_triggers = off;\n"
+    } else {
+        ""
+    };
     let outcome = async {
         client
-            .batch_execute(&format!("BEGIN;\n{}", rebuild.statements.join(";\n")))
+            .batch_execute(&format!(
+                "BEGIN;\n{quiet}{}",
+                rebuild.statements.join(";\n")
+            ))
             .await
             .map_err(|e| postgres::refused(e).0)?;
         let answers = client
