@@ -5,6 +5,7 @@ mod attack_process;
 mod bounded_answers;
 mod clone;
 mod clone_expression;
+mod clone_extended;
 mod clone_fixture;
 mod clone_tls;
 mod docker;

@@ -4,12 +4,15 @@
 //! version. Parts:
 //! - [`snapshot`]: what a snapshot holds, and privacy mode (statistics without sample values).
 //! - [`restore`]: the statements that apply a snapshot's statistics and settings.
+//! - [`extended`]: extended statistics (`CREATE STATISTICS`) rebuilt in a clone: n-distinct
+//!   and dependencies exactly, most-common-values lists by frequency through a scratch sample.
 //! - [`padding`]: how far each relation file must reach so the planner believes its size.
 //! - [`origin`]: what a clone was made from, kept with its instance for the agent's evidence.
 //! - [`summary`]: what a snapshot holds and what it left out, and why, for operator and agent.
 //! - [`plan_shape`]: a plan's shape (node types, join order, index names) from `EXPLAIN`'s JSON,
 //!   what clone and source are compared by.
 
+pub mod extended;
 pub mod origin;
 pub mod padding;
 pub mod plan_shape;
@@ -22,6 +25,7 @@ pub use padding::{BLOCK_SIZE, SEGMENT_BLOCKS, Segment, padding};
 pub use plan_shape::plan_shape;
 pub use restore::{clone_notes, restore_statements, schema_statements, setting_statements};
 pub use snapshot::{
-    ColumnStats, ExtensionUse, PlannerSetting, Privacy, RelationKind, RelationSize, Snapshot,
+    ColumnStats, ExtendedStatistics, ExtendedStatisticsData, ExtensionUse, McvItem, PlannerSetting,
+    Privacy, RelationKind, RelationSize, Snapshot, StatisticsColumn,
 };
 pub use summary::{LeftOut, Summary};

@@ -167,8 +167,13 @@ pub fn clone_notes(snapshot: &Snapshot, target_major: u32) -> Vec<String> {
     if target_major < STATS_IMPORT_MAJOR {
         notes.push(no_import_note(target_major));
     }
-    if !snapshot.extended_statistics.is_empty() {
-        notes.push(extended_statistics_note(&snapshot.extended_statistics));
+    notes.extend(
+        super::extended::left_out(snapshot)
+            .into_iter()
+            .map(|(_, why)| why),
+    );
+    if let Some(why) = columns_without_statistics_note(&snapshot.columns_without_statistics) {
+        notes.push(why);
     }
     if let Some(consequence) = snapshot.privacy.consequence() {
         notes.push(consequence.to_owned());
@@ -189,13 +194,18 @@ pub(super) fn no_import_note(major: u32) -> String {
     )
 }
 
-/// Why the `CREATE STATISTICS` objects `names` hold no data in a clone.
-pub(super) fn extended_statistics_note(names: &[String]) -> String {
-    format!(
-        "extended statistics ({}) exist in the schema but hold no data: PostgreSQL cannot \
-         restore it, so plans that depend on them may differ",
-        names.join(", ")
-    )
+/// What it means that the source keeps no statistics of `columns`.
+pub(super) fn columns_without_statistics_note(columns: &[String]) -> Option<String> {
+    if columns.is_empty() {
+        return None;
+    }
+    Some(format!(
+        "the source keeps no statistics of {} beyond their null fraction and width (a type \
+         without the `=`/`<` operators ANALYZE needs, or statistics turned off for the \
+         column): the planner estimates predicates on them from defaults, on the source as in \
+         a clone",
+        columns.join(", ")
+    ))
 }
 
 #[cfg(test)]
@@ -241,6 +251,8 @@ mod tests {
             extensions: vec![],
             extended_statistics: vec!["public.s1".into()],
             foreign_tables: vec![],
+            extended_statistics_data: None,
+            columns_without_statistics: vec![],
             privacy: Privacy::KeepValues,
         }
     }

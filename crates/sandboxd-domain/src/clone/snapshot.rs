@@ -133,6 +133,62 @@ impl ColumnStats {
     }
 }
 
+/// One `CREATE STATISTICS` object's data as the source's `pg_stats_ext` shows it: one per
+/// object and `inherited` (a parent of partitions or children has both).
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+pub struct ExtendedStatistics {
+    /// The statistics object's schema and name.
+    pub schema: String,
+    pub name: String,
+    /// Its table's.
+    pub table_schema: String,
+    pub table: String,
+    /// Its columns in the source's attribute-number order. n-distinct and dependencies name
+    /// columns by number, and a clone's numbers may differ (pg_dump leaves dropped columns
+    /// out), so they are mapped by name when rebuilt.
+    pub columns: Vec<StatisticsColumn>,
+    /// How many expressions it has besides columns (`CREATE STATISTICS … ON (a + b), c`):
+    /// their own statistics (`pg_stats_ext_exprs`) are not carried.
+    pub expressions: u32,
+    pub inherited: bool,
+    /// `pg_ndistinct` as printed: `{"1, 2": 100, "1, 3": 700}` (exact: the server rounds each
+    /// count to an integer before storing it).
+    pub n_distinct: Option<String>,
+    /// `pg_dependencies` as printed: `{"1 => 2": 1.000000}` (degrees to six decimals).
+    pub dependencies: Option<String>,
+    /// The multi-column most-common-values list, absent under privacy mode `no-values`.
+    pub mcv: Option<Vec<McvItem>>,
+}
+
+/// A column of an extended statistics object on the source.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct StatisticsColumn {
+    pub attnum: i16,
+    pub name: String,
+    /// `format_type` of it, as the source printed it.
+    pub type_name: String,
+}
+
+/// One combination of values of an extended MCV list: one value per dimension (columns, then
+/// expressions), each as its type's output text, `None` for NULL.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+pub struct McvItem {
+    pub values: Vec<Option<String>>,
+    pub frequency: f64,
+    /// The frequency the combination would have if its columns were independent.
+    pub base_frequency: f64,
+}
+
+/// What the snapshot could read of its source's extended statistics.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+pub struct ExtendedStatisticsData {
+    /// Every object's data the snapshot's role could see (`pg_stats_ext` shows an object only
+    /// to members of its table's owner, and hides it under row security).
+    pub objects: Vec<ExtendedStatistics>,
+    /// Objects (`schema.name`) whose data the role could not see.
+    pub unreadable: Vec<String>,
+}
+
 /// A setting that steers the planner, as the source's session on its database sees it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct PlannerSetting {
@@ -167,8 +223,18 @@ pub struct Snapshot {
     pub columns: Vec<ColumnStats>,
     pub settings: Vec<PlannerSetting>,
     pub extensions: Vec<ExtensionUse>,
-    /// `CREATE STATISTICS` objects: the schema has them, their data cannot be restored.
+    /// `CREATE STATISTICS` objects (`schema.name`): the schema has them.
     pub extended_statistics: Vec<String>,
+    /// Their data, rebuilt in a clone; absent in snapshots taken before it was read (their
+    /// clones have the objects without data).
+    #[serde(default)]
+    pub extended_statistics_data: Option<ExtendedStatisticsData>,
+    /// Columns (`schema.table.column (type)`) of analyzed tables that the source keeps no
+    /// statistics for, or only their null fraction and width (a type without `=`, such as
+    /// `json` or `point`, or statistics turned off for the column): the planner estimates them
+    /// from defaults there as in a clone. Absent in older snapshots.
+    #[serde(default)]
+    pub columns_without_statistics: Vec<String>,
     /// Foreign tables (`schema.name`): the schema has them, their statistics and sizes are not
     /// read. Absent in snapshots taken before they were listed.
     #[serde(default)]
@@ -181,7 +247,9 @@ impl Snapshot {
         self.server_version_num / 10_000
     }
 
-    /// Applies privacy mode: with `NoValues` no column statistic carries a data value.
+    /// Applies privacy mode: with `NoValues` no column statistic carries a data value, and no
+    /// extended statistics object its most-common-values list (n-distinct counts and
+    /// dependencies, which hold no values, stay).
     pub fn with_privacy(mut self, privacy: Privacy) -> Self {
         self.privacy = privacy;
         if privacy == Privacy::NoValues {
@@ -190,6 +258,11 @@ impl Snapshot {
                 .into_iter()
                 .map(ColumnStats::without_values)
                 .collect();
+            if let Some(data) = &mut self.extended_statistics_data {
+                for object in &mut data.objects {
+                    object.mcv = None;
+                }
+            }
         }
         self
     }

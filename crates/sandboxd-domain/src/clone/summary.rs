@@ -7,7 +7,8 @@ use std::collections::BTreeSet;
 
 use serde::{Deserialize, Serialize};
 
-use super::restore::{extended_statistics_note, imports_column_statistics, no_import_note};
+use super::extended;
+use super::restore::{columns_without_statistics_note, imports_column_statistics, no_import_note};
 use super::snapshot::{RelationKind, Snapshot};
 
 /// The counts of what a snapshot carries into a clone, and what it does not.
@@ -23,7 +24,10 @@ pub struct Summary {
     pub materialized_views: u32,
     /// Rows of `pg_stats` carried (a column of a table, materialized view or index expression).
     pub column_statistics: u32,
-    /// `CREATE STATISTICS` objects in the schema (their data is left out, see `left_out`).
+    /// `CREATE STATISTICS` objects in the schema. Their data is rebuilt in a clone (n-distinct
+    /// counts and dependencies exactly, most-common-values lists by frequency); what is not
+    /// (objects the snapshot's role cannot read, expression statistics, a list no sample can
+    /// reproduce) is in `left_out`.
     pub extended_statistics: u32,
     /// Planner settings captured.
     pub settings: u32,
@@ -71,13 +75,18 @@ impl Summary {
                 why: no_import_note(snapshot.major()),
             });
         }
-        if !snapshot.extended_statistics.is_empty() {
+        left_out.extend(
+            extended::left_out(snapshot)
+                .into_iter()
+                .map(|(what, why)| LeftOut { what, why }),
+        );
+        if let Some(why) = columns_without_statistics_note(&snapshot.columns_without_statistics) {
             left_out.push(LeftOut {
                 what: format!(
-                    "extended statistics ({})",
-                    snapshot.extended_statistics.len()
+                    "a type without statistics ({})",
+                    snapshot.columns_without_statistics.len()
                 ),
-                why: extended_statistics_note(&snapshot.extended_statistics),
+                why,
             });
         }
         if let Some(consequence) = snapshot.privacy.consequence() {
@@ -242,6 +251,8 @@ mod tests {
             }],
             extended_statistics: vec!["public.s_city_zip".into(), "public.s_nd".into()],
             foreign_tables: vec![],
+            extended_statistics_data: None,
+            columns_without_statistics: vec![],
             privacy: Privacy::KeepValues,
         }
     }
@@ -283,6 +294,114 @@ mod tests {
             notes.contains(&summary.left_out[0].why),
             "the same text as the clone's notes"
         );
+    }
+
+    #[test]
+    fn rebuilt_extended_statistics_are_carried_and_only_what_cannot_be_is_left_out() {
+        use crate::clone::snapshot::{
+            ExtendedStatistics, ExtendedStatisticsData, McvItem, StatisticsColumn,
+        };
+        let column = |attnum, name: &str, type_name: &str| StatisticsColumn {
+            attnum,
+            name: name.into(),
+            type_name: type_name.into(),
+        };
+        let item = |values: [&str; 2], frequency| McvItem {
+            values: values.iter().map(|v| Some((*v).to_owned())).collect(),
+            frequency,
+            base_frequency: frequency / 2.0,
+        };
+        let rebuilt = ExtendedStatistics {
+            schema: "public".into(),
+            name: "s_city_zip".into(),
+            table_schema: "public".into(),
+            table: "people".into(),
+            columns: vec![column(2, "city", "text"), column(3, "zip", "integer")],
+            n_distinct: Some(r#"{"2, 3": 40}"#.into()),
+            dependencies: Some(r#"{"3 => 2": 1.000000}"#.into()),
+            mcv: Some(vec![item(["Oslo", "150"], 0.2)]),
+            ..ExtendedStatistics::default()
+        };
+        let flags = ExtendedStatistics {
+            name: "s_flags".into(),
+            columns: vec![column(4, "a", "boolean"), column(5, "b", "boolean")],
+            n_distinct: None,
+            dependencies: None,
+            mcv: Some(vec![item(["t", "t"], 0.3)]),
+            ..rebuilt.clone()
+        };
+        let expression = ExtendedStatistics {
+            name: "s_lower".into(),
+            expressions: 1,
+            mcv: None,
+            ..rebuilt.clone()
+        };
+        let mut snapshot = snapshot();
+        snapshot.extended_statistics = vec![
+            "public.s_city_zip".into(),
+            "public.s_flags".into(),
+            "public.s_lower".into(),
+            "public.s_hidden".into(),
+        ];
+        snapshot.extended_statistics_data = Some(ExtendedStatisticsData {
+            objects: vec![rebuilt, flags, expression],
+            unreadable: vec!["public.s_hidden".into()],
+        });
+        snapshot.columns_without_statistics = vec!["public.people.shape (point)".into()];
+        let summary = Summary::of(&snapshot);
+        assert_eq!(summary.extended_statistics, 4);
+        assert_eq!(super::super::extended::carried(&snapshot), 2);
+        let whats: Vec<_> = summary.left_out.iter().map(|l| l.what.as_str()).collect();
+        assert_eq!(
+            whats,
+            [
+                "extended statistics (1)",
+                "expression statistics (1)",
+                "extended most-common values (1)",
+                "a type without statistics (1)"
+            ]
+        );
+        assert!(summary.left_out[0].why.contains("public.s_hidden"));
+        assert!(summary.left_out[0].why.contains("owner"));
+        assert!(summary.left_out[1].why.contains("public.s_lower"));
+        assert!(
+            summary.left_out[2]
+                .why
+                .contains("public.s_flags: none of its columns")
+        );
+        assert!(
+            summary.left_out[3]
+                .why
+                .contains("public.people.shape (point)")
+        );
+        let notes = super::super::clone_notes(&snapshot, snapshot.major());
+        for item in &summary.left_out {
+            assert!(
+                notes.contains(&item.why),
+                "{} is the clone's note",
+                item.what
+            );
+        }
+        let text = serde_json::to_string(&summary).expect("json");
+        assert!(
+            !text.contains("s_city_zip"),
+            "a rebuilt object is not left out: {text}"
+        );
+
+        let private = snapshot.with_privacy(Privacy::NoValues);
+        let data = private.extended_statistics_data.as_ref().expect("data");
+        assert!(data.objects.iter().all(|o| o.mcv.is_none()));
+        assert!(data.objects[0].n_distinct.is_some() && data.objects[0].dependencies.is_some());
+        let whats: Vec<_> = Summary::of(&private)
+            .left_out
+            .into_iter()
+            .map(|l| l.what)
+            .collect();
+        assert!(
+            !whats.iter().any(|w| w.contains("most-common")),
+            "{whats:?}"
+        );
+        assert!(whats.iter().any(|w| w == "sample values"), "{whats:?}");
     }
 
     #[test]

@@ -27,6 +27,8 @@ fn snapshot(source: &str) -> Snapshot {
         }],
         extensions: Vec::new(),
         extended_statistics: vec!["public.s_status_day".into()],
+        extended_statistics_data: None,
+        columns_without_statistics: Vec::new(),
         foreign_tables: Vec::new(),
         privacy: Privacy::KeepValues,
     }

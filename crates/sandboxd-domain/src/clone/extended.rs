@@ -1,0 +1,1004 @@
+//! Extended statistics (`CREATE STATISTICS`) rebuilt in a clone, which no PostgreSQL 18 tool
+//! restores: their values (`pg_ndistinct`, `pg_dependencies`, `pg_mcv_list`) refuse text and
+//! binary input. The statements here run as the clone's superuser before anyone else may log
+//! in, each group in one transaction, so whatever fails leaves nothing behind:
+//! - n-distinct counts and functional dependencies are rebuilt **exactly**: their serialized
+//!   form is a fixed header and fixed-size items (`mvdistinct.c`, `dependencies.c`), written as
+//!   bytes through a binary-coercible cast from `bytea` that exists only inside the transaction,
+//!   and read back as text: the transaction commits only if the server prints the source's
+//!   values (with the clone's attribute numbers).
+//! - a most-common-values list is rebuilt **by frequency**: a scratch table in a schema of its
+//!   own holds a sample in which each of the source's combinations occurs as often as its
+//!   frequency says (the rest of the rows unique, so they make no combination of their own, and
+//!   carrying each value as often as the source's column statistics say, so base frequencies
+//!   follow), `ANALYZE`d under an MCV statistics object whose target is the source's list
+//!   length; its `pg_statistic_ext_data.stxdmcv` is copied onto the clone's object and the
+//!   schema dropped.
+//! - expression statistics (`pg_stats_ext_exprs`) and the MCV lists of objects with
+//!   expressions are not rebuilt: [`left_out`] says so.
+
+use super::snapshot::{ColumnStats, ExtendedStatistics, McvItem, Snapshot};
+use crate::engine::{pg_identifier, sql_literal};
+
+/// The scratch schema's name starts so; the caller adds a random suffix.
+pub const SCRATCH_PREFIX: &str = "sandboxd_scratch_";
+
+/// `STATS_NDISTINCT_MAGIC` and `STATS_DEPS_MAGIC` (`statistics/statistics.h`), type 1 each.
+const NDISTINCT_MAGIC: u32 = 0xA352_BFA4;
+const DEPENDENCIES_MAGIC: u32 = 0xB454_9A2C;
+const BASIC_TYPE: u32 = 1;
+
+/// Rows ANALYZE samples at the default statistics target (300 × 100); a bigger sample raises the
+/// scratch columns' targets so every row is read.
+const DEFAULT_SAMPLE: u64 = 30_000;
+/// The largest sample a statistics target (at most 10,000) lets ANALYZE read.
+const MAX_SAMPLE: u64 = 3_000_000;
+/// Each of the source's combinations occurs at least this often in the sample, so the unique
+/// rows around them (each occurring once) never make the list.
+const MIN_OCCURRENCES: u64 = 2;
+
+/// A column of the clone's table, as the clone's catalog has it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CloneColumn {
+    pub name: String,
+    pub attnum: i16,
+    /// The column's base type, schema-qualified and quoted, without type modifier
+    /// (`"pg_catalog"."text"`): the scratch table's column.
+    pub type_sql: String,
+    /// Its collation, schema-qualified and quoted, if the type has one.
+    pub collation_sql: Option<String>,
+}
+
+/// The clone's statistics object an [`ExtendedStatistics`] is rebuilt into.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CloneObject {
+    pub oid: u32,
+    /// Its table's columns the object covers (matched to the source's by name).
+    pub columns: Vec<CloneColumn>,
+}
+
+/// One transaction's statements and how to prove them before committing: `check` answers
+/// one row whose text values must equal `expected`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Rebuild {
+    pub statements: Vec<String>,
+    pub check: String,
+    pub expected: Vec<Option<String>>,
+}
+
+/// An n-distinct or dependency entry: attribute numbers and the value.
+type Entry = (Vec<i16>, f64);
+
+/// The source's attribute numbers mapped to the clone's by column name; expressions (negative
+/// numbers) keep theirs.
+fn attnum_map(
+    object: &ExtendedStatistics,
+    target: &CloneObject,
+) -> Result<Vec<(i16, i16)>, String> {
+    object
+        .columns
+        .iter()
+        .map(|column| {
+            target
+                .columns
+                .iter()
+                .find(|c| c.name == column.name)
+                .map(|c| (column.attnum, c.attnum))
+                .ok_or_else(|| format!("the clone's table has no column {}", column.name))
+        })
+        .collect()
+}
+
+fn mapped(map: &[(i16, i16)], attnum: i16) -> Result<i16, String> {
+    if attnum < 0 {
+        return Ok(attnum);
+    }
+    map.iter()
+        .find(|(source, _)| *source == attnum)
+        .map(|(_, clone)| *clone)
+        .ok_or_else(|| format!("attribute {attnum} is not one of the object's columns"))
+}
+
+/// Reads `{"1, 2": 11, "1, 3 => 2": 0.5}`-shaped text into its keys and values.
+fn parse_entries(text: &str) -> Result<Vec<(String, f64)>, String> {
+    let bad = || format!("unexpected extended statistics text {text:?}");
+    let inner = text
+        .trim()
+        .strip_prefix('{')
+        .and_then(|t| t.strip_suffix('}'))
+        .ok_or_else(bad)?;
+    let mut entries = Vec::new();
+    let mut rest = inner.trim_start();
+    while !rest.is_empty() {
+        let after_quote = rest.strip_prefix('"').ok_or_else(bad)?;
+        let end = after_quote.find('"').ok_or_else(bad)?;
+        let key = &after_quote[..end];
+        let after_key = after_quote[end + 1..]
+            .trim_start()
+            .strip_prefix(':')
+            .ok_or_else(bad)?;
+        let value_end = after_key.find(',').unwrap_or(after_key.len());
+        let value: f64 = after_key[..value_end].trim().parse().map_err(|_| bad())?;
+        entries.push((key.to_owned(), value));
+        rest = after_key[value_end..]
+            .strip_prefix(',')
+            .unwrap_or("")
+            .trim_start();
+    }
+    if entries.is_empty() {
+        return Err(bad());
+    }
+    Ok(entries)
+}
+
+fn parse_attnums(list: &str) -> Result<Vec<i16>, String> {
+    list.split(',')
+        .map(|n| {
+            n.trim()
+                .parse::<i16>()
+                .map_err(|_| format!("unexpected attribute number {n:?}"))
+        })
+        .collect()
+}
+
+/// `{"1, 2": 100}`: each entry's attribute numbers (mapped) and distinct count.
+fn ndistinct_entries(text: &str, map: &[(i16, i16)]) -> Result<Vec<Entry>, String> {
+    parse_entries(text)?
+        .into_iter()
+        .map(|(key, value)| {
+            let attnums = parse_attnums(&key)?
+                .into_iter()
+                .map(|a| mapped(map, a))
+                .collect::<Result<Vec<_>, _>>()?;
+            Ok((attnums, value))
+        })
+        .collect()
+}
+
+/// `{"1, 3 => 2": 1.000000}`: each dependency's attribute numbers (the implied one last,
+/// mapped) and degree.
+fn dependency_entries(text: &str, map: &[(i16, i16)]) -> Result<Vec<Entry>, String> {
+    parse_entries(text)?
+        .into_iter()
+        .map(|(key, value)| {
+            let (from, to) = key
+                .split_once("=>")
+                .ok_or_else(|| format!("unexpected dependency {key:?}"))?;
+            let mut attnums = parse_attnums(from)?;
+            attnums.extend(parse_attnums(to)?);
+            let attnums = attnums
+                .into_iter()
+                .map(|a| mapped(map, a))
+                .collect::<Result<Vec<_>, _>>()?;
+            Ok((attnums, value))
+        })
+        .collect()
+}
+
+fn joined(attnums: &[i16]) -> String {
+    attnums
+        .iter()
+        .map(i16::to_string)
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// What `pg_ndistinct_out` prints for `entries` (the count cast to an integer).
+fn ndistinct_text(entries: &[Entry]) -> String {
+    let items: Vec<String> = entries
+        .iter()
+        .map(|(attnums, n)| format!("\"{}\": {}", joined(attnums), *n as i64))
+        .collect();
+    format!("{{{}}}", items.join(", "))
+}
+
+/// What `pg_dependencies_out` prints for `entries` (`%f`: six decimals).
+fn dependencies_text(entries: &[Entry]) -> String {
+    let items: Vec<String> = entries
+        .iter()
+        .map(|(attnums, degree)| {
+            let (implied, from) = attnums.split_last().unwrap_or((&0, &[]));
+            format!("\"{} => {implied}\": {degree:.6}", joined(from))
+        })
+        .collect();
+    format!("{{{}}}", items.join(", "))
+}
+
+/// `statext_ndistinct_serialize`'s bytes (without the varlena header) in the server's byte
+/// order: magic, type, count, then per item the count (`double`), the number of attributes
+/// (`int`) and the attribute numbers (`int16`). Little-endian, as every platform the images
+/// run on; on another the server prints something else and the check rolls back.
+fn ndistinct_bytes(entries: &[Entry]) -> Vec<u8> {
+    let mut out = header(NDISTINCT_MAGIC, entries.len());
+    for (attnums, n) in entries {
+        out.extend(n.to_le_bytes());
+        out.extend((attnums.len() as i32).to_le_bytes());
+        for attnum in attnums {
+            out.extend(attnum.to_le_bytes());
+        }
+    }
+    out
+}
+
+/// `statext_dependencies_serialize`'s bytes: magic, type, count, then per dependency the
+/// degree (`double`), the number of attributes (`int16`) and the attribute numbers.
+fn dependencies_bytes(entries: &[Entry]) -> Vec<u8> {
+    let mut out = header(DEPENDENCIES_MAGIC, entries.len());
+    for (attnums, degree) in entries {
+        out.extend(degree.to_le_bytes());
+        out.extend((attnums.len() as i16).to_le_bytes());
+        for attnum in attnums {
+            out.extend(attnum.to_le_bytes());
+        }
+    }
+    out
+}
+
+fn header(magic: u32, items: usize) -> Vec<u8> {
+    let mut out = Vec::new();
+    out.extend(magic.to_le_bytes());
+    out.extend(BASIC_TYPE.to_le_bytes());
+    out.extend(u32::try_from(items).unwrap_or(u32::MAX).to_le_bytes());
+    out
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// Where an object's data lives in the clone's catalog.
+fn data_row(oid: u32, inherited: bool) -> String {
+    format!(
+        "stxoid OPERATOR(pg_catalog.=) {oid}::pg_catalog.oid \
+         AND stxdinherit OPERATOR(pg_catalog.=) {inherited}"
+    )
+}
+
+/// The statements every rebuild opens with: a search path no object of the schema is on, and
+/// the object's data row (ANALYZE never ran on the clone, so it has none).
+fn opening(oid: u32, inherited: bool) -> Vec<String> {
+    vec![
+        "SET LOCAL search_path TO pg_catalog, pg_temp".to_owned(),
+        format!(
+            "INSERT INTO pg_catalog.pg_statistic_ext_data (stxoid, stxdinherit) \
+             SELECT {oid}::pg_catalog.oid, {inherited} WHERE NOT EXISTS \
+             (SELECT 1 FROM pg_catalog.pg_statistic_ext_data WHERE {})",
+            data_row(oid, inherited)
+        ),
+    ]
+}
+
+/// The exact rebuild of `object`'s n-distinct counts and dependencies in `target`; `None`
+/// when it has neither.
+pub fn exact_rebuild(
+    object: &ExtendedStatistics,
+    target: &CloneObject,
+) -> Result<Option<Rebuild>, String> {
+    if object.n_distinct.is_none() && object.dependencies.is_none() {
+        return Ok(None);
+    }
+    let map = attnum_map(object, target)?;
+    let mut statements = opening(target.oid, object.inherited);
+    let mut sets = Vec::new();
+    let mut expected = Vec::new();
+    let mut checks = Vec::new();
+    let kinds: [(&Option<String>, &str, &str, bool); 2] = [
+        (&object.n_distinct, "stxdndistinct", "pg_ndistinct", true),
+        (
+            &object.dependencies,
+            "stxddependencies",
+            "pg_dependencies",
+            false,
+        ),
+    ];
+    for (text, column, ty, is_ndistinct) in kinds {
+        let Some(text) = text else { continue };
+        let (bytes, printed) = if is_ndistinct {
+            let entries = ndistinct_entries(text, &map)?;
+            (ndistinct_bytes(&entries), ndistinct_text(&entries))
+        } else {
+            let entries = dependency_entries(text, &map)?;
+            (dependencies_bytes(&entries), dependencies_text(&entries))
+        };
+        statements.push(format!(
+            "CREATE CAST (pg_catalog.bytea AS pg_catalog.{ty}) WITHOUT FUNCTION"
+        ));
+        sets.push(format!(
+            "{column} = pg_catalog.decode('{}', 'hex')::pg_catalog.{ty}",
+            hex(&bytes)
+        ));
+        checks.push(format!("{column}::pg_catalog.text"));
+        expected.push(Some(printed));
+    }
+    statements.push(format!(
+        "UPDATE pg_catalog.pg_statistic_ext_data SET {} WHERE {}",
+        sets.join(", "),
+        data_row(target.oid, object.inherited)
+    ));
+    for (text, _, ty, _) in kinds {
+        if text.is_some() {
+            statements.push(format!("DROP CAST (pg_catalog.bytea AS pg_catalog.{ty})"));
+        }
+    }
+    Ok(Some(Rebuild {
+        statements,
+        check: format!(
+            "SELECT {} FROM pg_catalog.pg_statistic_ext_data WHERE {}",
+            checks.join(", "),
+            data_row(target.oid, object.inherited)
+        ),
+        expected,
+    }))
+}
+
+/// How a type's column gets values no combination of the source's list has, one per row (a
+/// text expression of the row number `g`); `None` for a type with few values (`boolean`, an
+/// enum) or one this does not know. `type_name` is `format_type` of the base type without
+/// modifier, as the snapshot has it.
+fn unique_values(type_name: &str) -> Option<&'static str> {
+    let bare = type_name.rsplit('.').next().unwrap_or(type_name);
+    Some(match bare {
+        "smallint" => "(-(g OPERATOR(pg_catalog.%) 32768))::pg_catalog.text",
+        "integer" | "bigint" | "numeric" | "real" | "double precision" | "oid" => {
+            "(-1000000000 OPERATOR(pg_catalog.-) g)::pg_catalog.text"
+        }
+        "text" | "character varying" | "bpchar" | "character" | "name" | "citext" => {
+            "'~' OPERATOR(pg_catalog.||) g::pg_catalog.text"
+        }
+        "date" => "(DATE '4000-01-01' OPERATOR(pg_catalog.+) g::pg_catalog.int4)::pg_catalog.text",
+        "timestamp without time zone" | "timestamp with time zone" => {
+            "(TIMESTAMP '4000-01-01' OPERATOR(pg_catalog.+) \
+             g OPERATOR(pg_catalog.*) INTERVAL '1 second')::pg_catalog.text"
+        }
+        "uuid" => "pg_catalog.md5(g::pg_catalog.text)",
+        _ => return None,
+    })
+}
+
+/// How the sample that reproduces an MCV list is made up.
+#[derive(Debug, Clone, PartialEq)]
+struct Sample {
+    /// Rows in all.
+    rows: u64,
+    /// How often each of the source's combinations occurs.
+    counts: Vec<u64>,
+    /// Rows besides them, each unique in the first column [`unique_values`] knows (or, where
+    /// that column carries extra occurrences of a listed value, in the second).
+    fill: u64,
+    /// Dimensions with unique values, in order.
+    unique: Vec<usize>,
+}
+
+fn sample_of(object: &ExtendedStatistics, items: &[McvItem]) -> Result<Sample, String> {
+    if object.expressions > 0 {
+        return Err(
+            "its list has expression dimensions, which a sample of columns cannot reproduce"
+                .to_owned(),
+        );
+    }
+    if items.iter().any(|i| i.values.len() != object.columns.len()) {
+        return Err("its list's items do not match its columns".to_owned());
+    }
+    let smallest = items
+        .iter()
+        .map(|i| i.frequency)
+        .fold(f64::INFINITY, f64::min);
+    if smallest.is_nan() || smallest <= 0.0 || items.len() > 10_000 {
+        return Err("its list's frequencies are out of range".to_owned());
+    }
+    let rows = ((MIN_OCCURRENCES as f64 * 2.0 / smallest).ceil() as u64).max(DEFAULT_SAMPLE);
+    if rows > MAX_SAMPLE {
+        return Err(format!(
+            "its rarest combination (frequency {smallest}) needs a sample above {MAX_SAMPLE} rows"
+        ));
+    }
+    let counts: Vec<u64> = items
+        .iter()
+        .map(|i| ((i.frequency * rows as f64).round() as u64).max(MIN_OCCURRENCES))
+        .collect();
+    let fill = rows.saturating_sub(counts.iter().sum());
+    let unique: Vec<usize> = object
+        .columns
+        .iter()
+        .enumerate()
+        .filter(|(_, c)| unique_values(&c.type_name).is_some())
+        .map(|(i, _)| i)
+        .collect();
+    if fill > 0 && unique.is_empty() {
+        return Err(format!(
+            "none of its columns is of a type whose values a sample can make up ({}), and its \
+             list does not cover the table",
+            object
+                .columns
+                .iter()
+                .map(|c| c.type_name.as_str())
+                .collect::<Vec<_>>()
+                .join(", ")
+        ));
+    }
+    Ok(Sample {
+        rows,
+        counts,
+        fill,
+        unique,
+    })
+}
+
+/// Why `object`'s MCV list cannot be rebuilt, if it has one that cannot.
+pub fn mcv_obstacle(object: &ExtendedStatistics) -> Option<String> {
+    let items = object.mcv.as_ref().filter(|items| !items.is_empty())?;
+    sample_of(object, items).err()
+}
+
+/// Reads a one-dimensional array as Postgres prints it (`{a,"b c",NULL}`).
+fn parse_array(text: &str) -> Option<Vec<Option<String>>> {
+    let inner = text.strip_prefix('{')?.strip_suffix('}')?;
+    let mut out = Vec::new();
+    let mut chars = inner.chars().peekable();
+    if inner.is_empty() {
+        return Some(out);
+    }
+    loop {
+        if chars.peek() == Some(&'"') {
+            chars.next();
+            let mut value = String::new();
+            loop {
+                match chars.next()? {
+                    '\\' => value.push(chars.next()?),
+                    '"' => break,
+                    c => value.push(c),
+                }
+            }
+            out.push(Some(value));
+        } else {
+            let mut value = String::new();
+            while let Some(&c) = chars.peek() {
+                if c == ',' {
+                    break;
+                }
+                value.push(c);
+                chars.next();
+            }
+            out.push((value != "NULL").then_some(value));
+        }
+        match chars.next() {
+            None => return Some(out),
+            Some(',') => {}
+            Some(_) => return None,
+        }
+    }
+}
+
+/// How often each listed value of column `dim` occurs in the source, by the source's column
+/// statistics (the same sample ANALYZE took its base frequencies from).
+fn column_frequencies(
+    object: &ExtendedStatistics,
+    dim: usize,
+    columns: &[ColumnStats],
+) -> Vec<(String, f64)> {
+    let Some(stats) = columns.iter().find(|c| {
+        c.schema == object.table_schema
+            && c.table == object.table
+            && c.column == object.columns[dim].name
+            && c.inherited == object.inherited
+            && c.attnum.is_none()
+    }) else {
+        return Vec::new();
+    };
+    let (Some(values), Some(freqs)) = (&stats.most_common_vals, &stats.most_common_freqs) else {
+        return Vec::new();
+    };
+    let (Some(values), Some(freqs)) = (parse_array(values), parse_array(freqs)) else {
+        return Vec::new();
+    };
+    values
+        .into_iter()
+        .zip(freqs)
+        .filter_map(|(v, f)| Some((v?, f?.parse().ok()?)))
+        .collect()
+}
+
+/// The rebuild of `object`'s MCV list in `target` through a scratch schema `scratch` (which
+/// the statements create and drop); `None` when it has no list. `columns` are the snapshot's
+/// column statistics, which say how often each listed value occurs on its own.
+pub fn mcv_rebuild(
+    object: &ExtendedStatistics,
+    target: &CloneObject,
+    scratch: &str,
+    columns: &[ColumnStats],
+) -> Result<Option<Rebuild>, String> {
+    let Some(items) = object.mcv.as_ref().filter(|items| !items.is_empty()) else {
+        return Ok(None);
+    };
+    let sample = sample_of(object, items)?;
+    // The clone's columns in its attribute order (the list's dimension order), with where each
+    // sits in the source's order.
+    let mut dims: Vec<(usize, &CloneColumn)> = object
+        .columns
+        .iter()
+        .enumerate()
+        .map(|(i, column)| {
+            target
+                .columns
+                .iter()
+                .find(|c| c.name == column.name)
+                .map(|c| (i, c))
+                .ok_or_else(|| format!("the clone's table has no column {}", column.name))
+        })
+        .collect::<Result<_, _>>()?;
+    dims.sort_by_key(|(_, c)| c.attnum);
+
+    let schema = pg_identifier(scratch);
+    let table = format!("{schema}.\"sample\"");
+    let name = |n: usize| pg_identifier(&format!("c{n}"));
+    let mut statements = opening(target.oid, object.inherited);
+    statements.push(format!("CREATE SCHEMA {schema}"));
+    statements.push(format!(
+        "CREATE TABLE {table} ({})",
+        dims.iter()
+            .enumerate()
+            .map(|(n, (_, c))| match &c.collation_sql {
+                Some(collation) => format!("{} {} COLLATE {collation}", name(n), c.type_sql),
+                None => format!("{} {}", name(n), c.type_sql),
+            })
+            .collect::<Vec<_>>()
+            .join(", ")
+    ));
+    if sample.rows > DEFAULT_SAMPLE {
+        let target_rows = sample.rows.div_ceil(300);
+        for n in 0..dims.len() {
+            statements.push(format!(
+                "ALTER TABLE {table} ALTER COLUMN {} SET STATISTICS {target_rows}",
+                name(n)
+            ));
+        }
+    }
+    let casts = |alias: &str| {
+        dims.iter()
+            .enumerate()
+            .map(|(n, (_, c))| format!("{alias}.{}::{}", name(n), c.type_sql))
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    let listed: Vec<String> = items
+        .iter()
+        .zip(&sample.counts)
+        .map(|(item, count)| {
+            let values: Vec<String> = dims
+                .iter()
+                .map(|(i, _)| match &item.values[*i] {
+                    Some(v) => format!("{}::pg_catalog.text", sql_literal(v)),
+                    None => "NULL::pg_catalog.text".to_owned(),
+                })
+                .collect();
+            format!("({}, {count})", values.join(", "))
+        })
+        .collect();
+    let aliases: Vec<String> = (0..dims.len()).map(name).collect();
+    statements.push(format!(
+        "INSERT INTO {table} SELECT {} FROM (VALUES {}) AS x({}, n), \
+         pg_catalog.generate_series(1, x.n)",
+        casts("x"),
+        listed.join(", "),
+        aliases.join(", ")
+    ));
+    if sample.fill > 0 {
+        statements.push(fill_statement(
+            object, items, &sample, &dims, columns, &table,
+        ));
+    }
+    statements.push(format!(
+        "CREATE STATISTICS {schema}.\"sample_mcv\" (mcv) ON {} FROM {table}",
+        aliases.join(", ")
+    ));
+    statements.push(format!(
+        "ALTER STATISTICS {schema}.\"sample_mcv\" SET STATISTICS {}",
+        items.len()
+    ));
+    statements.push(format!("ANALYZE {table}"));
+    statements.push(format!(
+        "UPDATE pg_catalog.pg_statistic_ext_data SET stxdmcv = \
+         (SELECT d.stxdmcv FROM pg_catalog.pg_statistic_ext_data d \
+          JOIN pg_catalog.pg_statistic_ext s ON s.oid OPERATOR(pg_catalog.=) d.stxoid \
+          JOIN pg_catalog.pg_namespace n ON n.oid OPERATOR(pg_catalog.=) s.stxnamespace \
+          WHERE n.nspname OPERATOR(pg_catalog.=) {} \
+            AND s.stxname OPERATOR(pg_catalog.=) 'sample_mcv' AND NOT d.stxdinherit) \
+         WHERE {}",
+        sql_literal(scratch),
+        data_row(target.oid, object.inherited)
+    ));
+    statements.push(format!("DROP SCHEMA {schema} CASCADE"));
+    Ok(Some(Rebuild {
+        statements,
+        check: format!(
+            "SELECT (SELECT pg_catalog.count(*) FROM pg_catalog.pg_mcv_list_items(stxdmcv))\
+             ::pg_catalog.text FROM pg_catalog.pg_statistic_ext_data WHERE {}",
+            data_row(target.oid, object.inherited)
+        ),
+        expected: vec![Some(items.len().to_string())],
+    }))
+}
+
+/// The rows besides the listed combinations: each listed value occurs as often in all as the
+/// source's column statistics say (as far as the rows allow), and every row is unique in a
+/// column of [`unique_values`], so no combination of them reaches the list.
+fn fill_statement(
+    object: &ExtendedStatistics,
+    items: &[McvItem],
+    sample: &Sample,
+    dims: &[(usize, &CloneColumn)],
+    columns: &[ColumnStats],
+    table: &str,
+) -> String {
+    let rows = sample.rows as f64;
+    let fill = sample.fill;
+    // Extra occurrences of each listed value, per source dimension.
+    let extras = |source_dim: usize| -> Vec<(String, u64)> {
+        let mut out = Vec::new();
+        for (value, frequency) in column_frequencies(object, source_dim, columns) {
+            let in_items: u64 = items
+                .iter()
+                .zip(&sample.counts)
+                .filter(|(item, _)| item.values[source_dim].as_deref() == Some(value.as_str()))
+                .map(|(_, count)| count)
+                .sum();
+            if in_items == 0 {
+                continue;
+            }
+            let wanted = (frequency * rows).round() as u64;
+            if wanted > in_items {
+                out.push((value, wanted - in_items));
+            }
+        }
+        out
+    };
+    let first = sample.unique.first().copied();
+    let second = sample.unique.get(1).copied();
+    let columns_sql: Vec<String> = dims
+        .iter()
+        .map(|(source_dim, column)| {
+            let source_dim = *source_dim;
+            let unique = unique_values(&object.columns[source_dim].type_name);
+            // The first unique column carries extra occurrences only when a second one keeps
+            // those rows unique; the second's start after the first's.
+            let is_first = Some(source_dim) == first;
+            let allowed = !(is_first && second.is_none());
+            let mut start = 0;
+            let mut branches = Vec::new();
+            if Some(source_dim) == second
+                && let Some(first) = first
+            {
+                let taken: u64 = extras(first).iter().map(|(_, n)| n).sum();
+                let taken = taken.min(fill);
+                if taken > 0 {
+                    branches.push(format!(
+                        "WHEN g OPERATOR(pg_catalog.<=) {taken} THEN {}",
+                        unique.unwrap_or("NULL")
+                    ));
+                }
+                start = taken;
+            }
+            if allowed {
+                for (value, count) in extras(source_dim) {
+                    let end = (start + count).min(fill);
+                    if end > start {
+                        branches.push(format!(
+                            "WHEN g OPERATOR(pg_catalog.<=) {end} THEN {}",
+                            sql_literal(&value)
+                        ));
+                    }
+                    start = end;
+                }
+            }
+            let otherwise = unique.unwrap_or("NULL");
+            let expression = if branches.is_empty() {
+                otherwise.to_owned()
+            } else {
+                format!("CASE {} ELSE {otherwise} END", branches.join(" "))
+            };
+            format!("({expression})::{}", column.type_sql)
+        })
+        .collect();
+    format!(
+        "INSERT INTO {table} SELECT {} FROM pg_catalog.generate_series(1, {fill}) AS g",
+        columns_sql.join(", ")
+    )
+}
+
+/// Whether `snapshot` read its source's extended statistics (older snapshots did not).
+pub fn read(snapshot: &Snapshot) -> bool {
+    snapshot.extended_statistics_data.is_some()
+}
+
+/// What of `snapshot`'s extended statistics a clone lacks, as (what, why): objects the
+/// snapshot could not read, expression statistics, MCV lists that cannot be rebuilt; for an
+/// older snapshot, every object's data.
+pub fn left_out(snapshot: &Snapshot) -> Vec<(String, String)> {
+    let Some(data) = &snapshot.extended_statistics_data else {
+        if snapshot.extended_statistics.is_empty() {
+            return Vec::new();
+        }
+        return vec![(
+            format!(
+                "extended statistics ({})",
+                snapshot.extended_statistics.len()
+            ),
+            format!(
+                "extended statistics ({}) exist in the schema but hold no data: the snapshot \
+                 was taken before their data was read; a new snapshot carries it",
+                snapshot.extended_statistics.join(", ")
+            ),
+        )];
+    };
+    let mut out = Vec::new();
+    if !data.unreadable.is_empty() {
+        out.push((
+            format!("extended statistics ({})", data.unreadable.len()),
+            format!(
+                "extended statistics ({}) exist in the schema but hold no data: the snapshot's \
+                 role cannot see their data (pg_stats_ext shows it only to members of the \
+                 table's owner, with row security off for them); grant the role the owner's \
+                 privileges or snapshot as a superuser",
+                data.unreadable.join(", ")
+            ),
+        ));
+    }
+    let named = |o: &ExtendedStatistics| format!("{}.{}", o.schema, o.name);
+    let expressions: Vec<String> =
+        distinct(data.objects.iter().filter(|o| o.expressions > 0).map(named));
+    if !expressions.is_empty() {
+        out.push((
+            format!("expression statistics ({})", expressions.len()),
+            format!(
+                "the statistics of the expressions of {} (and their most-common-values lists) \
+                 are not rebuilt: a clone estimates those expressions from defaults; their \
+                 n-distinct counts and dependencies are",
+                expressions.join(", ")
+            ),
+        ));
+    }
+    let mcv: Vec<String> = distinct(
+        data.objects
+            .iter()
+            .filter(|o| o.expressions == 0)
+            .filter_map(|o| mcv_obstacle(o).map(|why| format!("{}: {why}", named(o)))),
+    );
+    if !mcv.is_empty() {
+        out.push((
+            format!("extended most-common values ({})", mcv.len()),
+            format!(
+                "these most-common-values lists are not rebuilt, so estimates of combined \
+                 equality predicates rest on n-distinct counts and dependencies: {}",
+                mcv.join("; ")
+            ),
+        ));
+    }
+    out
+}
+
+fn distinct(names: impl Iterator<Item = String>) -> Vec<String> {
+    let mut out: Vec<String> = names.collect();
+    out.sort();
+    out.dedup();
+    out
+}
+
+/// How many of `snapshot`'s objects a clone carries data of (at least one kind rebuilt).
+pub fn carried(snapshot: &Snapshot) -> usize {
+    snapshot
+        .extended_statistics_data
+        .as_ref()
+        .map(|data| {
+            distinct(
+                data.objects
+                    .iter()
+                    .filter(|o| {
+                        o.n_distinct.is_some()
+                            || o.dependencies.is_some()
+                            || (o.mcv.as_ref().is_some_and(|m| !m.is_empty())
+                                && mcv_obstacle(o).is_none())
+                    })
+                    .map(|o| format!("{}.{}", o.schema, o.name)),
+            )
+            .len()
+        })
+        .unwrap_or(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::clone::snapshot::StatisticsColumn;
+
+    fn object() -> ExtendedStatistics {
+        ExtendedStatistics {
+            schema: "public".into(),
+            name: "s".into(),
+            table_schema: "public".into(),
+            table: "t".into(),
+            columns: vec![
+                StatisticsColumn {
+                    attnum: 1,
+                    name: "a".into(),
+                    type_name: "integer".into(),
+                },
+                StatisticsColumn {
+                    attnum: 2,
+                    name: "b".into(),
+                    type_name: "integer".into(),
+                },
+                StatisticsColumn {
+                    attnum: 3,
+                    name: "c".into(),
+                    type_name: "boolean".into(),
+                },
+            ],
+            n_distinct: Some(r#"{"1, 2": 100, "1, 3": 700, "2, 3": 70, "1, 2, 3": 700}"#.into()),
+            dependencies: Some(r#"{"1 => 2": 1.000000, "1, 3 => 2": 1.000000}"#.into()),
+            ..ExtendedStatistics::default()
+        }
+    }
+
+    fn clone_object(attnums: [i16; 3]) -> CloneObject {
+        CloneObject {
+            oid: 16400,
+            columns: ["a", "b", "c"]
+                .iter()
+                .zip(attnums)
+                .map(|(name, attnum)| CloneColumn {
+                    name: (*name).into(),
+                    attnum,
+                    type_sql: "\"pg_catalog\".\"int4\"".into(),
+                    collation_sql: None,
+                })
+                .collect(),
+        }
+    }
+
+    #[test]
+    fn the_bytes_are_the_servers_own() {
+        // What PostgreSQL 18 stored for these values (`stxdndistinct::bytea`).
+        let map = [(1, 1), (2, 2), (3, 3)];
+        let entries =
+            ndistinct_entries(object().n_distinct.as_deref().unwrap_or(""), &map).expect("parses");
+        assert_eq!(
+            hex(&ndistinct_bytes(&entries)),
+            "a4bf52a30100000004000000000000000000594002000000010002000000000000e0854002000000\
+             01000300000000000080514002000000020003000000000000e0854003000000010002000300"
+        );
+        let entries = dependency_entries(object().dependencies.as_deref().unwrap_or(""), &map)
+            .expect("parses");
+        assert_eq!(
+            hex(&dependencies_bytes(&entries)),
+            "2c9a54b40100000002000000000000000000f03f020001000200000000000000f03f0300010003000200"
+        );
+        assert_eq!(
+            dependencies_text(&entries),
+            object().dependencies.unwrap_or_default()
+        );
+    }
+
+    #[test]
+    fn attribute_numbers_follow_the_clones_columns_by_name() {
+        let rebuild = exact_rebuild(&object(), &clone_object([2, 4, 5]))
+            .expect("rebuilds")
+            .expect("has data");
+        assert_eq!(
+            rebuild.expected,
+            [
+                Some(r#"{"2, 4": 100, "2, 5": 700, "4, 5": 70, "2, 4, 5": 700}"#.to_owned()),
+                Some(r#"{"2 => 4": 1.000000, "2, 5 => 4": 1.000000}"#.to_owned()),
+            ]
+        );
+        let text = rebuild.statements.join(";\n");
+        assert!(text.starts_with("SET LOCAL search_path TO pg_catalog, pg_temp"));
+        assert!(text.contains("CREATE CAST (pg_catalog.bytea AS pg_catalog.pg_ndistinct)"));
+        assert!(text.contains("DROP CAST (pg_catalog.bytea AS pg_catalog.pg_dependencies)"));
+        assert!(text.contains("stxoid OPERATOR(pg_catalog.=) 16400::pg_catalog.oid"));
+        let mut missing = clone_object([1, 2, 3]);
+        missing.columns.pop();
+        assert!(exact_rebuild(&object(), &missing).is_err());
+    }
+
+    #[test]
+    fn an_mcv_list_is_sampled_by_frequency_with_unique_rows_around_it() {
+        let mut object = object();
+        object.columns.truncate(2);
+        object.mcv = Some(vec![
+            McvItem {
+                values: vec![Some("1".into()), Some("10".into())],
+                frequency: 0.5,
+                base_frequency: 0.3,
+            },
+            McvItem {
+                values: vec![Some("2".into()), None],
+                frequency: 0.01,
+                base_frequency: 0.001,
+            },
+        ]);
+        let columns = vec![ColumnStats {
+            schema: "public".into(),
+            table: "t".into(),
+            column: "a".into(),
+            most_common_vals: Some("{1,2}".into()),
+            most_common_freqs: Some("{0.6,0.02}".into()),
+            ..ColumnStats::default()
+        }];
+        let rebuild = mcv_rebuild(
+            &object,
+            &clone_object([1, 2, 3]),
+            "sandboxd_scratch_x",
+            &columns,
+        )
+        .expect("rebuilds")
+        .expect("has a list");
+        let text = rebuild.statements.join(";\n");
+        assert!(
+            text.contains("CREATE SCHEMA \"sandboxd_scratch_x\""),
+            "{text}"
+        );
+        assert!(
+            text.contains("('1'::pg_catalog.text, '10'::pg_catalog.text, 15000)"),
+            "{text}"
+        );
+        assert!(
+            text.contains("('2'::pg_catalog.text, NULL::pg_catalog.text, 300)"),
+            "{text}"
+        );
+        // 14,700 more rows: a's listed values reach their column frequencies (0.6 and 0.02 of
+        // 30,000) where b keeps each row unique.
+        assert!(text.contains("generate_series(1, 14700) AS g"), "{text}");
+        assert!(
+            text.contains("WHEN g OPERATOR(pg_catalog.<=) 3000 THEN '1'"),
+            "{text}"
+        );
+        assert!(
+            text.contains("WHEN g OPERATOR(pg_catalog.<=) 3300 THEN '2'"),
+            "{text}"
+        );
+        assert!(text.contains("SET STATISTICS 2"), "{text}");
+        assert!(
+            text.ends_with("DROP SCHEMA \"sandboxd_scratch_x\" CASCADE"),
+            "{text}"
+        );
+        assert_eq!(rebuild.expected, [Some("2".to_owned())]);
+    }
+
+    #[test]
+    fn lists_that_cannot_be_sampled_say_why() {
+        let mut object = object();
+        object.columns = vec![object.columns[2].clone(), object.columns[2].clone()];
+        object.mcv = Some(vec![McvItem {
+            values: vec![Some("t".into()), Some("f".into())],
+            frequency: 0.4,
+            base_frequency: 0.2,
+        }]);
+        assert!(
+            mcv_obstacle(&object).is_some_and(|why| why.contains("boolean")),
+            "two booleans cannot make unique rows"
+        );
+        object.mcv.as_mut().expect("list")[0].frequency = 1.0;
+        assert_eq!(
+            mcv_obstacle(&object),
+            None,
+            "a list covering the table needs no fill"
+        );
+        object.expressions = 1;
+        assert!(mcv_obstacle(&object).is_some());
+    }
+
+    #[test]
+    fn arrays_read_as_postgres_prints_them() {
+        assert_eq!(
+            parse_array(r#"{a,"b,c",NULL,"d\"e"}"#),
+            Some(vec![
+                Some("a".into()),
+                Some("b,c".into()),
+                None,
+                Some("d\"e".into())
+            ])
+        );
+        assert_eq!(parse_array("{}"), Some(vec![]));
+        assert_eq!(parse_array("x"), None);
+    }
+}
