@@ -82,7 +82,8 @@ pub struct SnapshotSummaryOut {
     pub materialized_views: u32,
     /// Rows of `pg_stats` carried.
     pub column_statistics: u32,
-    /// `CREATE STATISTICS` objects in the schema (their data rebuilt in a clone where it can be: `left_out` names what could not).
+    /// `CREATE STATISTICS` objects in the schema (their data is rebuilt in a clone where it can
+    /// be; `left_out` names what could not).
     pub extended_statistics: u32,
     /// Planner settings captured.
     pub settings: u32,
