@@ -155,6 +155,34 @@ pub trait Backend: Send + Sync + fmt::Debug {
     /// cached [`FeatureProbe`] is keyed by.
     async fn provider(&self, engine: EngineRef) -> Result<String, BackendError>;
 
+    /// [`provider`](Self::provider) of `engine` at major version `major`, which a clone runs
+    /// (its source's). A backend that runs only its own version has none.
+    async fn provider_of_major(
+        &self,
+        engine: EngineRef,
+        major: u32,
+    ) -> Result<String, BackendError> {
+        Err(BackendError::Unsupported {
+            operation: "running a given major version",
+            detail: format!(
+                "the {} backend runs its own {} only, not major version {major}",
+                self.kind(),
+                engine.name
+            ),
+        })
+    }
+
+    /// [`image_of`](Self::image_of) `engine` at major version `major`; None for a backend
+    /// without images.
+    async fn image_of_major(
+        &self,
+        engine: EngineRef,
+        major: u32,
+    ) -> Result<Option<String>, BackendError> {
+        let _ = (engine, major);
+        Ok(None)
+    }
+
     /// Which of `engine`'s allowlisted features this backend really provides, found on a
     /// throwaway instance owned by `slot` (a pool slot) and made by `maker`; it is torn down
     /// before this returns.
@@ -164,7 +192,23 @@ pub trait Backend: Send + Sync + fmt::Debug {
         slot: &AgentSlug,
         maker: &DaemonId,
     ) -> Result<FeatureProbe, BackendError> {
-        let source = match self.image_of(engine).await? {
+        self.probe_features_at(engine, None, slot, maker).await
+    }
+
+    /// [`probe_features`](Self::probe_features) on a server of major version `major` (None:
+    /// the backend's own): what a clone of a source of that version is offered.
+    async fn probe_features_at(
+        &self,
+        engine: EngineRef,
+        major: Option<u32>,
+        slot: &AgentSlug,
+        maker: &DaemonId,
+    ) -> Result<FeatureProbe, BackendError> {
+        let image = match major {
+            None => self.image_of(engine).await?,
+            Some(major) => self.image_of_major(engine, major).await?,
+        };
+        let source = match image {
             Some(image) => format!("image {image}"),
             None => self.feature_location(engine),
         };
@@ -180,7 +224,7 @@ pub trait Backend: Send + Sync + fmt::Debug {
         }
         let member = self
             .provision_idle(&InstanceRequest {
-                major: None,
+                major,
                 engine,
                 owner: slot.clone(),
                 maker: maker.clone(),
@@ -384,18 +428,19 @@ pub trait Backend: Send + Sync + fmt::Debug {
     /// (`snapshot`) is made a clone of it again. Where the agent has sessions of its own to lock
     /// out (Postgres), it is locked out from the first statement to the last, so nothing it does
     /// races the superuser's work; it is let in again whatever happened, its database present.
+    /// A clone's database keeps its name; what making it a clone again did is the answer.
     async fn reset(
         &self,
         instance: &Instance,
         snapshot: Option<&sandboxd_domain::clone::Snapshot>,
-    ) -> Result<(), BackendError> {
+    ) -> Result<Option<clone::CloneReport>, BackendError> {
         let (host, port) = self.admin_address(instance).await?;
         let reach = Reach { host: &host, port };
         let engine = instance.engine.get();
         let facts = wire::server_facts(engine, &instance.admin, reach)
             .await
             .map_err(wire_error(instance, "asking the server facts of"))?;
-        let plan = engine.reset(&instance.agent, facts);
+        let plan = engine.reset(&instance.agent, facts, &instance.database);
         let rebuilt = async {
             wire::reset(engine, &instance.admin, reach, &plan)
                 .await
@@ -414,17 +459,23 @@ pub trait Backend: Send + Sync + fmt::Debug {
                     feature.name()
                 ))
             })?;
-            if let Some(snapshot) = snapshot {
-                clone::apply(
-                    self,
-                    instance,
-                    snapshot,
-                    clone::Fidelity::FULL,
-                    clone::SchemaOwner::Agent,
-                )
-                .await?;
+            match snapshot {
+                Some(snapshot) => {
+                    let mut report = clone::apply(
+                        self,
+                        instance,
+                        snapshot,
+                        clone::Fidelity::FULL,
+                        clone::SchemaOwner::Agent,
+                    )
+                    .await?;
+                    report
+                        .notes
+                        .extend(clone::database_note(instance, snapshot));
+                    Ok::<_, BackendError>(Some(report))
+                }
+                None => Ok(None),
             }
-            Ok(())
         }
         .await;
         let finished = wire::finish_reset(engine, &instance.admin, reach, &plan)
@@ -433,7 +484,10 @@ pub trait Backend: Send + Sync + fmt::Debug {
                 instance,
                 "letting the agent in again after a reset",
             ));
-        rebuilt.and(finished)
+        // The rebuild's failure is the one to tell; the agent was let in again either way.
+        let report = rebuilt?;
+        finished?;
+        Ok(report)
     }
 }
 
@@ -463,7 +517,7 @@ impl IdleMember {
         match held {
             Ok((session, facts)) => {
                 let agent = Credentials::generate(instance.engine.agent_user);
-                let mint = instance.engine.mint(&agent, facts);
+                let mint = instance.engine.mint(&agent, facts, &instance.database);
                 Ok(Self {
                     instance,
                     session,
