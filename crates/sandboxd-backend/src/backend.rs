@@ -5,22 +5,21 @@
 //! (`handle.rs`, `doctor.rs`, `idle.rs`, `probe.rs`); `clone::apply` reaches a backend only
 //! through its port, `CloneHost`, implemented here for every backend.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeSet;
 use std::fmt;
 
 use async_trait::async_trait;
 use sandboxd_domain::instance::{BackendKind, Instance};
-use sandboxd_domain::{AgentSlug, Credentials, DaemonId, DataSize, EngineRef, Feature};
+use sandboxd_domain::{AgentSlug, DaemonId, DataSize, EngineRef, Feature};
 
 use crate::clone;
 use crate::doctor::DoctorCheck;
 use crate::error::{BackendError, wire_error};
 use crate::handle::{InstanceHandle, InstanceRequest, ListedInstance};
 use crate::idle::IdleMember;
-use crate::probe::{self, FeatureProbe};
+use crate::probe::FeatureProbe;
 use crate::wire::{
-    self, ActivationError, AdminSession, AgentConnection, AgentStatement, QueryAnswer, QueryLimits,
-    Reach,
+    self, ActivationError, AgentConnection, AgentStatement, QueryAnswer, QueryLimits, Reach,
 };
 
 /// How eagerly [`Backend::sweep`] removes what is unused.
@@ -204,47 +203,7 @@ pub trait Backend: Send + Sync + fmt::Debug {
         slot: &AgentSlug,
         maker: &DaemonId,
     ) -> Result<FeatureProbe, BackendError> {
-        let image = match major {
-            None => self.image_of(engine).await?,
-            Some(major) => self.image_of_major(engine, major).await?,
-        };
-        let source = match image {
-            Some(image) => format!("image {image}"),
-            None => self.feature_location(engine),
-        };
-        let mut probe = FeatureProbe {
-            engine: engine.name,
-            source,
-            available: BTreeSet::new(),
-            missing: BTreeMap::new(),
-            versions: BTreeMap::new(),
-        };
-        if engine.features.is_empty() {
-            return Ok(probe);
-        }
-        let member = self
-            .provision_idle(&InstanceRequest {
-                major,
-                engine,
-                owner: slot.clone(),
-                maker: maker.clone(),
-                features: BTreeSet::new(),
-                size: None,
-            })
-            .await?;
-        let instance = &member.instance;
-        let outcome = async {
-            let (host, port) = self.admin_address(instance).await?;
-            let reach = Reach { host: &host, port };
-            probe::try_each_feature(&mut probe, engine, instance, reach).await
-        }
-        .await;
-        let handle = InstanceHandle::of(instance);
-        drop(member);
-        if let Err(err) = self.teardown(&handle).await {
-            tracing::warn!(instance = %handle.name, error = %err, "removing a feature probe's instance");
-        }
-        outcome.map(|()| probe)
+        crate::members::probe_on_throwaway(self, engine, major, slot, maker).await
     }
 
     /// Where sandboxd itself dials the instance as its superuser: the handed-out address,
@@ -488,48 +447,6 @@ pub trait Backend: Send + Sync + fmt::Debug {
         let report = rebuilt?;
         finished?;
         Ok(report)
-    }
-}
-
-/// Beside the trait rather than in `idle.rs`: holding a member needs the backend that made it,
-/// and the trait's `hand_out` consumes one, so `idle.rs` stays below the trait.
-impl IdleMember {
-    /// Holds a superuser connection to `instance`, just provisioned for a pool, on `backend`;
-    /// tears it down when that fails.
-    pub(crate) async fn hold(
-        backend: &(impl Backend + ?Sized),
-        instance: Instance,
-    ) -> Result<Self, BackendError> {
-        let held = async {
-            let (host, port) = backend.admin_address(&instance).await?;
-            let reach = Reach { host: &host, port };
-            let session =
-                AdminSession::open(instance.engine, &instance.admin, reach, &instance.database)
-                    .await
-                    .map_err(wire_error(&instance, "holding a superuser connection to"))?;
-            let facts = session
-                .facts()
-                .await
-                .map_err(wire_error(&instance, "asking the server facts of"))?;
-            Ok((session, facts))
-        }
-        .await;
-        match held {
-            Ok((session, facts)) => {
-                let agent = Credentials::generate(instance.engine.agent_user);
-                let mint = instance.engine.mint(&agent, facts, &instance.database);
-                Ok(Self {
-                    instance,
-                    session,
-                    agent,
-                    mint,
-                })
-            }
-            Err(err) => {
-                let _ = backend.teardown(&InstanceHandle::of(&instance)).await;
-                Err(err)
-            }
-        }
     }
 }
 
