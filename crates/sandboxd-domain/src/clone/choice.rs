@@ -92,34 +92,26 @@ pub fn snapshot_under(snapshot: Snapshot, privacy: Privacy) -> Snapshot {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::clone::snapshot::ColumnStats;
 
+    /// A snapshot as stored (read the way old and new ones are, so fields added with a
+    /// default later need nothing here), under `privacy`.
     fn snapshot(privacy: Privacy) -> Snapshot {
-        Snapshot {
-            source: "shop".into(),
-            taken_at_ms: 7,
-            server_version: "PostgreSQL 18.1".into(),
-            server_version_num: 180_001,
-            database: "shop".into(),
-            schema_sql: String::new(),
-            relations: Vec::new(),
-            columns: vec![ColumnStats {
-                schema: "public".into(),
-                table: "orders".into(),
-                column: "status".into(),
-                n_distinct: Some("3".into()),
-                most_common_vals: Some("{paid,open}".into()),
-                most_common_freqs: Some("{0.9,0.1}".into()),
-                histogram_bounds: Some("{a,b}".into()),
-                ..ColumnStats::default()
-            }],
-            settings: Vec::new(),
-            extensions: Vec::new(),
-            extended_statistics: Vec::new(),
-            foreign_tables: Vec::new(),
-            privacy,
-        }
-        .with_privacy(privacy)
+        let stored: Snapshot = serde_json::from_value(serde_json::json!({
+            "source": "shop", "taken_at_ms": 7, "server_version": "PostgreSQL 18.1",
+            "server_version_num": 180_001, "database": "shop", "schema_sql": "",
+            "relations": [], "settings": [], "extensions": [], "extended_statistics": [],
+            "privacy": "keep-values",
+            "columns": [{"schema": "public", "table": "orders", "column": "status",
+                         "inherited": false, "null_frac": "0", "avg_width": "5",
+                         "n_distinct": "3", "most_common_vals": "{paid,open}",
+                         "most_common_freqs": "{0.9,0.1}", "histogram_bounds": "{a,b}",
+                         "correlation": null, "most_common_elems": null,
+                         "most_common_elem_freqs": null, "elem_count_histogram": null,
+                         "range_length_histogram": null, "range_empty_frac": null,
+                         "range_bounds_histogram": null}]
+        }))
+        .expect("a stored snapshot");
+        stored.with_privacy(privacy)
     }
 
     #[test]
