@@ -5,22 +5,21 @@
 //! (`handle.rs`, `doctor.rs`, `idle.rs`, `probe.rs`); `clone::apply` reaches a backend only
 //! through its port, `CloneHost`, implemented here for every backend.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeSet;
 use std::fmt;
 
 use async_trait::async_trait;
 use sandboxd_domain::instance::{BackendKind, Instance};
-use sandboxd_domain::{AgentSlug, Credentials, DaemonId, DataSize, EngineRef, Feature};
+use sandboxd_domain::{AgentSlug, DaemonId, DataSize, EngineRef, Feature};
 
 use crate::clone;
 use crate::doctor::DoctorCheck;
 use crate::error::{BackendError, wire_error};
 use crate::handle::{InstanceHandle, InstanceRequest, ListedInstance};
 use crate::idle::IdleMember;
-use crate::probe::{self, FeatureProbe};
+use crate::probe::FeatureProbe;
 use crate::wire::{
-    self, ActivationError, AdminSession, AgentConnection, AgentStatement, QueryAnswer, QueryLimits,
-    Reach,
+    self, ActivationError, AgentConnection, AgentStatement, QueryAnswer, QueryLimits, Reach,
 };
 
 /// How eagerly [`Backend::sweep`] removes what is unused.
@@ -155,6 +154,34 @@ pub trait Backend: Send + Sync + fmt::Debug {
     /// cached [`FeatureProbe`] is keyed by.
     async fn provider(&self, engine: EngineRef) -> Result<String, BackendError>;
 
+    /// [`provider`](Self::provider) of `engine` at major version `major`, which a clone runs
+    /// (its source's). A backend that runs only its own version has none.
+    async fn provider_of_major(
+        &self,
+        engine: EngineRef,
+        major: u32,
+    ) -> Result<String, BackendError> {
+        Err(BackendError::Unsupported {
+            operation: "running a given major version",
+            detail: format!(
+                "the {} backend runs its own {} only, not major version {major}",
+                self.kind(),
+                engine.name
+            ),
+        })
+    }
+
+    /// [`image_of`](Self::image_of) `engine` at major version `major`; None for a backend
+    /// without images.
+    async fn image_of_major(
+        &self,
+        engine: EngineRef,
+        major: u32,
+    ) -> Result<Option<String>, BackendError> {
+        let _ = (engine, major);
+        Ok(None)
+    }
+
     /// Which of `engine`'s allowlisted features this backend really provides, found on a
     /// throwaway instance owned by `slot` (a pool slot) and made by `maker`; it is torn down
     /// before this returns.
@@ -164,43 +191,19 @@ pub trait Backend: Send + Sync + fmt::Debug {
         slot: &AgentSlug,
         maker: &DaemonId,
     ) -> Result<FeatureProbe, BackendError> {
-        let source = match self.image_of(engine).await? {
-            Some(image) => format!("image {image}"),
-            None => self.feature_location(engine),
-        };
-        let mut probe = FeatureProbe {
-            engine: engine.name,
-            source,
-            available: BTreeSet::new(),
-            missing: BTreeMap::new(),
-            versions: BTreeMap::new(),
-        };
-        if engine.features.is_empty() {
-            return Ok(probe);
-        }
-        let member = self
-            .provision_idle(&InstanceRequest {
-                major: None,
-                engine,
-                owner: slot.clone(),
-                maker: maker.clone(),
-                features: BTreeSet::new(),
-                size: None,
-            })
-            .await?;
-        let instance = &member.instance;
-        let outcome = async {
-            let (host, port) = self.admin_address(instance).await?;
-            let reach = Reach { host: &host, port };
-            probe::try_each_feature(&mut probe, engine, instance, reach).await
-        }
-        .await;
-        let handle = InstanceHandle::of(instance);
-        drop(member);
-        if let Err(err) = self.teardown(&handle).await {
-            tracing::warn!(instance = %handle.name, error = %err, "removing a feature probe's instance");
-        }
-        outcome.map(|()| probe)
+        self.probe_features_at(engine, None, slot, maker).await
+    }
+
+    /// [`probe_features`](Self::probe_features) on a server of major version `major` (None:
+    /// the backend's own): what a clone of a source of that version is offered.
+    async fn probe_features_at(
+        &self,
+        engine: EngineRef,
+        major: Option<u32>,
+        slot: &AgentSlug,
+        maker: &DaemonId,
+    ) -> Result<FeatureProbe, BackendError> {
+        crate::members::probe_on_throwaway(self, engine, major, slot, maker).await
     }
 
     /// Where sandboxd itself dials the instance as its superuser: the handed-out address,
@@ -384,18 +387,19 @@ pub trait Backend: Send + Sync + fmt::Debug {
     /// (`snapshot`) is made a clone of it again. Where the agent has sessions of its own to lock
     /// out (Postgres), it is locked out from the first statement to the last, so nothing it does
     /// races the superuser's work; it is let in again whatever happened, its database present.
+    /// A clone's database keeps its name; what making it a clone again did is the answer.
     async fn reset(
         &self,
         instance: &Instance,
         snapshot: Option<&sandboxd_domain::clone::Snapshot>,
-    ) -> Result<(), BackendError> {
+    ) -> Result<Option<clone::CloneReport>, BackendError> {
         let (host, port) = self.admin_address(instance).await?;
         let reach = Reach { host: &host, port };
         let engine = instance.engine.get();
         let facts = wire::server_facts(engine, &instance.admin, reach)
             .await
             .map_err(wire_error(instance, "asking the server facts of"))?;
-        let plan = engine.reset(&instance.agent, facts);
+        let plan = engine.reset(&instance.agent, facts, &instance.database);
         let rebuilt = async {
             wire::reset(engine, &instance.admin, reach, &plan)
                 .await
@@ -414,17 +418,23 @@ pub trait Backend: Send + Sync + fmt::Debug {
                     feature.name()
                 ))
             })?;
-            if let Some(snapshot) = snapshot {
-                clone::apply(
-                    self,
-                    instance,
-                    snapshot,
-                    clone::Fidelity::FULL,
-                    clone::SchemaOwner::Agent,
-                )
-                .await?;
+            match snapshot {
+                Some(snapshot) => {
+                    let mut report = clone::apply(
+                        self,
+                        instance,
+                        snapshot,
+                        clone::Fidelity::FULL,
+                        clone::SchemaOwner::Agent,
+                    )
+                    .await?;
+                    report
+                        .notes
+                        .extend(clone::database_note(instance, snapshot));
+                    Ok::<_, BackendError>(Some(report))
+                }
+                None => Ok(None),
             }
-            Ok(())
         }
         .await;
         let finished = wire::finish_reset(engine, &instance.admin, reach, &plan)
@@ -433,49 +443,10 @@ pub trait Backend: Send + Sync + fmt::Debug {
                 instance,
                 "letting the agent in again after a reset",
             ));
-        rebuilt.and(finished)
-    }
-}
-
-/// Beside the trait rather than in `idle.rs`: holding a member needs the backend that made it,
-/// and the trait's `hand_out` consumes one, so `idle.rs` stays below the trait.
-impl IdleMember {
-    /// Holds a superuser connection to `instance`, just provisioned for a pool, on `backend`;
-    /// tears it down when that fails.
-    pub(crate) async fn hold(
-        backend: &(impl Backend + ?Sized),
-        instance: Instance,
-    ) -> Result<Self, BackendError> {
-        let held = async {
-            let (host, port) = backend.admin_address(&instance).await?;
-            let reach = Reach { host: &host, port };
-            let session =
-                AdminSession::open(instance.engine, &instance.admin, reach, &instance.database)
-                    .await
-                    .map_err(wire_error(&instance, "holding a superuser connection to"))?;
-            let facts = session
-                .facts()
-                .await
-                .map_err(wire_error(&instance, "asking the server facts of"))?;
-            Ok((session, facts))
-        }
-        .await;
-        match held {
-            Ok((session, facts)) => {
-                let agent = Credentials::generate(instance.engine.agent_user);
-                let mint = instance.engine.mint(&agent, facts);
-                Ok(Self {
-                    instance,
-                    session,
-                    agent,
-                    mint,
-                })
-            }
-            Err(err) => {
-                let _ = backend.teardown(&InstanceHandle::of(&instance)).await;
-                Err(err)
-            }
-        }
+        // The rebuild's failure is the one to tell; the agent was let in again either way.
+        let report = rebuilt?;
+        finished?;
+        Ok(report)
     }
 }
 

@@ -1,7 +1,8 @@
 //! Backends run database instances for sandboxd. Parts:
 //! - [`backend`]: the `Backend` trait every way of running instances implements; what it takes
 //!   and gives sits below it: `handle` (request, handle, listing), `doctor`, `idle` (a pool
-//!   member).
+//!   member); `members` beside it makes what a backend makes for itself (a held pool member,
+//!   a feature probe's throwaway instance).
 //! - [`docker`]: hardened sibling containers through the Docker Engine API (production).
 //! - [`process`]: local child processes from the host's packages (the embedded default).
 //! - [`kube`]: Pods on a Kubernetes cluster (kube-rs), for fleets beyond one host.
@@ -33,6 +34,7 @@ mod idle;
 mod image_tags;
 pub mod kube;
 mod labels;
+mod members;
 pub mod probe;
 pub mod process;
 pub mod readiness;

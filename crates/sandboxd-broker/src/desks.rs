@@ -14,7 +14,7 @@ use sandboxd_backend::FeatureProbe;
 use sandboxd_backend::clone::SourceTls;
 use sandboxd_domain::audit::{AuditFilter, AuditPage};
 use sandboxd_domain::call::{Call, Malformed};
-use sandboxd_domain::clone::Privacy;
+use sandboxd_domain::clone::{CloneChoice, Privacy};
 use sandboxd_domain::envelope::Envelope;
 use sandboxd_domain::lifecycle::TaskState;
 use sandboxd_domain::roles::RoleSpec;
@@ -113,6 +113,19 @@ impl AgentDesk {
     /// allowlist while the probe does not answer.
     pub async fn offered_names(&self, engine: EngineRef, patience: Duration) -> Vec<&'static str> {
         self.broker.offered_names(engine, patience).await
+    }
+
+    /// [`Self::offered_names`] for an agent of `project`: where its `engine` is a clone, what
+    /// the image of the major version the clone runs provides.
+    pub async fn offered_names_in(
+        &self,
+        project: &Project,
+        engine: EngineRef,
+        patience: Duration,
+    ) -> Vec<&'static str> {
+        self.broker
+            .offered_names_in(project, engine, patience)
+            .await
     }
 
     /// Of `engines`, those this sandboxd's backend runs: what agents are offered.
@@ -335,7 +348,7 @@ impl OperatorDesk {
     pub async fn set_project_clones(
         &self,
         slug: &ProjectSlug,
-        clones: Vec<(EngineRef, SourceName)>,
+        clones: Vec<(EngineRef, CloneChoice)>,
     ) -> Result<Project, BrokerError> {
         self.broker.set_project_clones(slug, clones).await
     }
@@ -345,7 +358,7 @@ impl OperatorDesk {
     pub async fn check_project_clones(
         &self,
         services: &[EngineRef],
-        clones: &[(EngineRef, SourceName)],
+        clones: &[(EngineRef, CloneChoice)],
     ) -> Result<(), BrokerError> {
         self.broker.check_project_clones(services, clones).await
     }

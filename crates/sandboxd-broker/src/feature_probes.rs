@@ -1,7 +1,9 @@
 //! Which allowlisted features each backend really provides (`Backend::probe_features`), probed
-//! once per engine and provider (the image, the host's packages), cached, and probed again when
-//! the provider changes. Agents are offered only what the primary backend provides; a project's
-//! standing feature that no backend here provides is refused when it is set.
+//! once per engine, major version and provider (the image, the host's packages), cached, and
+//! probed again when the provider changes. Agents are offered only what the primary backend
+//! provides, and a project whose engine is a clone what the image of its source's major version
+//! provides (the one the clone runs); a project's standing feature that no backend here
+//! provides is refused when it is set.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -9,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use sandboxd_backend::{Backend, FeatureProbe};
 use sandboxd_domain::instance::BackendKind;
-use sandboxd_domain::{AgentSlug, EngineRef, Feature, engines};
+use sandboxd_domain::{AgentSlug, EngineRef, Feature, Project, engines};
 use tokio::sync::OnceCell;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
@@ -52,11 +54,14 @@ struct Slot {
     compared: Mutex<Option<Instant>>,
 }
 
-/// The cache, one slot per (backend, engine), and the probes under way (a stop waits for them:
-/// each has an instance to remove).
+/// Which probe: a backend's engine at a major version (None: the backend's own).
+type SlotKey = (BackendKind, EngineRef, Option<u32>);
+
+/// The cache, one slot per (backend, engine, major version), and the probes under way (a stop
+/// waits for them: each has an instance to remove).
 #[derive(Debug)]
 pub(crate) struct FeatureProbes {
-    slots: Mutex<HashMap<(BackendKind, EngineRef), Arc<Slot>>>,
+    slots: Mutex<HashMap<SlotKey, Arc<Slot>>>,
     /// How long a probe is trusted before its provider's identity is compared again.
     recheck: Duration,
     running: TaskTracker,
@@ -71,30 +76,54 @@ impl FeatureProbes {
         }
     }
 
-    fn slots(&self) -> MutexGuard<'_, HashMap<(BackendKind, EngineRef), Arc<Slot>>> {
+    fn slots(&self) -> MutexGuard<'_, HashMap<SlotKey, Arc<Slot>>> {
         self.slots.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    fn slot(&self, kind: BackendKind, engine: EngineRef) -> Arc<Slot> {
-        self.slots().entry((kind, engine)).or_default().clone()
+    fn slot(&self, key: SlotKey) -> Arc<Slot> {
+        self.slots().entry(key).or_default().clone()
     }
 
     /// Drops `stale` so the next caller probes again (unless another caller already did).
-    fn forget(&self, kind: BackendKind, engine: EngineRef, stale: &Arc<Slot>) {
+    fn forget(&self, key: SlotKey, stale: &Arc<Slot>) {
         let mut slots = self.slots();
         if slots
-            .get(&(kind, engine))
+            .get(&key)
             .is_some_and(|current| Arc::ptr_eq(current, stale))
         {
-            slots.remove(&(kind, engine));
+            slots.remove(&key);
         }
     }
 
-    /// What is known now, without probing.
-    pub(crate) fn cached(&self, kind: BackendKind, engine: EngineRef) -> Option<Probed> {
+    /// What is known now of `engine` at `major` (None: the backend's own), without probing.
+    pub(crate) fn cached(
+        &self,
+        kind: BackendKind,
+        engine: EngineRef,
+        major: Option<u32>,
+    ) -> Option<Probed> {
         self.slots()
-            .get(&(kind, engine))
+            .get(&(kind, engine, major))
             .and_then(|slot| slot.outcome.get().cloned())
+    }
+}
+
+/// The major version in a server version as snapshots record it (`PostgreSQL 18.1` → 18).
+pub(crate) fn major_of(server_version: &str) -> Option<u32> {
+    let number = server_version.split_whitespace().nth(1)?;
+    let digits: String = number.chars().take_while(char::is_ascii_digit).collect();
+    digits.parse().ok()
+}
+
+/// What runs `engine` at `major` on `backend` (None: what it runs by default).
+async fn provider_of(
+    backend: &Arc<dyn Backend>,
+    engine: EngineRef,
+    major: Option<u32>,
+) -> Result<String, sandboxd_backend::BackendError> {
+    match major {
+        None => backend.provider(engine).await,
+        Some(major) => backend.provider_of_major(engine, major).await,
     }
 }
 
@@ -106,22 +135,35 @@ impl Broker {
         backend: &Arc<dyn Backend>,
         engine: EngineRef,
     ) -> Probed {
+        self.features_at(backend, engine, None).await
+    }
+
+    /// [`Self::features_on`] for `engine` at major version `major` (None: the backend's own).
+    pub(crate) async fn features_at(
+        &self,
+        backend: &Arc<dyn Backend>,
+        engine: EngineRef,
+        major: Option<u32>,
+    ) -> Probed {
         let probes = &self.inner.feature_probes;
-        let kind = backend.kind();
+        let key = (backend.kind(), engine, major);
         for _ in 0..2 {
-            let slot = probes.slot(kind, engine);
+            let slot = probes.slot(key);
             let outcome = slot
                 .outcome
-                .get_or_init(|| self.probe_detached(backend.clone(), engine))
+                .get_or_init(|| self.probe_detached(backend.clone(), engine, major))
                 .await
                 .clone();
-            if self.still_true(&slot, &outcome, backend, engine).await {
+            if self
+                .still_true(&slot, &outcome, backend, engine, major)
+                .await
+            {
                 return outcome;
             }
-            probes.forget(kind, engine, &slot);
+            probes.forget(key, &slot);
         }
         probes
-            .cached(kind, engine)
+            .cached(key.0, engine, major)
             .unwrap_or_else(|| Probed::Failed {
                 why: "the provider changes while it is probed".into(),
                 at: Instant::now(),
@@ -130,10 +172,40 @@ impl Broker {
 
     /// The names of [`Self::offered`], or the whole allowlist while the probe does not answer.
     pub async fn offered_names(&self, engine: EngineRef, patience: Duration) -> Vec<&'static str> {
-        match self.offered(engine, patience).await {
+        self.offered_names_at(engine, None, patience).await
+    }
+
+    /// [`Self::offered_names`] for an agent of `project`: of the major version its clone of
+    /// `engine` runs, when it is one.
+    pub async fn offered_names_in(
+        &self,
+        project: &Project,
+        engine: EngineRef,
+        patience: Duration,
+    ) -> Vec<&'static str> {
+        let major = self.clone_major(project, engine).await;
+        self.offered_names_at(engine, major, patience).await
+    }
+
+    async fn offered_names_at(
+        &self,
+        engine: EngineRef,
+        major: Option<u32>,
+        patience: Duration,
+    ) -> Vec<&'static str> {
+        match self.offered_at(engine, major, patience).await {
             Some(probe) => probe.names(),
             None => engine.features.iter().map(|f| f.name).collect(),
         }
+    }
+
+    /// The major version `project`'s clone of `engine` runs: its source's latest snapshot's.
+    /// None when it is not a clone, or its source has no snapshot yet (what the backend runs by
+    /// default is offered then).
+    pub(crate) async fn clone_major(&self, project: &Project, engine: EngineRef) -> Option<u32> {
+        let (_, choice) = project.sandbox_clones.iter().find(|(e, _)| *e == engine)?;
+        let source = self.store().get_source(&choice.source).await.ok()??;
+        major_of(&source.snapshot?.server_version)
     }
 
     /// What the primary backend provides of `engine`'s allowlist: what agents may ask for here.
@@ -144,11 +216,22 @@ impl Broker {
         engine: EngineRef,
         patience: Duration,
     ) -> Option<Arc<FeatureProbe>> {
+        self.offered_at(engine, None, patience).await
+    }
+
+    /// [`Self::offered`] of `engine` at major version `major` (a clone's; None: the backend's
+    /// own).
+    pub async fn offered_at(
+        &self,
+        engine: EngineRef,
+        major: Option<u32>,
+        patience: Duration,
+    ) -> Option<Arc<FeatureProbe>> {
         if engine.features.is_empty() {
             return None;
         }
         let primary = self.inner.backends.primary().clone();
-        match tokio::time::timeout(patience, self.features_on(&primary, engine)).await {
+        match tokio::time::timeout(patience, self.features_at(&primary, engine, major)).await {
             Ok(Probed::Known { probe, .. }) => Some(probe),
             Ok(Probed::Failed { why, .. }) => {
                 tracing::debug!(engine = engine.name, reason = %why, "features not probed; offering the allowlist");
@@ -160,26 +243,36 @@ impl Broker {
 
     /// Probes `engine`'s features on `backend` in a task of its own: a caller that stops waiting
     /// does not cut a probe short and leave its instance behind.
-    async fn probe_detached(&self, backend: Arc<dyn Backend>, engine: EngineRef) -> Probed {
+    async fn probe_detached(
+        &self,
+        backend: Arc<dyn Backend>,
+        engine: EngineRef,
+        major: Option<u32>,
+    ) -> Probed {
         let broker = self.clone();
         let task = self
             .inner
             .feature_probes
             .running
-            .spawn(async move { broker.probe(&backend, engine).await });
+            .spawn(async move { broker.probe(&backend, engine, major).await });
         task.await.unwrap_or_else(|err| Probed::Failed {
             why: format!("the probe task failed: {err}"),
             at: Instant::now(),
         })
     }
 
-    async fn probe(&self, backend: &Arc<dyn Backend>, engine: EngineRef) -> Probed {
+    async fn probe(
+        &self,
+        backend: &Arc<dyn Backend>,
+        engine: EngineRef,
+        major: Option<u32>,
+    ) -> Probed {
         let started = Instant::now();
         let failed = |why: String| Probed::Failed {
             why,
             at: Instant::now(),
         };
-        let provider = match backend.provider(engine).await {
+        let provider = match provider_of(backend, engine, major).await {
             Ok(provider) => provider,
             Err(err) => return failed(err.to_string()),
         };
@@ -190,9 +283,18 @@ impl Broker {
             Ok(turn) => turn,
             Err(err) => return failed(err.to_string()),
         };
-        let probed = backend
-            .probe_features(engine, &slot, &self.inner.daemon)
-            .await;
+        let probed = match major {
+            None => {
+                backend
+                    .probe_features(engine, &slot, &self.inner.daemon)
+                    .await
+            }
+            Some(_) => {
+                backend
+                    .probe_features_at(engine, major, &slot, &self.inner.daemon)
+                    .await
+            }
+        };
         drop(turn);
         self.inner.locks.forget(&slot);
         self.inner
@@ -202,6 +304,7 @@ impl Broker {
             Ok(probe) => {
                 tracing::info!(
                     engine = engine.name,
+                    major = ?major,
                     backend = %backend.kind(),
                     source = %probe.source,
                     available = %probe.names().join(","),
@@ -229,6 +332,7 @@ impl Broker {
         outcome: &Probed,
         backend: &Arc<dyn Backend>,
         engine: EngineRef,
+        major: Option<u32>,
     ) -> bool {
         match outcome {
             Probed::Failed { at, .. } => at.elapsed() < RETRY_FAILED,
@@ -241,7 +345,7 @@ impl Broker {
                         return true;
                     }
                 }
-                let now = backend.provider(engine).await;
+                let now = provider_of(backend, engine, major).await;
                 *slot.compared.lock().unwrap_or_else(|p| p.into_inner()) = Some(Instant::now());
                 // A provider that cannot be asked right now keeps the last probe.
                 now.map_or(true, |now| &now == provider)
@@ -325,5 +429,19 @@ impl Broker {
             probe.source,
             engine.name
         ))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::major_of;
+
+    #[test]
+    fn a_snapshot_s_server_version_gives_its_major() {
+        assert_eq!(major_of("PostgreSQL 18.1"), Some(18));
+        assert_eq!(major_of("PostgreSQL 9.6.24"), Some(9));
+        assert_eq!(major_of("PostgreSQL 19beta1"), Some(19));
+        assert_eq!(major_of("PostgreSQL"), None);
+        assert_eq!(major_of(""), None);
     }
 }

@@ -8,7 +8,7 @@ use std::time::Instant;
 use sandboxd_backend::clone::{SourceTls, check_dsn, describe_tls, take_snapshot};
 use sandboxd_domain::ProjectSlug;
 use sandboxd_domain::clock::now_ms;
-use sandboxd_domain::clone::Privacy;
+use sandboxd_domain::clone::{CloneChoice, Privacy};
 use sandboxd_domain::engine::Protocol;
 use sandboxd_domain::envelope::ErrorCode;
 use sandboxd_domain::error::allowed_list;
@@ -112,7 +112,7 @@ impl Broker {
             .list_projects()
             .await?
             .into_iter()
-            .filter(|p| p.sandbox_clones.iter().any(|(_, s)| s == name))
+            .filter(|p| p.sandbox_clones.iter().any(|(_, c)| &c.source == name))
             .map(|p| p.slug.to_string())
             .collect();
         if !users.is_empty() {
@@ -257,12 +257,13 @@ impl Broker {
         attempted
     }
 
-    /// Sets which of a project's engines are handed out as clones of which source (empty:
-    /// none). Each engine must be clonable and opted in, each source registered.
+    /// Sets which of a project's engines are handed out as clones of which source, under which
+    /// privacy mode (empty: none). Each engine must be clonable and opted in, each source
+    /// registered, and a mode that keeps values only asked of a source that keeps them.
     pub async fn set_project_clones(
         &self,
         slug: &ProjectSlug,
-        clones: Vec<(EngineRef, SourceName)>,
+        clones: Vec<(EngineRef, CloneChoice)>,
     ) -> Result<Project, BrokerError> {
         let started = Instant::now();
         let project = self.existing_project(slug).await?;
@@ -324,18 +325,20 @@ impl Broker {
     pub async fn check_project_clones(
         &self,
         services: &[EngineRef],
-        clones: &[(EngineRef, SourceName)],
+        clones: &[(EngineRef, CloneChoice)],
     ) -> Result<(), BrokerError> {
         self.check_clones(services, clones).await
     }
 
-    /// Checks a project's clone list: each engine clonable and opted in, each source known.
+    /// Checks a project's clone list: each engine clonable and opted in, each source known,
+    /// and values kept only from a source that keeps them.
     async fn check_clones(
         &self,
         services: &[EngineRef],
-        clones: &[(EngineRef, SourceName)],
+        clones: &[(EngineRef, CloneChoice)],
     ) -> Result<(), BrokerError> {
-        for (engine, source) in clones {
+        for (engine, choice) in clones {
+            let source = &choice.source;
             if !clonable(*engine) {
                 return Err(InputError::Malformed {
                     what: "sandbox_clones",
@@ -351,7 +354,7 @@ impl Broker {
                     services,
                 ));
             }
-            if self.store().get_source(source).await?.is_none() {
+            let Some(registered) = self.store().get_source(source).await? else {
                 let known: Vec<String> = self
                     .store()
                     .list_sources()
@@ -364,6 +367,19 @@ impl Broker {
                     detail: format!(
                         "no source {source}; registered: {}",
                         allowed_list(known.iter().map(String::as_str))
+                    ),
+                }
+                .into());
+            };
+            if choice.privacy == Some(Privacy::KeepValues)
+                && registered.privacy == Privacy::NoValues
+            {
+                return Err(InputError::Malformed {
+                    what: "sandbox_clones",
+                    detail: format!(
+                        "source {source} is registered no-values: its snapshots hold no sample \
+                         values, so its clones cannot keep them; choose {source} or \
+                         {source}:no-values, or register the source with --privacy keep-values"
                     ),
                 }
                 .into());

@@ -4,7 +4,7 @@
 
 use std::fmt;
 
-use crate::clone::{Privacy, Summary};
+use crate::clone::{CloneChoice, Privacy, Summary};
 use crate::lifecycle::TaskState;
 use crate::{AgentSlug, EngineRef, FeatureRequest, ProjectSizes, ProjectSlug, SourceName};
 
@@ -27,8 +27,9 @@ pub struct Project {
     pub sandbox_services: Option<Vec<EngineRef>>,
     /// Standing features per engine; `None` when none were set.
     pub sandbox_extensions: Option<FeatureRequest>,
-    /// Engines handed out as clones of a source, and of which; empty when none.
-    pub sandbox_clones: Vec<(EngineRef, SourceName)>,
+    /// Engines handed out as clones of a source, of which and under which privacy mode;
+    /// empty when none.
+    pub sandbox_clones: Vec<(EngineRef, CloneChoice)>,
     /// The data space of each engine that has one of its own; empty: the backends' defaults.
     pub sandbox_sizes: ProjectSizes,
     pub created_at_ms: i64,

@@ -6,12 +6,13 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
+use crate::clone::CloneChoice;
 use crate::envelope::{ErrorCode, ErrorEnvelope};
 use crate::error::{allowed_list, quote};
 use crate::hints::how_to_claim;
 use crate::roles::RoleSpec;
 use crate::verbs::RequestSandboxArgs;
-use crate::{Agent, EngineRef, Feature, FeatureRequest, Project, ProjectSizes, SourceName, Task};
+use crate::{Agent, EngineRef, Feature, FeatureRequest, Project, ProjectSizes, Task};
 
 /// What the primary backend provides of one engine's allowlist, as its probe found.
 #[derive(Debug, Clone, Copy)]
@@ -63,8 +64,8 @@ pub struct Granted {
     pub asked: Vec<EngineRef>,
     /// The project's standing features plus this call's extra ones.
     pub features: FeatureRequest,
-    /// Engines the project hands out as clones, and of which source.
-    pub clones: Vec<(EngineRef, SourceName)>,
+    /// Engines the project hands out as clones, of which source and under which privacy.
+    pub clones: Vec<(EngineRef, CloneChoice)>,
     /// The project's data space per engine (the backends' defaults for the others).
     pub sizes: ProjectSizes,
 }

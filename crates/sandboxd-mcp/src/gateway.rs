@@ -104,16 +104,19 @@ impl Gateway {
         let Some(project) = project else {
             return Offer::default();
         };
-        let opted_in = project.sandbox_services.unwrap_or_default();
+        let opted_in = project.sandbox_services.clone().unwrap_or_default();
         let services = self.desk.runnable(&opted_in).await;
+        let project = &project;
         let offered = join_all(services.iter().map(|engine| async move {
             (
                 *engine,
-                self.desk.offered_names(*engine, PROBE_PATIENCE).await,
+                self.desk
+                    .offered_names_in(project, *engine, PROBE_PATIENCE)
+                    .await,
             )
         }))
         .await;
-        let standing = project.sandbox_extensions.unwrap_or_default();
+        let standing = project.sandbox_extensions.clone().unwrap_or_default();
         let standing = standing
             .engines()
             .map(|engine| {

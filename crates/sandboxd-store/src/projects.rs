@@ -1,13 +1,16 @@
 //! Projects and their sandbox opt-in: `sandbox_services` (a JSON list of engine names, NULL when
-//! not opted in), `sandbox_extensions` (a JSON map engine → features) and `sandbox_sizes` (a JSON
-//! map engine → MiB). All are re-validated against the registry and the allowlists when read, so
+//! not opted in), `sandbox_extensions` (a JSON map engine → features), `sandbox_clones` (a JSON
+//! map engine → `source` or `source:privacy`; a daemon from before privacy per project refuses
+//! the second form as corrupt rather than hand out values it was not meant to) and
+//! `sandbox_sizes` (a JSON map engine → MiB). All are re-validated against the registry and the allowlists when read, so
 //! a row edited by hand cannot smuggle an engine or a feature past the types.
 
 use sandboxd_domain::Project;
 use std::collections::BTreeMap;
 
 use sandboxd_domain::clock::now_ms;
-use sandboxd_domain::{EngineRef, FeatureRequest, ProjectSizes, ProjectSlug, SourceName};
+use sandboxd_domain::clone::CloneChoice;
+use sandboxd_domain::{EngineRef, FeatureRequest, ProjectSizes, ProjectSlug};
 use sqlx::Row;
 use sqlx::any::AnyRow;
 
@@ -66,7 +69,7 @@ fn project_from_row(op: &'static str, row: &AnyRow) -> Result<Project> {
                     Ok((
                         EngineRef::parse(engine)
                             .map_err(|e| StoreError::corrupt(op, what("sandbox_clones"), e))?,
-                        SourceName::parse(source)
+                        CloneChoice::parse(source)
                             .map_err(|e| StoreError::corrupt(op, what("sandbox_clones"), e))?,
                     ))
                 })
@@ -126,17 +129,19 @@ impl Store {
         project_from_row(OP, &row)
     }
 
-    /// Sets which of the project's engines are clones of which source (empty: none).
-    /// [`StoreError::NotFound`] when there is no such project.
+    /// Sets which of the project's engines are clones of which source, under which privacy
+    /// mode (empty: none). [`StoreError::NotFound`] when there is no such project.
     pub async fn set_project_clones(
         &self,
         slug: &ProjectSlug,
-        clones: &[(EngineRef, SourceName)],
+        clones: &[(EngineRef, CloneChoice)],
     ) -> Result<Project> {
         const OP: &str = "set_project_clones";
         let json = (!clones.is_empty()).then(|| {
-            let map: BTreeMap<&str, &str> =
-                clones.iter().map(|(e, s)| (e.name, s.as_str())).collect();
+            let map: BTreeMap<&str, String> = clones
+                .iter()
+                .map(|(e, choice)| (e.name, choice.to_string()))
+                .collect();
             serde_json::to_string(&map).expect("a map of strings always serializes")
         });
         self.set_project_json(OP, "sandbox_clones", slug, json)

@@ -5,7 +5,8 @@ use std::collections::BTreeMap;
 
 use axum::Json;
 use axum::extract::State;
-use sandboxd_domain::{EngineRef, FeatureRequest, ProjectSizes, ProjectSlug, SourceName};
+use sandboxd_domain::clone::CloneChoice;
+use sandboxd_domain::{EngineRef, FeatureRequest, ProjectSizes, ProjectSlug};
 
 use super::{ApiJson, ApiPath, TAG};
 use crate::AppState;
@@ -32,15 +33,16 @@ pub(crate) fn parse_opt_in(
     Ok((services, extensions))
 }
 
-/// Parses `{"<engine>": "<source>"}` as the operator wrote it.
+/// Parses `{"<engine>": "<source>[:<privacy>]"}` as the operator wrote it; an unknown
+/// privacy mode is refused naming the allowed ones.
 pub(crate) fn parse_clones(
     map: &BTreeMap<String, String>,
-) -> Result<Vec<(EngineRef, SourceName)>, ApiError> {
+) -> Result<Vec<(EngineRef, CloneChoice)>, ApiError> {
     map.iter()
-        .map(|(engine, source)| {
+        .map(|(engine, choice)| {
             Ok((
                 EngineRef::parse(engine.trim())?,
-                SourceName::parse(source.trim())?,
+                CloneChoice::parse(choice)?,
             ))
         })
         .collect()
@@ -92,8 +94,10 @@ pub async fn get_project(
     responses(
         (status = 200, body = ProjectOut),
         (status = 400, description = "Invalid slug, unknown engine, feature outside the \
-            allowlist, features or a size for an engine that is not opted in, or a size that \
-            does not parse or is above the operator's ceiling (named); nothing changed",
+            allowlist, features or a size for an engine that is not opted in, a size that \
+            does not parse or is above the operator's ceiling, a clone of an unknown source \
+            or under an unknown privacy mode, or keeping values a source does not keep \
+            (named); nothing changed",
             body = ErrorBody),
         (status = 401, body = ErrorBody),
     ))]

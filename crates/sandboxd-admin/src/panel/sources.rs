@@ -197,7 +197,11 @@ pub async fn list(
     let cloned_by = |source: &Source| -> Vec<String> {
         projects
             .iter()
-            .filter(|p| p.sandbox_clones.iter().any(|(_, s)| *s == source.name))
+            .filter(|p| {
+                p.sandbox_clones
+                    .iter()
+                    .any(|(_, c)| c.source == source.name)
+            })
             .map(|p| p.slug.to_string())
             .collect()
     };

@@ -13,7 +13,9 @@ pub struct ProjectOut {
     pub sandbox_services: Option<Vec<String>>,
     /// Standing features per engine, e.g. `{"<engine>": ["<feature>"]}`.
     pub sandbox_extensions: Option<BTreeMap<String, Vec<String>>>,
-    /// Engines handed out as clones: `{"<engine>": "<source>"}`; empty when none.
+    /// Engines handed out as clones: `{"<engine>": "<source>"}`, or
+    /// `"<source>:no-values"` for a project whose clones get no sample values from a source
+    /// that keeps them; empty when none.
     #[serde(default)]
     pub sandbox_clones: BTreeMap<String, String>,
     /// The data space of engines with one of their own, `{"postgres": "2G"}`; the others get
@@ -54,7 +56,9 @@ pub struct PutProject {
     pub sandbox_services: Option<Vec<String>>,
     #[serde(default)]
     pub sandbox_extensions: Option<BTreeMap<String, Vec<String>>>,
-    /// Engines handed out as clones of a registered source, `{"<engine>": "<source>"}`;
+    /// Engines handed out as clones of a registered source, `{"<engine>": "<source>"}` (under
+    /// the source's privacy mode) or `{"<engine>": "<source>:no-values"}` (this project's
+    /// clones get no sample values; `keep-values` only from a source that keeps them);
     /// absent: unchanged, `{}`: none.
     #[serde(default)]
     pub sandbox_clones: Option<BTreeMap<String, String>>,

@@ -382,6 +382,32 @@ async fn sources_take_a_dsn_and_never_give_it_back() {
                 json!({"postgres": "shop"}),
                 "absent: unchanged"
             );
+            // Privacy per project: the source is no-values, so keeping values is refused, as is
+            // a mode that does not exist; nothing changes. Its own mode, written out, is kept.
+            for (choice, says) in [
+                ("shop:keep-values", "registered no-values"),
+                ("shop:everything", "allowed: keep-values, no-values"),
+            ] {
+                let answer = send(app.api(Method::PUT, &path).json(&json!({
+                    "sandbox_services": ["postgres"], "sandbox_clones": {"postgres": choice}
+                })))
+                .await;
+                let message = refused(&answer, StatusCode::BAD_REQUEST, "invalid_input");
+                assert!(message.contains(says), "{choice}: {message}");
+            }
+            let (_, unchanged) = send(app.api(Method::GET, &path)).await;
+            assert_eq!(unchanged["sandbox_clones"], json!({"postgres": "shop"}));
+            assert_eq!(unchanged["sandbox_services"], json!(["postgres", "redis"]));
+            let (status, strict) = send(app.api(Method::PUT, &path).json(&json!({
+                "sandbox_services": ["postgres", "redis"],
+                "sandbox_clones": {"postgres": "shop:no-values"}
+            })))
+            .await;
+            assert_eq!(status, StatusCode::OK, "{strict}");
+            assert_eq!(
+                strict["sandbox_clones"],
+                json!({"postgres": "shop:no-values"})
+            );
             let in_use = send(app.api(Method::DELETE, "/v1/sources/shop")).await;
             refused(&in_use, StatusCode::CONFLICT, "conflict");
             let (_, cleared) = send(

@@ -999,7 +999,9 @@ async fn the_sources_page_registers_snapshots_and_removes_a_source_and_never_sho
         // The project's card offers the source for postgres, and saves the choice.
         let card = browser.get(&format!("/projects/{project}")).await.html;
         assert!(card.contains("name=\"clone:postgres\""), "{card}");
-        assert!(card.contains("a clone of prod"), "{card}");
+        assert!(card.contains("a clone of prod (no-values)"), "{card}");
+        // A source without values offers no choice to strip them: it has none.
+        assert!(!card.contains("value=\"prod:no-values\""), "{card}");
         assert!(
             !card.contains("name=\"clone:redis\""),
             "redis cannot be a clone"

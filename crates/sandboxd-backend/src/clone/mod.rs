@@ -15,6 +15,6 @@ mod tls;
 pub use apply::{CloneHost, CloneReport, Fidelity, SchemaOwner, apply};
 pub(crate) use dsn::{LibpqInput, libpq_input, redact};
 pub use dsn::{check_dsn, describe_tls};
-pub use provision::{provision_clone, provision_idle_clone};
+pub use provision::{database_note, origin_of, provision_clone, provision_idle_clone};
 pub use source::{SourceError, read_source, take_snapshot};
 pub use tls::{Roots, SourceTls, SslMode};

@@ -1,15 +1,17 @@
 //! A fresh instance made a clone in one step, cold for an agent or warm for a pool; on any
-//! failure the instance is torn down.
+//! failure the instance is torn down. Its database is renamed after the source's first
+//! ([`clone_database_name`]), so the agent's URL and `current_database()` name production's.
 
 use sandboxd_domain::Instance;
-use sandboxd_domain::clone::{CloneOrigin, Snapshot};
-use sandboxd_domain::engine::AdminStep;
+use sandboxd_domain::clone::{CloneOrigin, Snapshot, clone_database_name};
+use sandboxd_domain::engine::{AdminStep, ResetPlan, ServerFacts, pg_identifier};
 
 use super::apply::{CloneReport, Fidelity, SchemaOwner, apply, hand_over};
 use crate::backend::Backend;
-use crate::error::BackendError;
+use crate::error::{BackendError, wire_error};
 use crate::handle::{InstanceHandle, InstanceRequest};
 use crate::idle::IdleMember;
+use crate::wire::{AdminSession, Reach, postgres};
 
 /// Provisions an instance for `request` (whose `major` must be the snapshot's) and makes it a
 /// clone of `snapshot`; on any failure the instance is torn down.
@@ -22,7 +24,14 @@ pub async fn provision_clone(
     let mut request = request.clone();
     request.major = Some(snapshot.major());
     let mut instance = backend.provision(&request).await?;
-    match apply(backend, &instance, snapshot, fidelity, SchemaOwner::Agent).await {
+    let made = async {
+        let note = name_after_source(backend, &mut instance, snapshot).await?;
+        let mut report = apply(backend, &instance, snapshot, fidelity, SchemaOwner::Agent).await?;
+        report.notes.extend(note);
+        Ok::<_, BackendError>(report)
+    }
+    .await;
+    match made {
         Ok(report) => {
             instance.clone = Some(origin_of(snapshot, &report));
             Ok((instance, report))
@@ -46,15 +55,21 @@ pub async fn provision_idle_clone(
     let mut request = request.clone();
     request.major = Some(snapshot.major());
     let mut member = backend.provision_idle(&request).await?;
-    match apply(
-        backend,
-        &member.instance,
-        snapshot,
-        Fidelity::FULL,
-        SchemaOwner::AtHandOut,
-    )
-    .await
-    {
+    let made = async {
+        let note = rename_member(backend, &mut member, snapshot).await?;
+        let mut report = apply(
+            backend,
+            &member.instance,
+            snapshot,
+            Fidelity::FULL,
+            SchemaOwner::AtHandOut,
+        )
+        .await?;
+        report.notes.extend(note);
+        Ok::<_, BackendError>(report)
+    }
+    .await;
+    match made {
         Ok(report) => {
             member.instance.clone = Some(origin_of(snapshot, &report));
             let database = member.instance.database.clone();
@@ -74,7 +89,118 @@ pub async fn provision_idle_clone(
     }
 }
 
-fn origin_of(snapshot: &Snapshot, report: &CloneReport) -> CloneOrigin {
+/// The name `instance`'s database takes as a clone of `snapshot` ([`clone_database_name`]),
+/// and the note when that is not the source's (a name the server keeps for sandboxd: what a
+/// reset never drops).
+fn database_for(instance: &Instance, snapshot: &Snapshot) -> (String, Option<String>) {
+    let kept =
+        match instance
+            .engine
+            .reset(&instance.agent, ServerFacts::default(), &instance.database)
+        {
+            ResetPlan::AgentCluster(plan) => plan.keep_databases,
+            _ => Vec::new(),
+        };
+    clone_database_name(&snapshot.database, &instance.database, &kept)
+}
+
+/// What a clone made again from `snapshot` (a reset, which keeps the instance's database and
+/// its name) says of that name: why it is not the source's, when it is not.
+pub fn database_note(instance: &Instance, snapshot: &Snapshot) -> Option<String> {
+    let (name, note) = database_for(instance, snapshot);
+    if note.is_some() || name == snapshot.database || snapshot.database.is_empty() {
+        return note;
+    }
+    Some(format!(
+        "the source's database is now named {:?}; this clone keeps {:?}, the name it was \
+         handed out with (release_sandbox and request_sandbox give one named after the source)",
+        snapshot.database, instance.database
+    ))
+}
+
+/// Renames `instance`'s database after the source's, from the superuser's own database (a
+/// database cannot be renamed from inside; the server waits a moment for sessions that just
+/// left it). Returns the note when the source's name could not be taken.
+async fn name_after_source(
+    backend: &dyn Backend,
+    instance: &mut Instance,
+    snapshot: &Snapshot,
+) -> Result<Option<String>, BackendError> {
+    let (name, note) = database_for(instance, snapshot);
+    if name != instance.database {
+        rename_database(backend, instance, name).await?;
+    }
+    Ok(note)
+}
+
+async fn rename_database(
+    backend: &dyn Backend,
+    instance: &mut Instance,
+    name: String,
+) -> Result<(), BackendError> {
+    let (host, port) = backend.admin_address(instance).await?;
+    let client = postgres::connect_admin(
+        &instance.admin,
+        Reach { host: &host, port },
+        instance.engine.admin_database,
+    )
+    .await
+    .map_err(wire_error(
+        instance,
+        "connecting as superuser to rename the database of",
+    ))?;
+    client
+        .batch_execute(&format!(
+            "ALTER DATABASE {} RENAME TO {}",
+            pg_identifier(&instance.database),
+            pg_identifier(&name)
+        ))
+        .await
+        .map_err(|e| BackendError::Clone {
+            name: instance.name.clone(),
+            step: "naming its database after the source's",
+            detail: postgres::refused(e).0,
+        })?;
+    instance.database = name;
+    Ok(())
+}
+
+/// [`name_after_source`] for a pool member, whose held superuser session sits in the database
+/// to rename: it moves to the superuser's own database for the rename, then into the renamed
+/// one, and the hand-out's statements are made again for the new name.
+async fn rename_member(
+    backend: &dyn Backend,
+    member: &mut IdleMember,
+    snapshot: &Snapshot,
+) -> Result<Option<String>, BackendError> {
+    let (name, note) = database_for(&member.instance, snapshot);
+    if name == member.instance.database {
+        return Ok(note);
+    }
+    let engine = member.instance.engine;
+    let admin = member.instance.admin.clone();
+    let (host, port) = backend.admin_address(&member.instance).await?;
+    let reach = Reach { host: &host, port };
+    const HOLDING: &str = "holding a superuser connection to";
+    member.session = AdminSession::open(engine, &admin, reach, engine.admin_database)
+        .await
+        .map_err(wire_error(&member.instance, HOLDING))?;
+    rename_database(backend, &mut member.instance, name).await?;
+    member.session = AdminSession::open(engine, &admin, reach, &member.instance.database)
+        .await
+        .map_err(wire_error(&member.instance, HOLDING))?;
+    let facts = member
+        .session
+        .facts()
+        .await
+        .map_err(wire_error(&member.instance, "asking the server facts of"))?;
+    member.mint = engine.mint(&member.agent, facts, &member.instance.database);
+    Ok(note)
+}
+
+/// The origin a clone made from `snapshot` records: the snapshot's, with what making it
+/// noted.
+pub fn origin_of(snapshot: &Snapshot, report: &CloneReport) -> CloneOrigin {
     let mut origin = CloneOrigin::of(snapshot, snapshot.major());
     origin.notes.clone_from(&report.notes);
     origin

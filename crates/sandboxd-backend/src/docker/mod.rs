@@ -233,6 +233,28 @@ impl Backend for DockerBackend {
         Ok(format!("{image}@{}", facts.id))
     }
 
+    async fn provider_of_major(
+        &self,
+        engine: EngineRef,
+        major: u32,
+    ) -> Result<String, BackendError> {
+        let docker = self.client.get().await?;
+        let candidates = self.config.images_for_major(engine, major);
+        let (image, facts) = images::resolve(docker, engine, &candidates).await?;
+        Ok(format!("{image}@{}", facts.id))
+    }
+
+    async fn image_of_major(
+        &self,
+        engine: EngineRef,
+        major: u32,
+    ) -> Result<Option<String>, BackendError> {
+        let docker = self.client.get().await?;
+        let candidates = self.config.images_for_major(engine, major);
+        let (image, _) = images::resolve(docker, engine, &candidates).await?;
+        Ok(Some(image))
+    }
+
     async fn provision(&self, request: &InstanceRequest) -> Result<Instance, BackendError> {
         self.provision_one(request, Account::Now).await
     }

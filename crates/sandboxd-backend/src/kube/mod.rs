@@ -191,6 +191,26 @@ impl Backend for KubeBackend {
         ))
     }
 
+    async fn provider_of_major(
+        &self,
+        engine: EngineRef,
+        major: u32,
+    ) -> Result<String, BackendError> {
+        let image = self.resolve_image(engine, Some(major)).await?;
+        Ok(format!(
+            "{image} on kubernetes namespace {}",
+            self.config.namespace
+        ))
+    }
+
+    async fn image_of_major(
+        &self,
+        engine: EngineRef,
+        major: u32,
+    ) -> Result<Option<String>, BackendError> {
+        self.resolve_image(engine, Some(major)).await.map(Some)
+    }
+
     async fn provision(&self, request: &InstanceRequest) -> Result<Instance, BackendError> {
         self.provision_one(request, Account::Now).await
     }

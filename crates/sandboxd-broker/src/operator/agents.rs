@@ -141,7 +141,7 @@ impl Broker {
                 always.push(format!("{} {}", engine.name, names.join(", ")));
             }
             let more: Vec<&str> = self
-                .offered_names(*engine, BRIEFING_PATIENCE)
+                .offered_names_in(project, *engine, BRIEFING_PATIENCE)
                 .await
                 .into_iter()
                 .filter(|name| !active.iter().any(|f| f.name() == *name))

@@ -37,6 +37,15 @@ impl Pools {
             },
         };
         let pool = self.pool_of(&key)?;
+        if let Some(snapshot) = clone
+            && pool
+                .snapshot()
+                .is_some_and(|current| current.privacy != snapshot.privacy)
+        {
+            // Members made under another privacy mode are not what was asked for (and one
+            // with values must never serve a clone without them).
+            return None;
+        }
         if let (Some(snapshot), Some(source)) = (clone, &key.clone_of) {
             // The request read the store's latest: members of an older one are not clones of
             // what the project asks for now.

@@ -24,19 +24,43 @@ mod release;
 pub(crate) use failure::SandboxFailure;
 use provision::Leftovers;
 
-/// The snapshot each cloned engine of a sandbox is made from.
-pub(crate) type Clones = [(EngineRef, Arc<Snapshot>)];
-
-pub(super) fn clone_of(clones: &Clones, engine: EngineRef) -> Option<&Arc<Snapshot>> {
-    clones.iter().find(|(e, _)| *e == engine).map(|(_, s)| s)
+/// What one cloned engine of a sandbox is made from.
+#[derive(Debug, Clone)]
+pub(crate) struct CloneOf {
+    pub engine: EngineRef,
+    /// The source's latest snapshot under the project's privacy mode.
+    pub snapshot: Arc<Snapshot>,
+    /// False when the project's mode stripped values from the snapshot as stored: the pool's
+    /// members, made from the stored one, never serve it.
+    pub as_stored: bool,
 }
 
-/// Whether a cached member is what the project asks for now: a clone of the same source when
-/// it must be one, an ordinary instance when not.
+/// The snapshot each cloned engine of a sandbox is made from.
+pub(crate) type Clones = [CloneOf];
+
+pub(super) fn clone_of(clones: &Clones, engine: EngineRef) -> Option<&Arc<Snapshot>> {
+    clones
+        .iter()
+        .find(|c| c.engine == engine)
+        .map(|c| &c.snapshot)
+}
+
+/// The snapshot a pool of clones may serve `engine` from: the stored one only.
+pub(super) fn pooled_clone_of(clones: &Clones, engine: EngineRef) -> Option<&Arc<Snapshot>> {
+    clones
+        .iter()
+        .find(|c| c.engine == engine && c.as_stored)
+        .map(|c| &c.snapshot)
+}
+
+/// Whether a cached member is what the project asks for now: a clone of the same source under
+/// the same privacy mode when it must be one, an ordinary instance when not.
 fn clone_matches(instance: &Instance, clones: &Clones) -> bool {
     match (clone_of(clones, instance.engine), &instance.clone) {
         (None, None) => true,
-        (Some(snapshot), Some(origin)) => origin.source == snapshot.source,
+        (Some(snapshot), Some(origin)) => {
+            origin.source == snapshot.source && origin.privacy == snapshot.privacy
+        }
         _ => false,
     }
 }

@@ -13,7 +13,7 @@ use sandboxd_domain::clone::Snapshot;
 use sandboxd_domain::envelope::ErrorCode;
 use sandboxd_domain::{AgentSlug, DataSize, EngineRef, FeatureRequest, Instance, ProjectSizes};
 
-use super::{Clones, SandboxFailure, clone_of};
+use super::{Clones, SandboxFailure, clone_of, pooled_clone_of};
 use crate::Broker;
 use crate::audit::{AuditAction, AuditRecord, Outcome};
 use crate::pools::Taken;
@@ -56,14 +56,17 @@ impl Broker {
         let taken: Vec<(EngineRef, BTreeSet<sandboxd_domain::Feature>, Option<Taken>)> =
             join_all(engines.iter().map(|engine| async move {
                 let wanted = features.for_engine(*engine);
-                // A clone comes only from a pool of clones of its source's very snapshot.
-                let taken = if self.pool_fits(sizes, *engine) {
+                // A clone comes only from a pool of clones of its source's very snapshot, as
+                // stored: one a project's privacy mode stripped is made cold.
+                let stripped = clone_of(clones, *engine).is_some()
+                    && pooled_clone_of(clones, *engine).is_none();
+                let taken = if self.pool_fits(sizes, *engine) && !stripped {
                     self.inner
                         .pools
                         .take(
                             *engine,
                             &wanted,
-                            clone_of(clones, *engine),
+                            pooled_clone_of(clones, *engine),
                             &self.inner.metrics,
                         )
                         .await

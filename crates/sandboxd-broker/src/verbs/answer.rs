@@ -21,10 +21,15 @@ impl Broker {
         prefix: &EnvPrefix,
     ) -> ServiceEvidence {
         let mut evidence = instance.evidence(prefix);
+        // A clone runs its source's major version: that image's probe.
+        let major = instance
+            .clone
+            .as_ref()
+            .and_then(|origin| crate::feature_probes::major_of(&origin.server_version));
         let probed = self
             .inner
             .feature_probes
-            .cached(instance.backend, instance.engine);
+            .cached(instance.backend, instance.engine, major);
         if let Some(probe) = probed.as_ref().and_then(Probed::known) {
             evidence.set_module_versions(&probe.versions);
         }
@@ -76,6 +81,10 @@ evidence_from!(
 pub struct ResetEvidence {
     pub service: &'static str,
     pub reset_ms: f64,
+    /// A clone: the snapshot it was rebuilt from, as `request_sandbox`'s evidence gives it
+    /// (source, snapshot, privacy, notes, summary).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub clone: Option<CloneOrigin>,
 }
 
 #[derive(Debug, Clone, Serialize)]

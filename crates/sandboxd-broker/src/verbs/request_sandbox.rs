@@ -7,16 +7,16 @@ use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use futures::future::join_all;
-use sandboxd_domain::clone::Snapshot;
+use sandboxd_domain::Agent;
+use sandboxd_domain::clone::snapshot_under;
 use sandboxd_domain::envelope::{ErrorCode, ErrorEnvelope, OkEnvelope};
 use sandboxd_domain::guards::{self, Granted, Inputs, Offer};
 use sandboxd_domain::verbs::RequestSandboxArgs;
-use sandboxd_domain::{Agent, EngineRef};
 
 use super::Answer;
 use crate::Broker;
 use crate::envelopes::internal;
-use crate::sandbox::Cache;
+use crate::sandbox::{Cache, CloneOf};
 
 /// How long a request waits for a feature probe under way before activation decides.
 const PROBE_PATIENCE: Duration = Duration::from_secs(10);
@@ -50,13 +50,20 @@ impl Broker {
             .unwrap_or_default();
         // Read only past guard 3, but asked before it: a lookup, cheap, and never refusing.
         let unrunnable = self.unrunnable(&opted_in).await;
-        let engines =
-            guards::engines_to_probe(project.as_ref().ok().and_then(Option::as_ref), args);
+        let known = project.as_ref().ok().and_then(Option::as_ref);
+        let engines = guards::engines_to_probe(known, args);
         let probes = join_all(
             engines
                 .into_iter()
                 .filter(|engine| !unrunnable.contains_key(engine))
-                .map(|engine| async move { (engine, self.offered(engine, PROBE_PATIENCE).await) }),
+                .map(|engine| async move {
+                    // A clone's features are those of the major version it runs.
+                    let major = match known {
+                        Some(project) => self.clone_major(project, engine).await,
+                        None => None,
+                    };
+                    (engine, self.offered_at(engine, major, PROBE_PATIENCE).await)
+                }),
         )
         .await;
         let offers = probes
@@ -169,17 +176,16 @@ impl Broker {
         Ok((ok, detail))
     }
 
-    /// The latest snapshot of each source the granted services are clones of; a source without
-    /// one refuses the request (retryable: a snapshot may be under way).
-    async fn clone_snapshots(
-        &self,
-        granted: &Granted,
-    ) -> Result<Vec<(EngineRef, Arc<Snapshot>)>, ErrorEnvelope> {
+    /// The latest snapshot of each source the granted services are clones of, under the
+    /// project's privacy mode (values stripped for a project stricter than its source); a
+    /// source without one refuses the request (retryable: a snapshot may be under way).
+    async fn clone_snapshots(&self, granted: &Granted) -> Result<Vec<CloneOf>, ErrorEnvelope> {
         let mut clones = Vec::new();
-        for (engine, source) in &granted.clones {
+        for (engine, choice) in &granted.clones {
             if !granted.services.contains(engine) {
                 continue;
             }
+            let source = &choice.source;
             let snapshot = self
                 .store()
                 .latest_snapshot(source)
@@ -195,7 +201,13 @@ impl Broker {
                     ),
                 ));
             };
-            clones.push((*engine, Arc::new(snapshot)));
+            let privacy = choice.privacy_over(snapshot.privacy);
+            let as_stored = privacy == snapshot.privacy;
+            clones.push(CloneOf {
+                engine: *engine,
+                snapshot: Arc::new(snapshot_under(snapshot, privacy)),
+                as_stored,
+            });
         }
         Ok(clones)
     }

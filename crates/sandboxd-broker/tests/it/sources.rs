@@ -14,7 +14,7 @@ use sandboxd_broker::{
 };
 use sandboxd_domain::Actor;
 use sandboxd_domain::audit::AuditFilter;
-use sandboxd_domain::clone::Privacy;
+use sandboxd_domain::clone::{CloneChoice, Privacy};
 use sandboxd_domain::{AgentSlug, EngineRef, Instance, SourceName};
 use secrecy::{ExposeSecret, SecretString};
 
@@ -151,7 +151,7 @@ async fn a_source_is_sealed_snapshotted_and_kept_while_a_project_clones_it() {
             // Projects name it; only clonable engines that are opted in, only known sources.
             let redis = EngineRef::parse("redis").expect("registered");
             let not_clonable = broker
-                .set_project_clones(&world.project, vec![(redis, shop.clone())])
+                .set_project_clones(&world.project, vec![(redis, CloneChoice::of(shop.clone()))])
                 .await
                 .expect_err("redis cannot be a clone");
             assert!(
@@ -160,7 +160,7 @@ async fn a_source_is_sealed_snapshotted_and_kept_while_a_project_clones_it() {
             );
             let unknown = SourceName::parse("nowhere").expect("valid");
             let unknown = broker
-                .set_project_clones(&world.project, vec![(postgres, unknown)])
+                .set_project_clones(&world.project, vec![(postgres, CloneChoice::of(unknown))])
                 .await
                 .expect_err("an unknown source");
             assert!(
@@ -168,10 +168,16 @@ async fn a_source_is_sealed_snapshotted_and_kept_while_a_project_clones_it() {
                 "{unknown}"
             );
             let project = broker
-                .set_project_clones(&world.project, vec![(postgres, shop.clone())])
+                .set_project_clones(
+                    &world.project,
+                    vec![(postgres, CloneChoice::of(shop.clone()))],
+                )
                 .await
                 .expect("clone of shop");
-            assert_eq!(project.sandbox_clones, vec![(postgres, shop.clone())]);
+            assert_eq!(
+                project.sandbox_clones,
+                vec![(postgres, CloneChoice::of(shop.clone()))]
+            );
             let in_use = broker.remove_source(&shop).await.expect_err("in use");
             assert!(
                 in_use.to_string().contains(world.project.as_str()),
@@ -546,7 +552,10 @@ async fn a_pool_of_clones_hands_out_clones_of_the_latest_snapshot() {
                 .await
                 .expect("register");
             broker
-                .set_project_clones(&world.project, vec![(postgres, shop.clone())])
+                .set_project_clones(
+                    &world.project,
+                    vec![(postgres, CloneChoice::of(shop.clone()))],
+                )
                 .await
                 .expect("clone of shop");
             world.spawn_pools();

@@ -176,6 +176,20 @@ impl Backend for Counting {
     async fn provider(&self, engine: EngineRef) -> Result<String, BackendError> {
         self.inner.provider(engine).await
     }
+    async fn provider_of_major(
+        &self,
+        engine: EngineRef,
+        major: u32,
+    ) -> Result<String, BackendError> {
+        self.inner.provider_of_major(engine, major).await
+    }
+    async fn image_of_major(
+        &self,
+        engine: EngineRef,
+        major: u32,
+    ) -> Result<Option<String>, BackendError> {
+        self.inner.image_of_major(engine, major).await
+    }
     async fn admin_address(&self, instance: &Instance) -> Result<(String, u16), BackendError> {
         self.inner.admin_address(instance).await
     }
@@ -202,6 +216,17 @@ impl Backend for Counting {
         maker: &DaemonId,
     ) -> Result<FeatureProbe, BackendError> {
         self.inner.probe_features(engine, slot, maker).await
+    }
+    async fn probe_features_at(
+        &self,
+        engine: EngineRef,
+        major: Option<u32>,
+        slot: &AgentSlug,
+        maker: &DaemonId,
+    ) -> Result<FeatureProbe, BackendError> {
+        self.inner
+            .probe_features_at(engine, major, slot, maker)
+            .await
     }
 }
 

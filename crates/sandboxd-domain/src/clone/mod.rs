@@ -7,11 +7,15 @@
 //! - [`extended`]: extended statistics (`CREATE STATISTICS`) rebuilt in a clone: n-distinct
 //!   and dependencies exactly, most-common-values lists by frequency through a scratch sample.
 //! - [`padding`]: how far each relation file must reach so the planner believes its size.
-//! - [`origin`]: what a clone was made from, kept with its instance for the agent's evidence.
+//! - [`origin`]: what a clone was made from, kept with its instance for the agent's evidence,
+//!   and the name its database takes (the source database's).
+//! - [`choice`]: which source a project's engine clones and under which privacy mode, and the
+//!   snapshot with its values stripped for a project stricter than the source.
 //! - [`summary`]: what a snapshot holds and what it left out, and why, for operator and agent.
 //! - [`plan_shape`]: a plan's shape (node types, join order, index names) from `EXPLAIN`'s JSON,
 //!   what clone and source are compared by.
 
+pub mod choice;
 pub mod extended;
 pub mod origin;
 pub mod padding;
@@ -20,7 +24,8 @@ pub mod restore;
 pub mod snapshot;
 pub mod summary;
 
-pub use origin::CloneOrigin;
+pub use choice::{CloneChoice, snapshot_under, stricter};
+pub use origin::{CloneOrigin, clone_database_name};
 pub use padding::{BLOCK_SIZE, SEGMENT_BLOCKS, Segment, padding};
 pub use plan_shape::plan_shape;
 pub use restore::{clone_notes, restore_statements, schema_statements, setting_statements};

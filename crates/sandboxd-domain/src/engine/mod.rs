@@ -76,8 +76,9 @@ pub trait EngineRecipes: Send + Sync + 'static {
     /// Statements run as superuser once the server answers, creating the handed-out account.
     fn setup(&self, agent: &Credentials, facts: ServerFacts) -> Vec<AdminStep>;
     /// How to bring a live instance back to how `setup` left it, keeping the handed-out
-    /// account and its credentials (`reset_sandbox`).
-    fn reset(&self, agent: &Credentials, facts: ServerFacts) -> ResetPlan;
+    /// account and its credentials (`reset_sandbox`). `database` is the agent's database as the
+    /// instance names it: `agent_database`, or the source's name a clone's was renamed to.
+    fn reset(&self, agent: &Credentials, facts: ServerFacts, database: &str) -> ResetPlan;
     /// Statements run as superuser on a warm-pool member once the server answers, before its
     /// features: everything `setup` makes that does not depend on the handed-out account.
     fn pool_prepare(&self) -> Vec<AdminStep> {
@@ -85,8 +86,10 @@ pub trait EngineRecipes: Send + Sync + 'static {
     }
     /// Statements run as superuser when a prepared pool member is handed to an agent: after
     /// them it is as `setup` would have left it. Kept short (one round trip where the engine
-    /// allows): an agent waits for them.
-    fn mint(&self, agent: &Credentials, facts: ServerFacts) -> Vec<AdminStep> {
+    /// allows): an agent waits for them. `database` is the agent's database as the member
+    /// names it (a pooled clone's goes by its source's name).
+    fn mint(&self, agent: &Credentials, facts: ServerFacts, database: &str) -> Vec<AdminStep> {
+        let _ = database;
         self.setup(agent, facts)
     }
 }
@@ -118,16 +121,18 @@ impl Engine {
         self.recipes.setup(agent, facts)
     }
 
-    pub fn reset(&self, agent: &Credentials, facts: ServerFacts) -> ResetPlan {
-        self.recipes.reset(agent, facts)
+    /// The reset of an instance whose agent's database is `database`.
+    pub fn reset(&self, agent: &Credentials, facts: ServerFacts, database: &str) -> ResetPlan {
+        self.recipes.reset(agent, facts, database)
     }
 
     pub fn pool_prepare(&self) -> Vec<AdminStep> {
         self.recipes.pool_prepare()
     }
 
-    pub fn mint(&self, agent: &Credentials, facts: ServerFacts) -> Vec<AdminStep> {
-        self.recipes.mint(agent, facts)
+    /// The hand-out of a pool member whose agent's database is `database`.
+    pub fn mint(&self, agent: &Credentials, facts: ServerFacts, database: &str) -> Vec<AdminStep> {
+        self.recipes.mint(agent, facts, database)
     }
 
     pub fn render(

@@ -174,7 +174,7 @@ impl EngineRecipes for MariaDb {
         }]
     }
 
-    fn reset(&self, _agent: &Credentials, _facts: ServerFacts) -> ResetPlan {
+    fn reset(&self, _agent: &Credentials, _facts: ServerFacts, _database: &str) -> ResetPlan {
         ResetPlan::SqlDatabases {
             name_patterns: agent_databases().to_vec(),
             recreate: vec![AdminStep::Sql {

@@ -118,7 +118,7 @@ impl EngineRecipes for Mongo {
         }]
     }
 
-    fn reset(&self, _agent: &Credentials, _facts: ServerFacts) -> ResetPlan {
+    fn reset(&self, _agent: &Credentials, _facts: ServerFacts, _database: &str) -> ResetPlan {
         ResetPlan::Unsupported(
             "MongoDB sandboxes are not reset in place yet; release_sandbox and request_sandbox \
              give a fresh one (with new credentials)",

@@ -222,22 +222,27 @@ impl EngineRecipes for Postgres {
             database: None,
             statement: SecretString::from(create_role(agent, facts)),
         }];
-        steps.extend(database_steps(&agent.user));
+        steps.extend(database_steps(&agent.user, POSTGRES.agent_database));
         steps
     }
 
     fn pool_prepare(&self) -> Vec<AdminStep> {
         // The agent's database, owned by the superuser until `mint` hands it over.
-        database_steps(POSTGRES.admin_user)
+        database_steps(POSTGRES.admin_user, POSTGRES.agent_database)
     }
 
-    fn mint(&self, agent: &Credentials, facts: ServerFacts) -> Vec<AdminStep> {
+    fn mint(
+        &self,
+        agent: &Credentials,
+        facts: ServerFacts,
+        agent_database: &str,
+    ) -> Vec<AdminStep> {
         let role = pg_identifier(&agent.user);
-        let database = pg_identifier(POSTGRES.agent_database);
+        let database = pg_identifier(agent_database);
         // One transaction in the agent's database (roles and database owners are cluster-wide),
         // so a held superuser connection there mints the account in one round trip.
         vec![AdminStep::Sql {
-            database: Some(POSTGRES.agent_database.to_owned()),
+            database: Some(agent_database.to_owned()),
             statement: SecretString::from(format!(
                 "BEGIN; {}; ALTER DATABASE {database} OWNER TO {role}; \
                  ALTER SCHEMA public OWNER TO {role}; COMMIT",
@@ -246,7 +251,7 @@ impl EngineRecipes for Postgres {
         }]
     }
 
-    fn reset(&self, agent: &Credentials, facts: ServerFacts) -> ResetPlan {
+    fn reset(&self, agent: &Credentials, facts: ServerFacts, agent_database: &str) -> ResetPlan {
         ResetPlan::AgentCluster(AgentCluster {
             agent_role: agent.user.clone(),
             // `postgres` is the admin database; the templates are the server's own. The agent
@@ -257,8 +262,8 @@ impl EngineRecipes for Postgres {
                 .map(str::to_owned)
                 .to_vec(),
             keep_roles: vec![POSTGRES.admin_user.to_owned(), agent.user.clone()],
-            agent_database: POSTGRES.agent_database.to_owned(),
-            recreate: database_steps(&agent.user),
+            agent_database: agent_database.to_owned(),
+            recreate: database_steps(&agent.user, agent_database),
             restore_agent: vec![AdminStep::Sql {
                 database: None,
                 statement: SecretString::from(restore_role(agent, facts)),
@@ -319,10 +324,11 @@ const PUBLIC_AS_IN_15: &str = "DO $sbx$ BEGIN \
 /// extensions. The database is made first, so no session of the daemon's is still on
 /// `template1` when it is copied (`CREATE DATABASE` waits for those to leave); a reset copies
 /// the `template1` earlier steps prepared, whose features and pre-installed extensions the
-/// database then has already.
-fn database_steps(agent_user: &str) -> Vec<AdminStep> {
+/// database then has already. `agent_database` is `agent_database` of the engine, or the
+/// source's name a clone's database was given.
+fn database_steps(agent_user: &str, agent_database: &str) -> Vec<AdminStep> {
     let role = pg_identifier(agent_user);
-    let database = pg_identifier(POSTGRES.agent_database);
+    let database = pg_identifier(agent_database);
     let preinstalled = || {
         PREINSTALLED_EXTENSIONS
             .iter()
@@ -344,7 +350,7 @@ fn database_steps(agent_user: &str) -> Vec<AdminStep> {
         )]);
     // Before the agent gets access: the schema extensions go into is the superuser's, so the
     // agent can neither claim its name nor plant objects in it.
-    let agent_database = [
+    let agent_steps = [
         format!("ALTER SCHEMA public OWNER TO {role}"),
         pg_extension_schema(),
     ]
@@ -360,7 +366,7 @@ fn database_steps(agent_user: &str) -> Vec<AdminStep> {
             vec![format!("CREATE DATABASE {database} OWNER {role}")],
         ),
         sql(Some(PG_TEMPLATE_DATABASE), template.collect()),
-        sql(Some(POSTGRES.agent_database), agent_database.collect()),
+        sql(Some(agent_database), agent_steps.collect()),
     ]
 }
 
@@ -498,7 +504,7 @@ mod tests {
         let facts = ServerFacts {
             major_version: Some(17),
         };
-        let minted = statements(&Postgres.mint(&agent, facts));
+        let minted = statements(&Postgres.mint(&agent, facts, "sandbox"));
         assert_eq!(minted.len(), 1, "{minted:?}");
         let (database, sql) = &minted[0];
         assert_eq!(database.as_deref(), Some("sandbox"));
@@ -517,6 +523,7 @@ mod tests {
             ServerFacts {
                 major_version: Some(15),
             },
+            "sandbox",
         ));
         assert!(old[0].1.contains(" NOCREATEROLE "), "{}", old[0].1);
     }
@@ -527,7 +534,7 @@ mod tests {
         let facts = ServerFacts {
             major_version: Some(16),
         };
-        let ResetPlan::AgentCluster(plan) = Postgres.reset(&agent, facts) else {
+        let ResetPlan::AgentCluster(plan) = Postgres.reset(&agent, facts, "sandbox") else {
             panic!("Postgres resets its cluster");
         };
         assert_eq!(plan.keep_roles, ["sandboxd_admin", "sandbox"]);
@@ -554,7 +561,39 @@ mod tests {
             "{recreated:?}"
         );
         // A reset makes template1 ready again too, as setup did.
-        assert_eq!(recreated, statements(&database_steps("sandbox")));
+        assert_eq!(recreated, statements(&database_steps("sandbox", "sandbox")));
+    }
+
+    #[test]
+    fn a_clone_named_after_its_source_is_reset_and_minted_under_that_name_quoted() {
+        let agent = Credentials::generate("sandbox");
+        let facts = ServerFacts {
+            major_version: Some(18),
+        };
+        let odd = "Prod \"Shop\" 2";
+        let quoted = "\"Prod \"\"Shop\"\" 2\"";
+        let ResetPlan::AgentCluster(plan) = Postgres.reset(&agent, facts, odd) else {
+            panic!("Postgres resets its cluster");
+        };
+        assert_eq!(plan.agent_database, odd);
+        assert_eq!(plan.keep_databases, ["postgres", "template0", "template1"]);
+        let recreated = statements(&plan.recreate);
+        assert!(
+            recreated[0]
+                .1
+                .contains(&format!("CREATE DATABASE {quoted} OWNER \"sandbox\"")),
+            "{recreated:?}"
+        );
+        assert_eq!(recreated[2].0.as_deref(), Some(odd), "{recreated:?}");
+        let minted = statements(&Postgres.mint(&agent, facts, odd));
+        assert_eq!(minted[0].0.as_deref(), Some(odd));
+        assert!(
+            minted[0]
+                .1
+                .contains(&format!("ALTER DATABASE {quoted} OWNER TO \"sandbox\"")),
+            "{}",
+            minted[0].1
+        );
     }
 
     #[test]

@@ -220,7 +220,7 @@ impl EngineRecipes for Redis {
         vec![]
     }
 
-    fn mint(&self, agent: &Credentials, _facts: ServerFacts) -> Vec<AdminStep> {
+    fn mint(&self, agent: &Credentials, _facts: ServerFacts, _database: &str) -> Vec<AdminStep> {
         // A pool member started with an account nobody was given: its password is replaced,
         // its rules stay as the server started with them.
         let words = [
@@ -236,7 +236,7 @@ impl EngineRecipes for Redis {
         }]
     }
 
-    fn reset(&self, _agent: &Credentials, _facts: ServerFacts) -> ResetPlan {
+    fn reset(&self, _agent: &Credentials, _facts: ServerFacts, _database: &str) -> ResetPlan {
         // Keys of every database, then the functions and the script cache the agent loaded.
         ResetPlan::Commands(vec![
             vec!["FLUSHALL", "SYNC"],
@@ -309,7 +309,7 @@ mod tests {
     #[test]
     fn minting_replaces_the_agent_password_with_a_hash_only() {
         let agent = Credentials::generate("sandbox");
-        let steps = Redis.mint(&agent, ServerFacts::default());
+        let steps = Redis.mint(&agent, ServerFacts::default(), "0");
         let [AdminStep::RedisCommand { words }] = steps.as_slice() else {
             panic!("one command: {steps:?}");
         };

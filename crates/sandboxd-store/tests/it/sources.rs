@@ -3,7 +3,7 @@
 //! snapshot, a failed attempt is recorded without losing the snapshot before it, and projects
 //! record which engine is a clone of which source.
 
-use sandboxd_domain::clone::{PlannerSetting, Privacy, Snapshot};
+use sandboxd_domain::clone::{CloneChoice, PlannerSetting, Privacy, Snapshot};
 use sandboxd_domain::{EngineRef, SourceName};
 use sandboxd_store::{SecretCipher, StoreError};
 use secrecy::{ExposeSecret, SecretString};
@@ -133,11 +133,23 @@ async fn sources_keep_their_dsn_sealed_and_their_latest_snapshot() {
         let web = project("web");
         store.put_project(&web, None, None).await.expect("project");
         let postgres = EngineRef::parse("postgres").expect("registered");
+        let own = CloneChoice::of(shop.clone());
         let set = store
-            .set_project_clones(&web, &[(postgres, shop.clone())])
+            .set_project_clones(&web, &[(postgres, own.clone())])
             .await
             .expect("clones");
-        assert_eq!(set.sandbox_clones, vec![(postgres, shop.clone())]);
+        assert_eq!(set.sandbox_clones, vec![(postgres, own)]);
+        // A project's own privacy mode over the source's is kept and read back.
+        let strict = CloneChoice {
+            source: shop.clone(),
+            privacy: Some(Privacy::NoValues),
+        };
+        store
+            .set_project_clones(&web, &[(postgres, strict.clone())])
+            .await
+            .expect("clones without values");
+        let read = store.get_project(&web).await.expect("get").expect("some");
+        assert_eq!(read.sandbox_clones, vec![(postgres, strict)]);
         let cleared = store.set_project_clones(&web, &[]).await.expect("cleared");
         assert!(cleared.sandbox_clones.is_empty());
         let missing = store

@@ -7,6 +7,7 @@ use std::process::ExitCode;
 
 use sandboxd_admin::wire::{ProjectOut, PutProject};
 use sandboxd_domain::clock::format_age_since;
+use sandboxd_domain::clone::CloneChoice;
 
 use crate::client::{AdminClient, Remote};
 use crate::config::Settings;
@@ -34,10 +35,12 @@ pub enum Command {
         #[arg(long = "features", value_name = "ENGINE=FEATURES")]
         features: Vec<String>,
         /// Hand ENGINE out as a clone of a registered source (`sandboxd sources add`), e.g.
-        /// postgres=shop. Leave out to keep the project's clones as they are.
+        /// postgres=shop, under the source's privacy mode; postgres=shop:no-values gives this
+        /// project's clones no sample values from a source that keeps them. Leave out to keep
+        /// the project's clones as they are.
         #[arg(
             long = "clone",
-            value_name = "ENGINE=SOURCE",
+            value_name = "ENGINE=SOURCE[:PRIVACY]",
             conflicts_with = "no_clones"
         )]
         clones: Vec<String>,
@@ -100,15 +103,22 @@ pub(super) fn size_map(items: &[String]) -> Result<BTreeMap<String, String>, Str
         .collect()
 }
 
-/// `postgres=shop` items → `{"postgres": "shop"}` (the daemon validates the names).
+/// `postgres=shop`, `postgres=shop:no-values` items → `{"postgres": "shop:no-values"}`; a
+/// privacy mode that does not exist is refused here, naming the ones that do (the daemon
+/// validates the engine and the source).
 fn clone_map(items: &[String]) -> Result<BTreeMap<String, String>, String> {
     items
         .iter()
         .map(|item| {
-            let (engine, source) = item.split_once('=').ok_or_else(|| {
-                format!("--clone takes ENGINE=SOURCE (e.g. postgres=shop), got {item:?}")
+            let (engine, choice) = item.split_once('=').ok_or_else(|| {
+                format!(
+                    "--clone takes ENGINE=SOURCE[:PRIVACY] (e.g. postgres=shop or \
+                     postgres=shop:no-values), got {item:?}"
+                )
             })?;
-            Ok((engine.trim().to_owned(), source.trim().to_owned()))
+            let choice =
+                CloneChoice::parse(choice).map_err(|e| format!("--clone {item:?}: {e}"))?;
+            Ok((engine.trim().to_owned(), choice.to_string()))
         })
         .collect()
 }
@@ -140,7 +150,10 @@ fn row(project: &ProjectOut) -> Vec<String> {
         project
             .sandbox_clones
             .iter()
-            .map(|(engine, source)| format!("{engine} of {source}"))
+            .map(|(engine, choice)| match choice.split_once(':') {
+                Some((source, privacy)) => format!("{engine} of {source} ({privacy})"),
+                None => format!("{engine} of {choice}"),
+            })
             .collect::<Vec<_>>()
             .join(", "),
         project
@@ -224,7 +237,14 @@ mod tests {
     fn clone_flags_become_a_map() {
         let map = clone_map(&["postgres = shop".into()]).expect("valid");
         assert_eq!(map["postgres"], "shop");
+        let map = clone_map(&["postgres=shop : no-values".into()]).expect("valid");
+        assert_eq!(map["postgres"], "shop:no-values");
         assert!(clone_map(&["shop".into()]).is_err());
+        let unknown = clone_map(&["postgres=shop:hidden".into()]).expect_err("unknown mode");
+        assert!(
+            unknown.contains("allowed: keep-values, no-values"),
+            "{unknown}"
+        );
     }
 
     #[test]

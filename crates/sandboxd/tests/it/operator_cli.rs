@@ -526,6 +526,39 @@ fn sources(home: &Home, daemon: &TestDaemon, project: &str) {
         ],
     ));
     assert!(out.contains("postgres of shop"), "{out}");
+    // Privacy per project from the one source: an unknown mode, and values asked of a source
+    // registered without them, are refused naming what is allowed, and nothing changes.
+    let set_clone = |choice: &str| {
+        cli(
+            home,
+            daemon,
+            &[
+                "projects",
+                "set",
+                project,
+                "--services",
+                "postgres,redis",
+                "--clone",
+                &format!("postgres={choice}"),
+            ],
+        )
+    };
+    refused(
+        &set_clone("shop:hidden"),
+        2,
+        "allowed: keep-values, no-values",
+    );
+    refused(&set_clone("shop:keep-values"), 2, "registered no-values");
+    let stored = json_of(&cli(home, daemon, &["projects", "ls", "--json"]));
+    let ours = stored
+        .as_array()
+        .and_then(|all| all.iter().find(|p| p["slug"] == project))
+        .cloned()
+        .unwrap_or_else(|| panic!("{project} in {stored}"));
+    assert_eq!(ours["sandbox_clones"]["postgres"], "shop", "{ours}");
+    assert_eq!(ours["sandbox_services"], json!(["postgres"]), "{ours}");
+    let strict = stdout(&set_clone("shop:no-values"));
+    assert!(strict.contains("postgres of shop (no-values)"), "{strict}");
     let in_use = cli(home, daemon, &["sources", "rm", "shop"]);
     assert_ne!(in_use.status.code(), Some(0), "{in_use:?}");
     assert!(

@@ -10,6 +10,7 @@ use std::time::Duration;
 use futures::future::join_all;
 use maud::{Markup, html};
 use sandboxd_broker::FeatureProbe;
+use sandboxd_domain::clone::Privacy;
 use sandboxd_domain::engine::FeatureKind;
 use sandboxd_domain::{DataSize, EngineRef, Project, Source, engines};
 
@@ -62,13 +63,45 @@ fn lacking(offered: &Offered, engine: EngineRef, feature: &str) -> Option<String
 }
 
 /// For an engine that can be a clone: a choice of the registered sources (or none: a fresh
-/// instance).
+/// instance), each under its own privacy mode and, for a source that keeps values, without them.
 fn clone_choice(engine: EngineRef, project: &Project, sources: &[Source]) -> Markup {
     let current = project
         .sandbox_clones
         .iter()
         .find(|(e, _)| *e == engine)
-        .map(|(_, s)| s);
+        .map(|(_, choice)| choice.to_string());
+    let options: Vec<(String, String)> = sources
+        .iter()
+        .flat_map(|source| {
+            let pending = if source.snapshot.is_none() {
+                " (no snapshot yet)"
+            } else {
+                ""
+            };
+            let own = (
+                source.name.to_string(),
+                format!(
+                    "a clone of {} ({}){pending}",
+                    source.name,
+                    source.privacy.as_str()
+                ),
+            );
+            let stripped = (source.privacy == Privacy::KeepValues).then(|| {
+                (
+                    format!("{}:{}", source.name, Privacy::NoValues.as_str()),
+                    format!(
+                        "a clone of {} without sample values (no-values){pending}",
+                        source.name
+                    ),
+                )
+            });
+            std::iter::once(own).chain(stripped)
+        })
+        .collect();
+    // A choice the list does not offer (keep-values written out on the command line) stays.
+    let unlisted = current
+        .clone()
+        .filter(|current| !options.iter().any(|(value, _)| value == current));
     html! {
         @if sandboxd_broker::clonable(engine) {
             div class="clone-choice small" {
@@ -76,11 +109,13 @@ fn clone_choice(engine: EngineRef, project: &Project, sources: &[Source]) -> Mar
                     "handed out as "
                     select name={ "clone:" (engine.name) } id={ "clone-" (engine.name) } {
                         option value="" selected[current.is_none()] { "a fresh instance" }
-                        @for source in sources {
-                            option value=(source.name) selected[current == Some(&source.name)] {
-                                "a clone of " (source.name)
-                                @if source.snapshot.is_none() { " (no snapshot yet)" }
+                        @for (value, text) in &options {
+                            option value=(value) selected[current.as_ref() == Some(value)] {
+                                (text)
                             }
+                        }
+                        @if let Some(value) = &unlisted {
+                            option value=(value) selected { "a clone of " (value) }
                         }
                     }
                 }

@@ -6,7 +6,8 @@ use std::collections::BTreeMap;
 use axum::extract::State;
 use axum::response::Response;
 use sandboxd_broker::BrokerError;
-use sandboxd_domain::{EngineRef, ProjectSizes, ProjectSlug, SourceName, engines};
+use sandboxd_domain::clone::CloneChoice;
+use sandboxd_domain::{EngineRef, ProjectSizes, ProjectSlug, engines};
 
 use crate::AppState;
 use crate::api::ApiPath;
@@ -61,8 +62,9 @@ fn chosen_sizes(fields: &FormFields) -> Result<ProjectSizes, String> {
     ProjectSizes::parse_map(&map).map_err(|e| e.to_string())
 }
 
-/// The card's clone choices (`clone:<engine>` = a source name, or empty for none).
-fn chosen_clones(fields: &FormFields) -> Result<Vec<(EngineRef, SourceName)>, String> {
+/// The card's clone choices (`clone:<engine>` = `source` or `source:privacy`, or empty for
+/// none).
+fn chosen_clones(fields: &FormFields) -> Result<Vec<(EngineRef, CloneChoice)>, String> {
     let mut clones = Vec::new();
     for engine in engines::all() {
         let Some(source) = fields
@@ -74,7 +76,7 @@ fn chosen_clones(fields: &FormFields) -> Result<Vec<(EngineRef, SourceName)>, St
         };
         clones.push((
             engine,
-            SourceName::parse(source).map_err(|e| e.to_string())?,
+            CloneChoice::parse(source).map_err(|e| e.to_string())?,
         ));
     }
     Ok(clones)
