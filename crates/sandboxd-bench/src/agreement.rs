@@ -3,8 +3,9 @@
 //! image with production's server flags, as the clone tests start it, labeled with the bench's
 //! pid so the sweep removes it), then per data set: the plan shapes of its queries on a
 //! keep-values and on a no-values clone against production's, each miss named with its reason
-//! (the data set's known misses; anything else is "not explained"), and the snapshot's time and
-//! a cold clone's hand-out latency over `runs` runs after one untimed round.
+//! (the data set's known misses; on the no-values clone, the stripped sample values; anything
+//! else is "not explained"), and the snapshot's time and a cold clone's hand-out latency over
+//! `runs` runs after one untimed round.
 
 use std::time::{Duration, Instant};
 
@@ -130,8 +131,10 @@ async fn measure(
                 set.name,
                 miss.number,
                 miss.query,
-                miss.reason
-                    .unwrap_or("not explained (no known miss names it)")
+                miss.reason.unwrap_or(match privacy {
+                    "no-values" => "no-values: most common values and histograms stripped",
+                    _ => "not explained (no known miss names it)",
+                })
             ));
         }
     }
