@@ -22,8 +22,8 @@ use sandboxd_testkit::clone_fixtures::wide::{
     DECIDED_BY_EXTENDED_STATISTICS, EXTENDED_STATS_MISSES, FINISH, INDEX_HEIGHT_MISSES,
     KNOWN_MISSES, LOAD, QUERIES, STATISTICS_OBJECTS,
 };
-use sandboxd_testkit::clone_fixtures::{Agreement, KnownMiss};
-use tokio_postgres::{Client, SimpleQueryMessage};
+use sandboxd_testkit::clone_fixtures::{Agreement, KnownMiss, explain};
+use tokio_postgres::Client;
 
 use crate::clone::{Production, agent, clone_of, remove, shapes};
 use crate::docker::{Harness, POSTGRES18, harness_owner};
@@ -55,20 +55,11 @@ async fn shapes_without_extended_statistics(client: &Client) -> Vec<String> {
     out
 }
 
-/// The estimated rows of each query's top plan node.
+/// The estimated rows of the query's top plan node.
 async fn estimated_rows(client: &Client, query: &str) -> f64 {
-    let answers = client
-        .simple_query(&format!("EXPLAIN (FORMAT JSON) {query}"))
+    let json = explain(client, query)
         .await
-        .unwrap_or_else(|e| panic!("EXPLAIN {query}: {e:?}"));
-    let text = answers
-        .iter()
-        .find_map(|m| match m {
-            SimpleQueryMessage::Row(row) => row.get(0).map(str::to_owned),
-            _ => None,
-        })
-        .expect("EXPLAIN answers a row");
-    let json: serde_json::Value = serde_json::from_str(&text).expect("EXPLAIN's JSON");
+        .unwrap_or_else(|e| panic!("{e}"));
     json[0]["Plan"]["Plan Rows"].as_f64().expect("Plan Rows")
 }
 

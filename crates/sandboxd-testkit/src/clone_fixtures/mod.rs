@@ -70,24 +70,28 @@ pub const WIDE: DataSet = DataSet {
     known_misses: wide::KNOWN_MISSES,
 };
 
-/// Each query's plan shape (`EXPLAIN (FORMAT JSON)`, then [`plan_shape`]) on the server
-/// `client` is connected to.
+/// `EXPLAIN (FORMAT JSON) query`'s document on the server `client` is connected to.
+pub async fn explain(client: &Client, query: &str) -> Result<serde_json::Value, String> {
+    let answers = client
+        .simple_query(&format!("EXPLAIN (FORMAT JSON) {query}"))
+        .await
+        .map_err(|e| format!("EXPLAIN {query}: {e:?}"))?;
+    let text = answers
+        .iter()
+        .find_map(|m| match m {
+            SimpleQueryMessage::Row(row) => row.get(0).map(str::to_owned),
+            _ => None,
+        })
+        .ok_or_else(|| format!("EXPLAIN {query} answered no row"))?;
+    serde_json::from_str(&text).map_err(|e| format!("EXPLAIN {query}'s JSON: {e}"))
+}
+
+/// Each query's plan shape ([`explain`], then [`plan_shape`]) on the server `client` is
+/// connected to.
 pub async fn plan_shapes(client: &Client, queries: &[&str]) -> Result<Vec<String>, String> {
     let mut out = Vec::with_capacity(queries.len());
     for query in queries {
-        let answers = client
-            .simple_query(&format!("EXPLAIN (FORMAT JSON) {query}"))
-            .await
-            .map_err(|e| format!("EXPLAIN {query}: {e:?}"))?;
-        let text = answers
-            .iter()
-            .find_map(|m| match m {
-                SimpleQueryMessage::Row(row) => row.get(0).map(str::to_owned),
-                _ => None,
-            })
-            .ok_or_else(|| format!("EXPLAIN {query} answered no row"))?;
-        let json: serde_json::Value =
-            serde_json::from_str(&text).map_err(|e| format!("EXPLAIN {query}'s JSON: {e}"))?;
+        let json = explain(client, query).await?;
         out.push(plan_shape(&json).ok_or_else(|| format!("EXPLAIN {query}: no plan"))?);
     }
     Ok(out)
