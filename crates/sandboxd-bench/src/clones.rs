@@ -3,7 +3,9 @@
 //! secondary index, analyzed), a clone's cold hand-out beside a plain cold provision of the
 //! same image, alternated run by run so both see the same machine, and the hand-out of a clone
 //! from a warm pool of clones (a member made by `provision_idle_clone` beforehand, untimed; the
-//! hand-out mints the agent's account, hands it the schema and proves the account).
+//! hand-out mints the agent's account, hands it the schema and proves the account). Then, per
+//! clone data set of the testkit (the shop, the wide one), plan agreement, the snapshot's time
+//! and the cold hand-out (`agreement.rs`).
 
 use std::time::{Duration, Instant};
 
@@ -17,6 +19,7 @@ use sandboxd_domain::{AgentSlug, DaemonId, EngineRef, Instance, engines};
 use secrecy::{ExposeSecret, SecretString};
 
 use crate::Report;
+use crate::agreement;
 use crate::cleanup::Cleanup;
 use crate::images::local_config;
 use crate::stats::Series;
@@ -58,6 +61,13 @@ pub async fn clones(runs: usize, cleanup: &Cleanup, report: &mut Report) -> Resu
     if let Err(err) = docker.teardown(&InstanceHandle::of(&source)).await {
         eprintln!("removing the clone source: {err}");
     }
+    let outcome = match outcome {
+        Ok(()) => {
+            let request = |tag: &str| request(postgres, cleanup, tag);
+            agreement::plan_agreement(&docker, postgres, request, runs, cleanup, report).await
+        }
+        failed => failed,
+    };
     for (backend, maker) in [(&docker, DaemonId::cli()), (&pooled, pool_maker(cleanup)?)] {
         if let Err(err) = backend.sweep(&maker, Sweep::Now).await {
             eprintln!("sweeping the docker network: {err}");
@@ -84,20 +94,7 @@ async fn measure(
         source.agent.password.expose_secret(),
         source.database
     ));
-    let mut snapshot: Option<Snapshot> = None;
-    let mut snapshots = Vec::with_capacity(runs);
-    // One untimed round each: the first pays for cold caches (the pg_dump image's layers).
-    for round in 0..=runs {
-        let started = Instant::now();
-        let taken = take_snapshot(docker, postgres, "bench", &dsn, Privacy::KeepValues)
-            .await
-            .context("snapshot")?;
-        if round > 0 {
-            snapshots.push(started.elapsed());
-        }
-        snapshot = Some(taken);
-    }
-    let snapshot = snapshot.context("no snapshot")?;
+    let (snapshot, snapshots) = timed_snapshots(docker, postgres, "bench", &dsn, runs).await?;
     let (mut cloned, mut plain, mut warm) = (
         Vec::with_capacity(runs),
         Vec::with_capacity(runs),
@@ -132,6 +129,30 @@ async fn measure(
     report.series.push(warm);
     report.series.push(plain);
     Ok(())
+}
+
+/// `runs` keep-values snapshots of the source at `dsn`, timed, after one untimed round that
+/// pays for cold caches (the pg_dump image's layers); the last snapshot and the times.
+pub async fn timed_snapshots(
+    docker: &DockerBackend,
+    postgres: EngineRef,
+    source: &str,
+    dsn: &SecretString,
+    runs: usize,
+) -> Result<(Snapshot, Vec<Duration>)> {
+    let mut snapshot: Option<Snapshot> = None;
+    let mut times = Vec::with_capacity(runs);
+    for round in 0..=runs {
+        let started = Instant::now();
+        let taken = take_snapshot(docker, postgres, source, dsn, Privacy::KeepValues)
+            .await
+            .context("snapshot")?;
+        if round > 0 {
+            times.push(started.elapsed());
+        }
+        snapshot = Some(taken);
+    }
+    Ok((snapshot.context("no snapshot")?, times))
 }
 
 /// The maker of the pool members: this run's own.

@@ -16,7 +16,8 @@
 //! - `experiments`: run_experiment over MCP, cold and warm, and 100 sql() calls beside 100
 //!   sandbox_sql calls.
 //! - `clones`: the snapshot of a 50-table source and a clone's cold hand-out beside a plain
-//!   cold provision and a hand-out from a warm pool of clones (issue 12).
+//!   cold provision and a hand-out from a warm pool of clones (issue 12); plan agreement, the
+//!   snapshot and the hand-out on each clone data set of the testkit (issue 32).
 //! - `kubernetes`: a cold provision of postgres+redis as Pods beside the Docker backend on the
 //!   same images (issue 11).
 //! - `cleanup`: everything started is found again by name/label and removed, also on Ctrl-C.
@@ -28,6 +29,7 @@ use anyhow::{Result, anyhow};
 use clap::{Parser, ValueEnum};
 use sandboxd_domain::{EngineRef, engines};
 
+mod agreement;
 mod broker;
 mod cleanup;
 mod clones;

@@ -11,10 +11,15 @@
 //!   (`scripts/k8s-cluster.sh`, named by `SANDBOXD_TEST_KUBECONFIG`), in a namespace of the
 //!   test's own that goes with everything in it when the test ends; skipped where no cluster is
 //!   named unless CI requires it (`SANDBOXD_REQUIRE_KUBERNETES=1`).
+//! - [`clone_fixtures`]: the "productions" clone fidelity is measured on (the shop and the wide
+//!   data set), their queries and known misses, and the comparison of plan shapes; the bench
+//!   measures the same data sets.
 //!
-//! A dev-dependency only: nothing here is linked into the daemon, and it holds no logic of the
-//! daemon's own.
+//! A dev-dependency of the tests and a dependency of the bench only: nothing here is linked into
+//! the daemon, and it holds no logic of the daemon's own.
 #![forbid(unsafe_code)]
+
+pub mod clone_fixtures;
 
 use std::collections::BTreeMap;
 use std::path::Path;

@@ -1,8 +1,8 @@
 //! Production-faithful clones (§7) on Docker: a real PostgreSQL "production" (a container of
-//! its own, loaded with `clone_fixture`'s shop), snapshotted read-only by a role that may read
-//! but not write, and cloned. Each query's plan shape on the clone, on an empty schema-only
-//! copy and on a clone under privacy mode is compared with production's, and the report says
-//! how often each agrees.
+//! its own, loaded with the testkit's `clone_fixtures::shop`), snapshotted read-only by a role
+//! that may read but not write, and cloned. Each query's plan shape on the clone, on an empty
+//! schema-only copy and on a clone under privacy mode is compared with production's, and the
+//! report says how often each agrees.
 
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
@@ -15,12 +15,13 @@ use sandboxd_backend::clone::{
 };
 use sandboxd_backend::docker::DockerBackend;
 use sandboxd_backend::{Backend, InstanceHandle};
-use sandboxd_domain::clone::{Privacy, Snapshot, plan_shape};
+use sandboxd_domain::clone::{Privacy, Snapshot};
 use sandboxd_domain::{AgentSlug, Instance, generate_secret};
+use sandboxd_testkit::clone_fixtures::shop::{FINISH, LOAD, QUERIES};
+use sandboxd_testkit::clone_fixtures::{PRODUCTION_FLAGS, plan_shapes};
 use secrecy::{ExposeSecret, SecretString};
 use tokio_postgres::{Client, NoTls, SimpleQueryMessage};
 
-use crate::clone_fixture::{FINISH, LOAD, QUERIES};
 use crate::docker::{Harness, POSTGRES, POSTGRES18, harness_owner, test_ulimits};
 use crate::support::{self, engine, request};
 
@@ -86,28 +87,11 @@ impl Production {
             image: Some(image.to_owned()),
             env: Some(env),
             entrypoint,
-            // Production's own planner configuration, which a clone must carry over; the rest
-            // only makes loading faster.
             cmd: Some(
-                [
-                    "postgres",
-                    "-c",
-                    "random_page_cost=1.1",
-                    "-c",
-                    "effective_cache_size=2GB",
-                    "-c",
-                    "fsync=off",
-                    "-c",
-                    "synchronous_commit=off",
-                    "-c",
-                    "full_page_writes=off",
-                    "-c",
-                    "max_wal_size=4GB",
-                    "-c",
-                    "maintenance_work_mem=256MB",
-                ]
-                .map(str::to_owned)
-                .to_vec(),
+                std::iter::once("postgres")
+                    .chain(PRODUCTION_FLAGS.iter().copied())
+                    .map(str::to_owned)
+                    .collect(),
             ),
             labels: Some(HashMap::from([
                 (format!("{NS}.sandbox"), "1".to_owned()),
@@ -251,23 +235,9 @@ impl Production {
 
 /// Each query's plan shape on the server `client` is connected to.
 pub(super) async fn shapes(client: &Client, queries: &[&str]) -> Vec<String> {
-    let mut out = Vec::with_capacity(queries.len());
-    for query in queries {
-        let answers = client
-            .simple_query(&format!("EXPLAIN (FORMAT JSON) {query}"))
-            .await
-            .unwrap_or_else(|e| panic!("EXPLAIN {query}: {e:?}"));
-        let text = answers
-            .iter()
-            .find_map(|m| match m {
-                SimpleQueryMessage::Row(row) => row.get(0).map(str::to_owned),
-                _ => None,
-            })
-            .expect("EXPLAIN answers a row");
-        let json: serde_json::Value = serde_json::from_str(&text).expect("EXPLAIN's JSON");
-        out.push(plan_shape(&json).expect("a plan"));
-    }
-    out
+    plan_shapes(client, queries)
+        .await
+        .unwrap_or_else(|e| panic!("{e}"))
 }
 
 fn agreement(production: &[String], other: &[String]) -> f64 {

@@ -1,5 +1,5 @@
 //! Statistics of expression indexes in a clone (issue 32, item 1): a PostgreSQL 18 "production"
-//! of its own (not `clone_fixture`'s shop) whose predicates on `lower(email)` and
+//! of its own (not the shop of `clone_fixtures`) whose predicates on `lower(email)` and
 //! `date_part('year', created_at)` are estimated only from the indexes' statistics. The clone
 //! must estimate them as production does; a clone made from the same snapshot without the
 //! index rows (what snapshots carried before) estimates the 0.5 % default and plans otherwise.

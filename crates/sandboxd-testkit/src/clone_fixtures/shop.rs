@@ -104,8 +104,7 @@ CREATE MATERIALIZED VIEW daily_sales AS
     FROM orders GROUP BY 1;
 "#;
 
-/// Run after [`LOAD`], each statement on its own (`VACUUM` refuses a transaction block).
-pub const FINISH: &[&str] = &["VACUUM ANALYZE"];
+pub use super::FINISH;
 
 /// The query set: index against sequential scans, join order and method, aggregates, `IN`
 /// lists, `LIMIT` with `ORDER BY`, partial and multi-column index use.
