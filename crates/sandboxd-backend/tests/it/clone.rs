@@ -207,6 +207,27 @@ impl Production {
         eprintln!("production loaded in {} ms", started.elapsed().as_millis());
     }
 
+    /// Gives the tables, partitions and materialized views of `public` to an owner role
+    /// (`app_owner`) and makes the snapshot role a member, as README's "Clone production" asks:
+    /// `pg_stats_ext` shows an object's data to its table's owner only.
+    pub(super) async fn make_reader_the_tables_owner(&self) {
+        let client = self.superuser().await.expect("production superuser");
+        client
+            .batch_execute(&format!(
+                "CREATE ROLE app_owner NOLOGIN; \
+                 DO $$ DECLARE r record; BEGIN \
+                   FOR r IN SELECT c.oid::regclass AS rel, c.relkind FROM pg_class c \
+                            JOIN pg_namespace n ON n.oid = c.relnamespace \
+                            WHERE n.nspname = 'public' AND c.relkind IN ('r', 'p', 'm') LOOP \
+                     EXECUTE format('ALTER %s %s OWNER TO app_owner', \
+                       CASE r.relkind WHEN 'm' THEN 'MATERIALIZED VIEW' ELSE 'TABLE' END, r.rel); \
+                   END LOOP; END $$; \
+                 GRANT app_owner TO {READER}"
+            ))
+            .await
+            .expect("the snapshot role gets the owner's privileges");
+    }
+
     pub(super) fn reader_dsn(&self) -> SecretString {
         self.dsn_with(self.reader_password.expose_secret())
     }
