@@ -1,10 +1,10 @@
 //! Extended statistics in a clone (issue 32, item 2): a PostgreSQL 18 "production" of its own
 //! with correlated columns under `CREATE STATISTICS` (a zip determines its city, state and
 //! country; a place's kind and tier go together, with a rare combination), whose estimates
-//! rest on them. The clone must estimate as production does (within 2×, the same plans unless cost alone tips a near-tie at the same estimate); a
-//! clone of the same snapshot without their data (what clones had before) must not. Under
-//! `no-values` the most-common-values lists stay behind and the rest is carried. The snapshot
-//! role sees the data only with the tables' owner's privileges, and says so without them.
+//! rest on them. The clone must estimate as production does (within 2×, the same plans unless
+//! cost alone tips a near-tie at the same estimate); a clone of the same snapshot without their
+//! data (what clones had before) must not. Under `no-values` the most-common-values lists stay
+//! behind and the rest is carried. The snapshot role sees the data only with the tables' owner's privileges, and says so without them.
 
 use sandboxd_backend::clone::{Fidelity, read_source};
 use sandboxd_domain::clone::{Privacy, Snapshot, Summary};
