@@ -4,7 +4,8 @@
 //! rest on them. The clone must estimate as production does (within 2×, the same plans unless
 //! cost alone tips a near-tie at the same estimate); a clone of the same snapshot without their
 //! data (what clones had before) must not. Under `no-values` the most-common-values lists stay
-//! behind and the rest is carried. The snapshot role sees the data only with the tables' owner's privileges, and says so without them.
+//! behind and the rest is carried. The snapshot role sees the data only with the tables'
+//! owner's privileges, and says so without them.
 
 use sandboxd_backend::clone::{Fidelity, read_source};
 use sandboxd_domain::clone::{Privacy, Snapshot, Summary};
