@@ -8,6 +8,7 @@
 
 mod apply;
 mod dsn;
+mod extended;
 mod provision;
 mod source;
 mod tls;
