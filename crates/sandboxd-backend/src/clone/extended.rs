@@ -5,7 +5,7 @@
 
 use rand::Rng;
 use sandboxd_domain::clone::extended::{
-    CloneColumn, CloneObject, Rebuild, SCRATCH_PREFIX, exact_rebuild, mcv_rebuild,
+    CloneColumn, CloneObject, Rebuild, SCRATCH_PREFIX, exact_rebuild, mcv_obstacle, mcv_rebuild,
 };
 use sandboxd_domain::clone::{ExtendedStatistics, Snapshot};
 use tokio_postgres::{Client, SimpleQueryMessage};
@@ -55,16 +55,22 @@ pub(super) async fn rebuild_extended(
             )),
         }
         let scratch = format!("{SCRATCH_PREFIX}{:016x}", rand::rng().random::<u64>());
-        // A list that cannot be sampled is in the clone's notes already (`extended::left_out`).
-        if let Ok(Some(rebuild)) = mcv_rebuild(object, &target, &scratch, &snapshot.columns) {
-            match run_rebuild(client, &rebuild, major).await {
-                Ok(()) => {
-                    rebuilt.insert(label);
-                }
-                Err(e) => notes.push(format!(
-                    "the most-common-values list of {label} was not rebuilt: {e}"
-                )),
+        let outcome = match mcv_rebuild(object, &target, &scratch, &snapshot.columns) {
+            Ok(Some(rebuild)) => run_rebuild(client, &rebuild, major).await.map(|()| true),
+            Ok(None) => Ok(false),
+            Err(e) => Err(e),
+        };
+        match outcome {
+            Ok(true) => {
+                rebuilt.insert(label);
             }
+            Ok(false) => {}
+            // A list no sample can reproduce is in the clone's notes already
+            // (`extended::left_out`).
+            Err(_) if mcv_obstacle(object).is_some() => {}
+            Err(e) => notes.push(format!(
+                "the most-common-values list of {label} was not rebuilt: {e}"
+            )),
         }
     }
     (rebuilt.len(), notes)

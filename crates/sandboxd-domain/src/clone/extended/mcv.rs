@@ -212,6 +212,20 @@ pub fn mcv_rebuild(
         })
         .collect::<Result<_, _>>()?;
     dims.sort_by_key(|(_, c)| c.attnum);
+    // The sample casts text to each column's type and ANALYZE compares its values, as the
+    // clone's superuser: only built-in types, whose casts and operators no schema can replace
+    // (a cast from text to a type of the source's own may be a function the source wrote).
+    if let Some((_, column)) = dims.iter().find(|(_, c)| {
+        !["pg_catalog.", "\"pg_catalog\"."]
+            .iter()
+            .any(|p| c.type_sql.starts_with(p))
+    }) {
+        return Err(format!(
+            "its column {} is of type {}, not a built-in one: casting values to it could run \
+             the source's own code as the clone's superuser",
+            column.name, column.type_sql
+        ));
+    }
 
     let schema = pg_identifier(scratch);
     let table = format!("{schema}.\"sample\"");
