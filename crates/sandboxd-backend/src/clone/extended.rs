@@ -5,7 +5,8 @@
 
 use rand::Rng;
 use sandboxd_domain::clone::extended::{
-    CloneColumn, CloneObject, Rebuild, SCRATCH_PREFIX, exact_rebuild, mcv_obstacle, mcv_rebuild,
+    CloneColumn, CloneObject, EXPRESSION_STATS_MAJOR, Frequencies, Rebuild, SCRATCH_PREFIX,
+    exact_rebuild, expression_rebuild, mcv_obstacle, mcv_rebuild,
 };
 use sandboxd_domain::clone::{ExtendedStatistics, Snapshot};
 use tokio_postgres::{Client, SimpleQueryMessage};
@@ -54,15 +55,21 @@ pub(super) async fn rebuild_extended(
                 "the n-distinct counts and dependencies of {label} were not rebuilt: {e}"
             )),
         }
-        let scratch = format!("{SCRATCH_PREFIX}{:016x}", rand::rng().random::<u64>());
-        let outcome = match mcv_rebuild(object, &target, &scratch, &snapshot.columns) {
-            Ok(Some(rebuild)) => run_rebuild(client, &rebuild, major).await.map(|()| true),
+        let outcome = match mcv_list(client, object, &target, snapshot, major).await {
+            Ok(Some(None)) => Ok(true),
+            Ok(Some(Some(why))) => {
+                notes.push(format!(
+                    "the most-common-values list of {label} has frequencies as a sample gives \
+                     them, not the source's exact ones: {why}"
+                ));
+                Ok(true)
+            }
             Ok(None) => Ok(false),
             Err(e) => Err(e),
         };
         match outcome {
             Ok(true) => {
-                rebuilt.insert(label);
+                rebuilt.insert(label.clone());
             }
             Ok(false) => {}
             // A list no sample can reproduce is in the clone's notes already
@@ -72,8 +79,57 @@ pub(super) async fn rebuild_extended(
                 "the most-common-values list of {label} was not rebuilt: {e}"
             )),
         }
+        // Before 18 no column statistics are imported at all, and the clone's notes say so.
+        if major >= EXPRESSION_STATS_MAJOR {
+            let version = snapshot.server_version_num;
+            let outcome = match expression_rebuild(object, &target, &scratch(), version) {
+                Ok(Some(rebuild)) => run_rebuild(client, &rebuild, major).await.map(|()| true),
+                Ok(None) => Ok(false),
+                Err(e) => Err(e),
+            };
+            match outcome {
+                Ok(true) => {
+                    rebuilt.insert(label);
+                }
+                Ok(false) => {}
+                Err(e) => notes.push(format!(
+                    "the statistics of the expressions of {label} were not rebuilt: {e}"
+                )),
+            }
+        }
     }
     (rebuilt.len(), notes)
+}
+
+/// Rebuilds `object`'s MCV list with the source's exact frequencies or, where that cannot be
+/// proven, as the sample gives them: `None` when it has no list, `Some(None)` when exact,
+/// `Some(Some(why))` when sampled.
+async fn mcv_list(
+    client: &Client,
+    object: &ExtendedStatistics,
+    target: &CloneObject,
+    snapshot: &Snapshot,
+    major: u32,
+) -> Result<Option<Option<String>>, String> {
+    let rebuild =
+        |frequencies| mcv_rebuild(object, target, &scratch(), &snapshot.columns, frequencies);
+    let Some(exact) = rebuild(Frequencies::Exact)? else {
+        return Ok(None);
+    };
+    let Err(why) = run_rebuild(client, &exact, major).await else {
+        return Ok(Some(None));
+    };
+    match rebuild(Frequencies::Sampled)? {
+        Some(sampled) => run_rebuild(client, &sampled, major)
+            .await
+            .map(|()| Some(Some(why))),
+        None => Ok(None),
+    }
+}
+
+/// A scratch schema's name no object of the clone has.
+fn scratch() -> String {
+    format!("{SCRATCH_PREFIX}{:016x}", rand::rng().random::<u64>())
 }
 
 /// The clone's statistics object of the same name as `object`, with the columns it covers.

@@ -9,6 +9,7 @@
 mod apply;
 mod dsn;
 mod extended;
+mod extended_read;
 mod provision;
 mod source;
 mod tls;

@@ -5,14 +5,14 @@
 //! loopback), through rustls.
 
 use sandboxd_domain::clone::{
-    ColumnStats, ExtendedStatistics, ExtendedStatisticsData, ExtensionUse, McvItem, PlannerSetting,
-    Privacy, RelationKind, RelationSize, Snapshot, StatisticsColumn,
+    ColumnStats, ExtensionUse, PlannerSetting, Privacy, RelationKind, RelationSize, Snapshot,
 };
 use sandboxd_domain::{EngineRef, clock};
 use secrecy::SecretString;
 use tokio_postgres::{Client, IsolationLevel};
 
 use super::dsn::{SourceDsn, redact};
+use super::extended_read::read_extended;
 use super::tls::SourceTls;
 use crate::Backend;
 use crate::error::BackendError;
@@ -191,80 +191,6 @@ pub async fn read_source(
     Ok(snapshot.with_privacy(privacy))
 }
 
-/// The data of every extended statistics object the role may see, and the names of those it
-/// may not (`pg_stats_ext` shows an object's data only to members of its table's owner, and
-/// not under row security).
-async fn read_extended<F>(
-    tx: &tokio_postgres::Transaction<'_>,
-    read: &impl Fn(&'static str) -> F,
-) -> Result<ExtendedStatisticsData, SourceError>
-where
-    F: FnOnce(tokio_postgres::Error) -> SourceError,
-{
-    let unreadable = tx
-        .query(EXTENDED_STATISTICS_UNREADABLE, &[])
-        .await
-        .map_err(read("extended statistics' visibility"))?
-        .iter()
-        .map(|row| row.get(0))
-        .collect();
-    let items = tx
-        .query(EXTENDED_MCV_ITEMS, &[])
-        .await
-        .map_err(read("extended most-common values"))?;
-    let mut objects: Vec<ExtendedStatistics> = tx
-        .query(EXTENDED_STATISTICS_DATA, &[])
-        .await
-        .map_err(read("extended statistics"))?
-        .iter()
-        .map(|row| {
-            let attnums: Vec<i16> = row.get(4);
-            let names: Vec<String> = row.get(5);
-            let types: Vec<String> = row.get(6);
-            ExtendedStatistics {
-                schema: row.get(0),
-                name: row.get(1),
-                table_schema: row.get(2),
-                table: row.get(3),
-                columns: attnums
-                    .into_iter()
-                    .zip(names)
-                    .zip(types)
-                    .map(|((attnum, name), type_name)| StatisticsColumn {
-                        attnum,
-                        name,
-                        type_name,
-                    })
-                    .collect(),
-                expressions: u32::try_from(row.get::<_, i32>(7)).unwrap_or(0),
-                inherited: row.get(8),
-                n_distinct: row.get(9),
-                dependencies: row.get(10),
-                mcv: row.get::<_, bool>(11).then(Vec::new),
-            }
-        })
-        .collect();
-    for row in &items {
-        let (schema, name, inherited): (String, String, bool) =
-            (row.get(0), row.get(1), row.get(2));
-        if let Some(object) = objects
-            .iter_mut()
-            .find(|o| o.schema == schema && o.name == name && o.inherited == inherited)
-            && let Some(mcv) = &mut object.mcv
-        {
-            mcv.push(McvItem {
-                values: row.get(3),
-                frequency: row.get(4),
-                base_frequency: row.get(5),
-            });
-        }
-    }
-    Ok(ExtendedStatisticsData {
-        objects,
-        unreadable,
-    })
-}
-
 /// A whole snapshot: [`read_source`], then the schema dumped by `backend` with a `pg_dump` of
 /// the source's major version.
 pub async fn take_snapshot(
@@ -394,46 +320,6 @@ const FOREIGN_TABLES: &str = "SELECT n.nspname || '.' || c.relname \
        AND NOT EXISTS (SELECT 1 FROM pg_catalog.pg_depend d \
                        WHERE d.classid = 'pg_catalog.pg_class'::regclass AND d.objid = c.oid \
                          AND d.deptype = 'e') \
-     ORDER BY 1";
-
-/// Every extended statistics object's data this role may see, one row per object and
-/// `inherited`: its table, its columns in attribute order (with the base type of each, without
-/// modifier, which tells how a sample can make up values of it), how many expressions it has,
-/// and the n-distinct counts and dependencies as printed.
-const EXTENDED_STATISTICS_DATA: &str = "SELECT e.statistics_schemaname::text, \
-            e.statistics_name::text, e.schemaname::text, e.tablename::text, \
-            ARRAY(SELECT a.attnum FROM pg_catalog.pg_attribute a \
-                  WHERE a.attrelid = s.stxrelid AND a.attnum = ANY (s.stxkeys) ORDER BY a.attnum), \
-            ARRAY(SELECT a.attname::text FROM pg_catalog.pg_attribute a \
-                  WHERE a.attrelid = s.stxrelid AND a.attnum = ANY (s.stxkeys) ORDER BY a.attnum), \
-            ARRAY(SELECT pg_catalog.format_type(CASE WHEN t.typtype = 'd' THEN t.typbasetype \
-                                                     ELSE t.oid END, NULL) \
-                  FROM pg_catalog.pg_attribute a JOIN pg_catalog.pg_type t ON t.oid = a.atttypid \
-                  WHERE a.attrelid = s.stxrelid AND a.attnum = ANY (s.stxkeys) ORDER BY a.attnum), \
-            COALESCE(pg_catalog.cardinality(e.exprs), 0), e.inherited, \
-            e.n_distinct::text, e.dependencies::text, e.most_common_vals IS NOT NULL \
-     FROM pg_catalog.pg_stats_ext e \
-     JOIN pg_catalog.pg_namespace sn ON sn.nspname = e.statistics_schemaname \
-     JOIN pg_catalog.pg_statistic_ext s ON s.stxnamespace = sn.oid AND s.stxname = e.statistics_name \
-     ORDER BY 1, 2, 9";
-
-/// The items of those objects' most-common-values lists, in order: each one's values (one per
-/// dimension, NULL for a null) and frequencies.
-const EXTENDED_MCV_ITEMS: &str = "SELECT e.statistics_schemaname::text, e.statistics_name::text, \
-            e.inherited, \
-            ARRAY(SELECT e.most_common_vals[i][j] \
-                  FROM pg_catalog.generate_subscripts(e.most_common_vals, 2) j ORDER BY j), \
-            e.most_common_freqs[i], e.most_common_base_freqs[i] \
-     FROM pg_catalog.pg_stats_ext e, \
-          pg_catalog.generate_subscripts(e.most_common_vals, 1) i \
-     ORDER BY 1, 2, 3, i";
-
-/// Extended statistics objects whose data `pg_stats_ext` hides from this role.
-const EXTENDED_STATISTICS_UNREADABLE: &str = "SELECT n.nspname || '.' || s.stxname \
-     FROM pg_catalog.pg_statistic_ext s JOIN pg_catalog.pg_namespace n ON n.oid = s.stxnamespace \
-     JOIN pg_catalog.pg_class c ON c.oid = s.stxrelid \
-     WHERE NOT (pg_catalog.pg_has_role(c.relowner, 'USAGE') \
-                AND (NOT c.relrowsecurity OR NOT pg_catalog.row_security_active(c.oid))) \
      ORDER BY 1";
 
 /// Columns of analyzed tables (some column has statistics) that have none, or only the null

@@ -19,8 +19,12 @@ use crate::support::engine;
 /// state in one country (20): dependencies and n-distinct counts say so. Kind and tier go
 /// together: 50 % retail tier 1, 25 % online tier 2, 10 % wholesale tier 3, 15 % kiosks, mostly
 /// tier 4 and rarely (0.2 %) tier 1, which only the MCV list knows (independence says 7.5 %,
-/// and the join below becomes a hash join). 300k orders, three per place. `legacy` is dropped, so the clone's attribute numbers differ from the
-/// source's. The tables belong to `app`, as production tables belong to an application role.
+/// and the join below becomes a hash join). 300k orders, three per place. `legacy` is dropped,
+/// so the clone's attribute numbers differ from the source's. A zip's hundreds (`zip / 100`, an
+/// expression no index has) name its country: only the expression's own statistics know its
+/// distribution, and a dependency on it. The tables belong to `app`, as production tables
+/// belong to an application role. The `id` columns' targets make ANALYZE read every row, so
+/// production's estimates, and which plans flip without the rebuild, are the same on every run.
 const LOAD: &str = "CREATE ROLE app; \
      CREATE TABLE places (id int PRIMARY KEY, legacy int, country text NOT NULL, \
          state text NOT NULL, city text NOT NULL, zip int NOT NULL, kind text NOT NULL, \
@@ -40,8 +44,12 @@ const LOAD: &str = "CREATE ROLE app; \
      CREATE STATISTICS places_geo (ndistinct, dependencies) \
          ON country, state, city, zip FROM places; \
      CREATE STATISTICS places_kind (ndistinct, dependencies, mcv) ON kind, tier FROM places; \
+     CREATE STATISTICS places_band (ndistinct, dependencies) ON (zip / 100), country FROM places; \
+     ALTER TABLE places ALTER COLUMN id SET STATISTICS 400; \
+     ALTER TABLE orders ALTER COLUMN id SET STATISTICS 1000; \
      ALTER TABLE places OWNER TO app; ALTER TABLE orders OWNER TO app; \
-     ALTER STATISTICS places_geo OWNER TO app; ALTER STATISTICS places_kind OWNER TO app;";
+     ALTER STATISTICS places_geo OWNER TO app; ALTER STATISTICS places_kind OWNER TO app; \
+     ALTER STATISTICS places_band OWNER TO app;";
 
 /// Queries whose estimates hinge on the extended statistics: dependencies (a zip's city),
 /// multi-column n-distinct (GROUP BY country, state), a rare combination in the MCV list, and
@@ -60,6 +68,9 @@ const QUERIES: &[&str] = &[
      WHERE p.country = 'K3' AND p.state = 'S3-4' GROUP BY 1",
     "SELECT o.amount, count(*) FROM places p JOIN orders o ON o.place_id = p.id \
      WHERE p.kind = 'kiosk' AND p.tier = 1 GROUP BY 1",
+    "SELECT * FROM places WHERE zip / 100 = 103",
+    "SELECT * FROM places WHERE zip / 100 = 103 AND country = 'K3'",
+    "SELECT zip / 100, country, count(*) FROM places GROUP BY 1, 2",
 ];
 
 /// The top plan node's estimated rows of each query.
@@ -123,13 +134,13 @@ async fn a_clone_rebuilds_extended_statistics_and_estimates_correlated_columns_l
             assert!(data.objects.is_empty(), "{data:?}");
             assert_eq!(
                 data.unreadable,
-                ["public.places_geo", "public.places_kind"]
+                ["public.places_band", "public.places_geo", "public.places_kind"]
             );
             let summary = Summary::of(&unprivileged);
             let hidden = summary
                 .left_out
                 .iter()
-                .find(|l| l.what == "extended statistics (2)")
+                .find(|l| l.what == "extended statistics (3)")
                 .unwrap_or_else(|| panic!("unreadable objects are left out: {summary:?}"));
             assert!(hidden.why.contains("owner"), "{}", hidden.why);
 
@@ -166,6 +177,13 @@ async fn a_clone_rebuilds_extended_statistics_and_estimates_correlated_columns_l
                 "the source's numbers, the dropped column counted"
             );
             assert!(geo.n_distinct.is_some() && geo.dependencies.is_some(), "{geo:?}");
+            let band = object("places_band");
+            assert_eq!(band.expressions, 1);
+            assert!(
+                band.expression_stats.len() == 1
+                    && band.expression_stats[0].most_common_vals.is_some(),
+                "{band:?}"
+            );
             let items = kind.mcv.clone().expect("the kind's most-common values");
             assert!(
                 items.iter().any(|i| i.values
@@ -188,14 +206,24 @@ async fn a_clone_rebuilds_extended_statistics_and_estimates_correlated_columns_l
             );
             let extended_text = "SELECT string_agg(statistics_name || ' | ' || \
                  coalesce(n_distinct::text, '-') || ' | ' || coalesce(dependencies::text, '-') \
-                 || ' | ' || coalesce(most_common_freqs::text, '-'), E'\\n' \
+                 || ' | ' || coalesce(most_common_freqs::text, '-') || ' | ' || \
+                 coalesce(most_common_base_freqs::text, '-'), E'\\n' \
                  ORDER BY statistics_name) FROM pg_stats_ext";
             let production_extended = one_value(&source, extended_text).await;
+            let expressions_text = "SELECT string_agg(statistics_name || ' | ' || expr || ' | ' \
+                 || null_frac || ' | ' || n_distinct || ' | ' || correlation || ' | ' || \
+                 coalesce(most_common_vals::text, '-') || ' | ' || \
+                 coalesce(most_common_freqs::text, '-'), E'\\n' ORDER BY statistics_name) \
+                 FROM pg_stats_ext_exprs";
+            let production_expressions = one_value(&source, expressions_text).await;
 
             let (clone, report) = clone_of(&backend, TAG, &snapshot, Fidelity::FULL).await;
-            assert_eq!(report.extended_statistics_rebuilt, 2, "{report:?}");
+            assert_eq!(report.extended_statistics_rebuilt, 3, "{report:?}");
             assert!(
-                !report.notes.iter().any(|n| n.contains("not rebuilt")),
+                !report
+                    .notes
+                    .iter()
+                    .any(|n| n.contains("not rebuilt") || n.contains("as a sample gives")),
                 "{:?}",
                 report.notes
             );
@@ -231,7 +259,7 @@ async fn a_clone_rebuilds_extended_statistics_and_estimates_correlated_columns_l
             );
             let (private_clone, private_report) =
                 clone_of(&backend, TAG, &private, Fidelity::FULL).await;
-            assert_eq!(private_report.extended_statistics_rebuilt, 2);
+            assert_eq!(private_report.extended_statistics_rebuilt, 3);
 
             let clone_client = agent(&clone).await;
             let unrebuilt_client = agent(&unrebuilt).await;
@@ -280,7 +308,7 @@ async fn a_clone_rebuilds_extended_statistics_and_estimates_correlated_columns_l
                 }
             }
             // The clone's data is production's: n-distinct counts and dependencies exactly
-            // (under the clone's attribute numbers), the MCV list's frequencies as sampled.
+            // (under the clone's attribute numbers), the MCV list's frequencies and base frequencies.
             let clone_extended = one_value(&clone_client, extended_text).await;
             eprintln!("production:\n{production_extended}\nclone:\n{clone_extended}");
             for (production_line, clone_line) in
@@ -294,8 +322,24 @@ async fn a_clone_rebuilds_extended_statistics_and_estimates_correlated_columns_l
                 assert_eq!(values_of(&p[1]), values_of(&c[1]), "n-distinct of {}", p[0]);
                 assert_eq!(values_of(&p[2]), values_of(&c[2]), "dependencies of {}", p[0]);
                 assert_ne!(p[1], c[1], "the clone's attribute numbers are its own");
+                assert_eq!(p[3..], c[3..], "MCV frequencies of {}, exactly", p[0]);
             }
-            assert_eq!(clone_extended.lines().count(), 2, "{clone_extended}");
+            assert_eq!(clone_extended.lines().count(), 3, "{clone_extended}");
+            // The expressions' own statistics are production's, value for value; under
+            // no-values their counts are, and no value.
+            assert_eq!(
+                one_value(&clone_client, expressions_text).await,
+                production_expressions
+            );
+            let private_expressions = one_value(&private_client, expressions_text).await;
+            let counts = |text: &str| -> Vec<String> {
+                text.split(" | ").take(5).map(str::to_owned).collect()
+            };
+            assert_eq!(counts(&private_expressions), counts(&production_expressions));
+            assert!(
+                private_expressions.ends_with("| - | -"),
+                "no value under no-values: {private_expressions}"
+            );
 
             for (i, query) in QUERIES.iter().enumerate() {
                 // A plan may differ only where the clone estimates exactly production's rows:
@@ -347,7 +391,7 @@ async fn a_clone_rebuilds_extended_statistics_and_estimates_correlated_columns_l
                  FROM pg_stats_ext",
             )
             .await;
-            assert_eq!(private_lists, "0 2");
+            assert_eq!(private_lists, "0 3");
             // The group counts rest on n-distinct alone: as production's.
             for i in [2, 3] {
                 assert!(

@@ -60,7 +60,7 @@ fn relation_stats_call(relation: &RelationSize, version: u32) -> String {
     )
 }
 
-fn attribute_stats_call(column: &ColumnStats, version: u32) -> String {
+pub(crate) fn attribute_stats_call(column: &ColumnStats, version: u32) -> String {
     let mut args = vec![
         format!("'version', {version}::integer"),
         format!("'schemaname', {}", sql_literal(&column.schema)),

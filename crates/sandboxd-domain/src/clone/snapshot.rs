@@ -147,9 +147,13 @@ pub struct ExtendedStatistics {
     /// columns by number, and a clone's numbers may differ (pg_dump leaves dropped columns
     /// out), so they are mapped by name when rebuilt.
     pub columns: Vec<StatisticsColumn>,
-    /// How many expressions it has besides columns (`CREATE STATISTICS … ON (a + b), c`):
-    /// their own statistics (`pg_stats_ext_exprs`) are not carried.
+    /// How many expressions it has besides columns (`CREATE STATISTICS … ON (a + b), c`).
     pub expressions: u32,
+    /// Each expression's own statistics as the source's `pg_stats_ext_exprs` prints them, in
+    /// the object's expression order (`column` holds the expression's text). Absent in
+    /// snapshots taken before they were read.
+    #[serde(default)]
+    pub expression_stats: Vec<ColumnStats>,
     pub inherited: bool,
     /// `pg_ndistinct` as printed: `{"1, 2": 100, "1, 3": 700}` (exact: the server rounds each
     /// count to an integer before storing it).
@@ -261,6 +265,10 @@ impl Snapshot {
             if let Some(data) = &mut self.extended_statistics_data {
                 for object in &mut data.objects {
                     object.mcv = None;
+                    object.expression_stats = std::mem::take(&mut object.expression_stats)
+                        .into_iter()
+                        .map(ColumnStats::without_values)
+                        .collect();
                 }
             }
         }

@@ -388,7 +388,7 @@ mod tests {
             "a rebuilt object is not left out: {text}"
         );
 
-        let private = snapshot.with_privacy(Privacy::NoValues);
+        let private = snapshot.clone().with_privacy(Privacy::NoValues);
         let data = private.extended_statistics_data.as_ref().expect("data");
         assert!(data.objects.iter().all(|o| o.mcv.is_none()));
         assert!(data.objects[0].n_distinct.is_some() && data.objects[0].dependencies.is_some());
@@ -402,6 +402,33 @@ mod tests {
             "{whats:?}"
         );
         assert!(whats.iter().any(|w| w == "sample values"), "{whats:?}");
+
+        // Read expression statistics are carried (rebuilt); under no-values without samples.
+        let mut read = snapshot.clone();
+        if let Some(data) = &mut read.extended_statistics_data {
+            data.objects[2].expression_stats = vec![crate::clone::snapshot::ColumnStats {
+                n_distinct: Some("12".into()),
+                most_common_vals: Some("{a,b}".into()),
+                ..Default::default()
+            }];
+        }
+        let whats: Vec<_> = Summary::of(&read)
+            .left_out
+            .into_iter()
+            .map(|l| l.what)
+            .collect();
+        assert!(!whats.iter().any(|w| w.contains("expression")), "{whats:?}");
+        let private = read.with_privacy(Privacy::NoValues);
+        let expression = &private
+            .extended_statistics_data
+            .as_ref()
+            .expect("data")
+            .objects[2];
+        assert_eq!(expression.expression_stats[0].most_common_vals, None);
+        assert_eq!(
+            expression.expression_stats[0].n_distinct.as_deref(),
+            Some("12")
+        );
     }
 
     #[test]

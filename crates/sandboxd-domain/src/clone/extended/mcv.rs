@@ -3,6 +3,7 @@
 //! statistics object, whose `stxdmcv` is copied onto the clone's object (see the parent
 //! module).
 
+use super::mcv_exact::with_exact_frequencies;
 use super::{CloneColumn, CloneObject, Rebuild, data_row, opening};
 use crate::clone::snapshot::{ColumnStats, ExtendedStatistics, McvItem};
 use crate::engine::{pg_identifier, sql_literal};
@@ -183,6 +184,15 @@ fn column_frequencies(
         .collect()
 }
 
+/// How close a rebuilt list's frequencies come to the source's.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Frequencies {
+    /// The source's, bit for bit, written over the sample's (`mcv_exact.rs`).
+    Exact,
+    /// As the sample gives them: each within a row of the sample's size.
+    Sampled,
+}
+
 /// The rebuild of `object`'s MCV list in `target` through a scratch schema `scratch` (which
 /// the statements create and drop); `None` when it has no list. `columns` are the snapshot's
 /// column statistics, which say how often each listed value occurs on its own.
@@ -191,6 +201,7 @@ pub fn mcv_rebuild(
     target: &CloneObject,
     scratch: &str,
     columns: &[ColumnStats],
+    frequencies: Frequencies,
 ) -> Result<Option<Rebuild>, String> {
     let Some(items) = object.mcv.as_ref().filter(|items| !items.is_empty()) else {
         return Ok(None);
@@ -307,7 +318,7 @@ pub fn mcv_rebuild(
         data_row(target.oid, object.inherited)
     ));
     statements.push(format!("DROP SCHEMA {schema} CASCADE"));
-    Ok(Some(Rebuild {
+    let sampled = Rebuild {
         statements,
         check: format!(
             "SELECT (SELECT pg_catalog.count(*) FROM pg_catalog.pg_mcv_list_items(stxdmcv))\
@@ -315,6 +326,10 @@ pub fn mcv_rebuild(
             data_row(target.oid, object.inherited)
         ),
         expected: vec![Some(items.len().to_string())],
+    };
+    Ok(Some(match frequencies {
+        Frequencies::Sampled => sampled,
+        Frequencies::Exact => with_exact_frequencies(sampled, object, items, &dims, target.oid),
     }))
 }
 

@@ -7,19 +7,25 @@
 //!   bytes through a binary-coercible cast from `bytea` that exists only inside the transaction,
 //!   and read back as text: the transaction commits only if the server prints the source's
 //!   values (with the clone's attribute numbers).
-//! - a most-common-values list is rebuilt **by frequency**: a scratch table in a schema of its
-//!   own holds a sample in which each of the source's combinations occurs as often as its
-//!   frequency says (the rest of the rows unique, so they make no combination of their own, and
-//!   carrying each value as often as the source's column statistics say, so base frequencies
-//!   follow), `ANALYZE`d under an MCV statistics object whose target is the source's list
-//!   length; its `pg_statistic_ext_data.stxdmcv` is copied onto the clone's object and the
-//!   schema dropped.
-//! - expression statistics (`pg_stats_ext_exprs`) and the MCV lists of objects with
-//!   expressions are not rebuilt: [`left_out`] says so.
+//! - a most-common-values list is rebuilt from a sample, then made **exact**: a scratch table
+//!   in a schema of its own holds a sample in which each of the source's combinations occurs
+//!   as often as its frequency says (the rest of the rows unique, so they make no combination
+//!   of their own, and carrying each value as often as the source's column statistics say, so
+//!   base frequencies follow), `ANALYZE`d under an MCV statistics object whose target is the
+//!   source's list length; its `pg_statistic_ext_data.stxdmcv` is copied onto the clone's
+//!   object, each item's frequency and base frequency overwritten with the source's
+//!   (`mcv_exact.rs`; where that cannot be proven, the sampled ones stay) and the schema
+//!   dropped.
+//! - expression statistics (`pg_stats_ext_exprs`) are rebuilt **exactly** from PostgreSQL 18
+//!   on, through a scratch table's `pg_statistic` rows (`expressions`).
+//! - the MCV lists of objects with expressions are not rebuilt: [`left_out`] says so.
 
+mod expressions;
 mod mcv;
+mod mcv_exact;
 
-pub use mcv::{mcv_obstacle, mcv_rebuild};
+pub use expressions::{EXPRESSION_STATS_MAJOR, expression_rebuild};
+pub use mcv::{Frequencies, mcv_obstacle, mcv_rebuild};
 
 use super::snapshot::{ExtendedStatistics, Snapshot};
 
@@ -364,15 +370,19 @@ pub fn left_out(snapshot: &Snapshot) -> Vec<(String, String)> {
         ));
     }
     let named = |o: &ExtendedStatistics| format!("{}.{}", o.schema, o.name);
-    let expressions: Vec<String> =
-        distinct(data.objects.iter().filter(|o| o.expressions > 0).map(named));
+    let expressions: Vec<String> = distinct(
+        data.objects
+            .iter()
+            .filter(|o| o.expressions > 0 && o.expression_stats.is_empty())
+            .map(named),
+    );
     if !expressions.is_empty() {
         out.push((
             format!("expression statistics ({})", expressions.len()),
             format!(
-                "the statistics of the expressions of {} (and their most-common-values lists) \
-                 are not rebuilt: a clone estimates those expressions from defaults; their \
-                 n-distinct counts and dependencies are",
+                "the statistics of the expressions of {} are not in the snapshot (taken before \
+                 they were read, or the source never analyzed them): a clone estimates those \
+                 expressions from defaults",
                 expressions.join(", ")
             ),
         ));
@@ -380,7 +390,6 @@ pub fn left_out(snapshot: &Snapshot) -> Vec<(String, String)> {
     let mcv: Vec<String> = distinct(
         data.objects
             .iter()
-            .filter(|o| o.expressions == 0)
             .filter_map(|o| mcv_obstacle(o).map(|why| format!("{}: {why}", named(o)))),
     );
     if !mcv.is_empty() {
@@ -415,6 +424,7 @@ pub fn carried(snapshot: &Snapshot) -> usize {
                     .filter(|o| {
                         o.n_distinct.is_some()
                             || o.dependencies.is_some()
+                            || !o.expression_stats.is_empty()
                             || (o.mcv.as_ref().is_some_and(|m| !m.is_empty())
                                 && mcv_obstacle(o).is_none())
                     })
@@ -550,6 +560,7 @@ mod tests {
             &clone_object([1, 2, 3]),
             "sandboxd_scratch_x",
             &columns,
+            Frequencies::Sampled,
         )
         .expect("rebuilds")
         .expect("has a list");
@@ -583,6 +594,51 @@ mod tests {
             "{text}"
         );
         assert_eq!(rebuild.expected, [Some("2".to_owned())]);
+
+        // Exact: each item's two doubles, little-endian, matched by its values, before the
+        // schema goes; the check wants every item with exactly the source's frequencies.
+        let exact = mcv_rebuild(
+            &object,
+            &clone_object([1, 2, 3]),
+            "sandboxd_scratch_x",
+            &columns,
+            Frequencies::Exact,
+        )
+        .expect("rebuilds")
+        .expect("has a list");
+        let text = exact.statements.join(";\n");
+        let mut bytes = 0.5f64.to_le_bytes().to_vec();
+        bytes.extend(0.3f64.to_le_bytes());
+        assert!(
+            text.contains(&format!(
+                "(ARRAY['1', '10']::pg_catalog.text[], '{}')",
+                hex(&bytes)
+            )),
+            "{text}"
+        );
+        assert!(
+            text.contains("ARRAY['2', NULL]::pg_catalog.text[]"),
+            "{text}"
+        );
+        // Two dimensions: items of 2 + 16 + 4 bytes at the end of the list.
+        assert!(text.contains("length(r.raw) - 2 * 22"), "{text}");
+        assert!(text.contains("HAVING pg_catalog.count(*) = 2"), "{text}");
+        assert!(text.ends_with("DROP SCHEMA \"sandboxd_scratch_x\" CASCADE"));
+        assert!(
+            !text.contains("CREATE CAST")
+                || text.contains("DROP CAST (pg_catalog.bytea AS pg_catalog.pg_mcv_list)")
+        );
+        assert!(
+            exact
+                .check
+                .contains("i.frequency = v.f AND i.base_frequency = v.b")
+        );
+        assert!(
+            exact
+                .check
+                .contains("0.01::pg_catalog.float8, 0.001::pg_catalog.float8")
+        );
+        assert_eq!(exact.expected, [Some("2".to_owned())]);
     }
 
     #[test]
