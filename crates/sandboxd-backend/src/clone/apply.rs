@@ -9,7 +9,8 @@ use std::time::{Duration, Instant};
 use async_trait::async_trait;
 use sandboxd_domain::Instance;
 use sandboxd_domain::clone::{
-    Snapshot, clone_notes, padding, restore_statements, schema_statements, setting_statements,
+    Snapshot, UnparsedColumn, clone_notes, padding, restore_statements, schema_statements,
+    setting_statements, unparsed_note,
 };
 use sandboxd_domain::engine::{pg_identifier, sql_literal};
 use serde::Serialize;
@@ -137,8 +138,12 @@ pub async fn apply<B: CloneHost + ?Sized>(
         .map_err(|e| failed("resetting the session")(postgres::refused(e).0))?;
 
     let (mut restored, mut refused) = (0, 0);
+    let mut unparsed = Vec::new();
     if fidelity.statistics {
-        let statements = restore_statements(snapshot, major);
+        unparsed = unparsed_columns(&client)
+            .await
+            .map_err(|e| failed("reading the column types")(e))?;
+        let statements = restore_statements(snapshot, major, &unparsed);
         for chunk in statements.chunks(200) {
             let answers = client
                 .simple_query(&chunk.join(";\n"))
@@ -197,6 +202,7 @@ pub async fn apply<B: CloneHost + ?Sized>(
             .is_some();
 
     let mut notes = clone_notes(snapshot, major);
+    notes.extend(unparsed_note(&unparsed, &snapshot.columns));
     notes.extend(extended_notes);
     let mut settings_applied = 0;
     if fidelity.settings {
@@ -394,3 +400,50 @@ END
 $hand_over$"#
     )
 }
+
+/// The clone's columns whose sample values its superuser must not parse
+/// (`sandboxd_domain::clone::unparsed`): of a domain or composite type of the schema's, or an
+/// array or range of one, however deep.
+async fn unparsed_columns(client: &Client) -> Result<Vec<UnparsedColumn>, String> {
+    let rows = client
+        .query(UNPARSED_COLUMNS, &[])
+        .await
+        .map_err(|e| postgres::refused(e).0)?;
+    Ok(rows
+        .iter()
+        .map(|row| UnparsedColumn {
+            schema: row.get(0),
+            relation: row.get(1),
+            column: row.get(2),
+            attnum: row.get(3),
+        })
+        .collect())
+}
+
+const UNPARSED_COLUMNS: &str = "WITH RECURSIVE reach(nspname, relname, attname, attnum, t) AS ( \
+       SELECT n.nspname::pg_catalog.text, c.relname::pg_catalog.text, \
+              a.attname::pg_catalog.text, a.attnum, a.atttypid \
+       FROM pg_catalog.pg_attribute a \
+       JOIN pg_catalog.pg_class c ON c.oid OPERATOR(pg_catalog.=) a.attrelid \
+       JOIN pg_catalog.pg_namespace n ON n.oid OPERATOR(pg_catalog.=) c.relnamespace \
+       WHERE a.attnum OPERATOR(pg_catalog.>) 0 AND NOT a.attisdropped \
+         AND c.relkind OPERATOR(pg_catalog.=) ANY ('{r,p,m,i,I}'::pg_catalog.char[]) \
+         AND n.nspname OPERATOR(pg_catalog.<>) ALL ('{pg_catalog,information_schema}'::pg_catalog.name[]) \
+     UNION \
+       SELECT r.nspname, r.relname, r.attname, r.attnum, x.t \
+       FROM reach r JOIN pg_catalog.pg_type ty ON ty.oid OPERATOR(pg_catalog.=) r.t \
+       CROSS JOIN LATERAL (VALUES \
+           (CASE WHEN ty.typcategory OPERATOR(pg_catalog.=) 'A' THEN ty.typelem END), \
+           (CASE WHEN ty.typtype OPERATOR(pg_catalog.=) 'd' THEN ty.typbasetype END), \
+           ((SELECT g.rngsubtype FROM pg_catalog.pg_range g \
+             WHERE g.rngtypid OPERATOR(pg_catalog.=) ty.oid)), \
+           ((SELECT g.rngtypid FROM pg_catalog.pg_range g \
+             WHERE g.rngmultitypid OPERATOR(pg_catalog.=) ty.oid))) AS x(t) \
+       WHERE x.t IS NOT NULL AND x.t OPERATOR(pg_catalog.<>) 0 \
+     ) \
+     SELECT DISTINCT r.nspname, r.relname, r.attname, r.attnum FROM reach r \
+     JOIN pg_catalog.pg_type ty ON ty.oid OPERATOR(pg_catalog.=) r.t \
+     JOIN pg_catalog.pg_namespace tn ON tn.oid OPERATOR(pg_catalog.=) ty.typnamespace \
+     WHERE ty.typtype OPERATOR(pg_catalog.=) ANY ('{d,c}'::pg_catalog.char[]) \
+       AND tn.nspname OPERATOR(pg_catalog.<>) ALL ('{pg_catalog,information_schema}'::pg_catalog.name[]) \
+     ORDER BY 1, 2, 4";

@@ -7,6 +7,7 @@ mod clone;
 mod clone_expression;
 mod clone_extended;
 mod clone_tls;
+mod clone_traps;
 mod clone_wide;
 mod docker;
 mod every_database;

@@ -23,6 +23,7 @@ pub mod plan_shape;
 pub mod restore;
 pub mod snapshot;
 pub mod summary;
+pub mod unparsed;
 
 pub use choice::{CloneChoice, snapshot_under, stricter};
 pub use origin::{CloneOrigin, clone_database_name};
@@ -34,3 +35,4 @@ pub use snapshot::{
     Privacy, RelationKind, RelationSize, Snapshot, StatisticsColumn,
 };
 pub use summary::{LeftOut, Summary};
+pub use unparsed::{UnparsedColumn, unparsed_note};

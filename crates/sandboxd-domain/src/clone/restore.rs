@@ -2,6 +2,7 @@
 //! in the sandbox's database: the schema, then the statistics, then the planner settings.
 
 use super::snapshot::{ColumnStats, RelationSize, Snapshot};
+use super::unparsed::{UnparsedColumn, without_unparsed_values};
 use crate::engine::{pg_identifier, sql_literal};
 
 /// The first major version that can import column statistics (`pg_restore_attribute_stats`).
@@ -28,7 +29,12 @@ pub fn schema_statements(schema_sql: &str) -> String {
 /// The statements that restore the snapshot's statistics on a server of `target_major`: the
 /// statistics import functions from PostgreSQL 18 on; before that only `pg_class`'s sizes,
 /// written directly (the column statistics are lost, and [`clone_notes`] says so).
-pub fn restore_statements(snapshot: &Snapshot, target_major: u32) -> Vec<String> {
+/// The values of `unparsed` columns stay out (`unparsed.rs`).
+pub fn restore_statements(
+    snapshot: &Snapshot,
+    target_major: u32,
+    unparsed: &[UnparsedColumn],
+) -> Vec<String> {
     if target_major >= STATS_IMPORT_MAJOR {
         let version = snapshot.server_version_num;
         snapshot
@@ -39,7 +45,7 @@ pub fn restore_statements(snapshot: &Snapshot, target_major: u32) -> Vec<String>
                 snapshot
                     .columns
                     .iter()
-                    .map(|c| attribute_stats_call(c, version)),
+                    .map(|c| attribute_stats_call(&without_unparsed_values(c, unparsed), version)),
             )
             .collect()
     } else {
@@ -272,7 +278,7 @@ mod tests {
 
     #[test]
     fn postgres_18_gets_the_import_functions_with_quoted_names() {
-        let statements = restore_statements(&snapshot(), 18);
+        let statements = restore_statements(&snapshot(), 18, &[]);
         assert_eq!(statements.len(), 2);
         assert!(statements[0].contains("pg_restore_relation_stats"));
         assert!(statements[0].contains("'relname', 'it''s'"));
@@ -299,7 +305,7 @@ mod tests {
             histogram_bounds: Some("{a@example.com,z@example.com}".into()),
             ..ColumnStats::default()
         });
-        let statements = restore_statements(&snapshot, 18);
+        let statements = restore_statements(&snapshot, 18, &[]);
         assert_eq!(statements.len(), 3);
         let table = &statements[1];
         assert!(table.contains("'attname', 'a'"), "{table}");
@@ -317,7 +323,7 @@ mod tests {
         );
 
         let private = snapshot.with_privacy(Privacy::NoValues);
-        let statements = restore_statements(&private, 18);
+        let statements = restore_statements(&private, 18, &[]);
         let index = &statements[2];
         assert!(index.contains("'attnum', 1::smallint"), "{index}");
         assert!(index.contains("'n_distinct', '-1'::real"), "{index}");
@@ -328,7 +334,7 @@ mod tests {
 
     #[test]
     fn before_18_only_pg_class_is_written_and_the_notes_say_so() {
-        let statements = restore_statements(&snapshot(), 17);
+        let statements = restore_statements(&snapshot(), 17, &[]);
         assert_eq!(statements.len(), 1);
         assert!(statements[0].starts_with("UPDATE pg_catalog.pg_class"));
         assert!(statements[0].contains("'\"public\".\"it''s\"'::pg_catalog.regclass"));
