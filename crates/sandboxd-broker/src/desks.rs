@@ -363,6 +363,17 @@ impl OperatorDesk {
         self.broker.check_project_clones(services, clones).await
     }
 
+    /// [`Self::offered`] for `project`: of the image its clone of `engine` runs, when it is
+    /// one.
+    pub async fn offered_in(
+        &self,
+        project: &Project,
+        engine: EngineRef,
+        patience: Duration,
+    ) -> Option<Arc<FeatureProbe>> {
+        self.broker.offered_in(project, engine, patience).await
+    }
+
     /// What the primary backend provides of `engine`'s allowlist: what agents may ask for here.
     /// Waits up to `patience` for a probe under way or started now; None while that does not
     /// answer (callers then offer the allowlist and leave the rest to activation).

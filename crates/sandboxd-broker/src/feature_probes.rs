@@ -208,6 +208,18 @@ impl Broker {
         major_of(&source.snapshot?.server_version)
     }
 
+    /// [`Self::offered`] for `project`: where its `engine` is a clone, what the image of the
+    /// major version the clone runs provides (the panel's card shows it).
+    pub async fn offered_in(
+        &self,
+        project: &Project,
+        engine: EngineRef,
+        patience: Duration,
+    ) -> Option<Arc<FeatureProbe>> {
+        let major = self.clone_major(project, engine).await;
+        self.offered_at(engine, major, patience).await
+    }
+
     /// What the primary backend provides of `engine`'s allowlist: what agents may ask for here.
     /// Waits up to `patience` for a probe under way or started now; None while that does not
     /// answer (callers then offer the allowlist and leave the rest to activation).
@@ -376,6 +388,42 @@ impl Broker {
         let running = &self.inner.feature_probes.running;
         running.close();
         running.wait().await;
+    }
+
+    /// Why `feature` cannot be a standing feature of `project`: where its engine is a clone,
+    /// the image of the clone's major version must provide it; else [`Self::unavailable_here`].
+    pub(crate) async fn unavailable_for(
+        &self,
+        project: Option<&Project>,
+        feature: Feature,
+    ) -> Option<String> {
+        let engine = feature.engine();
+        let clone_major = match project {
+            Some(project) => self.clone_major(project, engine).await,
+            None => None,
+        };
+        let Some(major) = clone_major else {
+            return self.unavailable_here(feature).await;
+        };
+        let primary = self.inner.backends.primary().clone();
+        let probed = self.features_at(&primary, engine, Some(major)).await;
+        let probe = probed.known()?;
+        if probe.provides(feature) {
+            return None;
+        }
+        let reason = probe
+            .missing
+            .get(feature.name())
+            .cloned()
+            .unwrap_or_else(|| "not found".into());
+        Some(format!(
+            "feature {feature} of {} is not in the image this project's clones run (PostgreSQL \
+             {major}, the major version of its source's snapshot: {}): {reason}; available \
+             there: {}",
+            engine.name,
+            probe.source,
+            sandboxd_domain::error::allowed_list(probe.names())
+        ))
     }
 
     /// Why `feature` cannot be a standing feature here, or None when the primary backend

@@ -42,11 +42,10 @@ impl Broker {
                 ));
             }
         }
-        let stored = self
-            .store()
-            .get_project(slug)
-            .await?
-            .and_then(|p| p.sandbox_services)
+        let current = self.store().get_project(slug).await?;
+        let stored = current
+            .as_ref()
+            .and_then(|p| p.sandbox_services.clone())
             .unwrap_or_default();
         let adding: Vec<EngineRef> = deduped
             .iter()
@@ -55,7 +54,7 @@ impl Broker {
             .collect();
         self.check_runnable(&adding).await?;
         for feature in extensions.iter().flat_map(|e| e.features()) {
-            if let Some(why) = self.unavailable_here(feature).await {
+            if let Some(why) = self.unavailable_for(current.as_ref(), feature).await {
                 return Err(BrokerError::FeatureUnavailable(why));
             }
         }

@@ -14,7 +14,9 @@ use sandboxd_backend::{Backend, InstanceRequest};
 use sandboxd_broker::{BrokerConfig, PoolConfig, PoolKey, PoolTuning, PoolView};
 use sandboxd_domain::clone::{CloneChoice, Privacy};
 use sandboxd_domain::roles::Verb;
-use sandboxd_domain::{Actor, Agent, AgentSlug, EngineRef, Instance, ProjectSlug, SourceName};
+use sandboxd_domain::{
+    Actor, Agent, AgentSlug, EngineRef, FeatureRequest, Instance, ProjectSlug, SourceName,
+};
 use secrecy::{ExposeSecret, SecretString};
 use serde_json::json;
 
@@ -221,6 +223,31 @@ async fn a_clone_has_productions_database_name_offer_and_privacy_and_a_reset_say
                 features_line.contains("vector") && !features_line.contains("postgis"),
                 "{:?}",
                 briefed.briefing
+            );
+
+            // The panel's card shows the same image, and a standing feature it lacks is refused
+            // naming it (the default image has it, so this refusal is the clone's).
+            let card = broker
+                .offered_in(&project, postgres(), patience)
+                .await
+                .expect("probed");
+            assert!(
+                !card.names().contains(&"postgis") && card.names().contains(&"vector"),
+                "{:?}",
+                card.names()
+            );
+            let standing = broker
+                .set_project(
+                    &world.project,
+                    Some(vec![postgres()]),
+                    Some(FeatureRequest::parse_cli(["postgres=postgis"]).expect("allowlisted")),
+                )
+                .await
+                .expect_err("postgis is not in the 18 image");
+            assert!(
+                standing.to_string().contains("PostgreSQL 18")
+                    && standing.to_string().contains("vector"),
+                "{standing}"
             );
 
             // A feature the clone's image lacks is refused for what it is; one it has is given.

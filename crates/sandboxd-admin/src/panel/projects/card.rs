@@ -39,9 +39,15 @@ pub(super) async fn unrunnable(state: &AppState) -> Unrunnable {
 /// How long the card waits for a feature probe under way before it shows the allowlist alone.
 const PROBE_PATIENCE: Duration = Duration::from_secs(10);
 
-pub(super) async fn offered(state: &AppState) -> Offered {
-    let probes = engines::with_features()
-        .map(|engine| async move { (engine, state.desk.offered(engine, PROBE_PATIENCE).await) });
+/// What `project`'s agents are offered per engine: of the image its clone runs, where the
+/// engine is a clone.
+pub(super) async fn offered(state: &AppState, project: &Project) -> Offered {
+    let probes = engines::with_features().map(|engine| async move {
+        (
+            engine,
+            state.desk.offered_in(project, engine, PROBE_PATIENCE).await,
+        )
+    });
     join_all(probes)
         .await
         .into_iter()

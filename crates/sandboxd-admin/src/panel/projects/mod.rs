@@ -138,7 +138,7 @@ pub async fn show(
             return failure(&session, Section::Projects, "Project", err);
         }
     };
-    let (unrunnable, offered) = tokio::join!(unrunnable(&state), offered(&state));
+    let (unrunnable, offered) = tokio::join!(unrunnable(&state), offered(&state, &project));
     let body = html! {
         (sandbox_card(&session, &project, &unrunnable, &offered, &sources, &Space {
             default: state.desk.default_sandbox_size(),
