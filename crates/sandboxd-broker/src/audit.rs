@@ -134,6 +134,7 @@ impl Broker {
     }
 
     /// Appends an audit row; a failure to audit is logged, never returned to the caller.
+    #[tracing::instrument(name = "audit", skip_all, fields(action = %record.action))]
     pub(crate) async fn audit(&self, record: AuditRecord<'_>) {
         let entry = NewAuditEntry {
             actor: record.actor,
