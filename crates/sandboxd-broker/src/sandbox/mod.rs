@@ -107,7 +107,7 @@ impl Broker {
                         tracing::warn!(%agent, error = %err, "recording a completed sandbox failed; kept it as it was");
                         return Err(SandboxFailure::Kept(Box::new(SandboxFailure::Store(err))));
                     }
-                    self.refresh_live_gauge().await;
+                    self.spawn_live_gauge_refresh();
                 } else if let Err(err) = store.touch_instances_of(agent).await {
                     // Only the idle clock is stale: the sandbox itself is fine to hand out.
                     tracing::warn!(%agent, error = %err, "recording the sandbox's use failed");
@@ -132,7 +132,7 @@ impl Broker {
             self.teardown_instances(&instances).await;
             return Err(SandboxFailure::Store(err));
         }
-        self.refresh_live_gauge().await;
+        self.spawn_live_gauge_refresh();
         Ok((instances, Cache::Miss))
     }
 
