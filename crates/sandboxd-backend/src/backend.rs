@@ -11,6 +11,7 @@ use std::fmt;
 use async_trait::async_trait;
 use sandboxd_domain::instance::{BackendKind, Instance};
 use sandboxd_domain::{AgentSlug, DaemonId, DataSize, EngineRef, Feature};
+use tracing::Instrument;
 
 use crate::clone;
 use crate::doctor::DoctorCheck;
@@ -99,8 +100,15 @@ pub trait Backend: Send + Sync + fmt::Debug {
             mint: steps,
         } = member;
         let engine = instance.engine;
-        let (minted, recorded) =
-            tokio::join!(session.run(&steps), self.record_owner(&instance, owner));
+        // Spans of their own: these are the hand-out's round trips, the time a warm
+        // `request_sandbox` spends outside the daemon. They name the engine, never a secret.
+        let (minted, recorded) = tokio::join!(
+            session
+                .run(&steps)
+                .instrument(tracing::info_span!("mint", %engine)),
+            self.record_owner(&instance, owner)
+                .instrument(tracing::info_span!("record_owner", %engine)),
+        );
         drop(session);
         if let Ok(name) = &recorded {
             // On an operator's network agents reach a container by its name.
@@ -117,6 +125,7 @@ pub trait Backend: Send + Sync + fmt::Debug {
             let (host, port) = self.admin_address(&instance).await?;
             let reach = Reach { host: &host, port };
             wire::probe(engine.get(), reach, &instance.agent, &instance.database)
+                .instrument(tracing::info_span!("prove", %engine))
                 .await
                 .map_err(wire_error(&instance, "proving the handed-out account"))
         }

@@ -133,7 +133,10 @@ impl Broker {
         .await;
     }
 
-    /// Appends an audit row; a failure to audit is logged, never returned to the caller.
+    /// Appends an audit row after the answer: stamped now, queued for the writer (written
+    /// here only when the queue is full or stopped). A failure to audit is logged, never
+    /// returned to the caller.
+    #[tracing::instrument(name = "audit", skip_all, fields(action = %record.action))]
     pub(crate) async fn audit(&self, record: AuditRecord<'_>) {
         let entry = NewAuditEntry {
             actor: record.actor,
@@ -144,8 +147,19 @@ impl Broker {
             duration_ms: u64::try_from(record.started.elapsed().as_millis()).unwrap_or(u64::MAX),
             detail: record.detail,
         };
-        if let Err(err) = self.store().append_audit(&entry).await {
-            tracing::error!(action = %record.action, error = %err, "writing an audit row failed");
-        }
+        self.inner.audit.push(entry.stamp()).await;
+    }
+
+    /// Waits until every audit row of an action that ended before this call is in the store:
+    /// what a reader of the audit log calls first to see its own writes.
+    pub async fn flush_audit(&self) {
+        self.inner.audit.flush().await;
+    }
+
+    /// Writes every queued audit row and stops the writer; rows of later actions are written
+    /// by the actions themselves. Called at a clean stop after every task that audits ended,
+    /// and before a restart re-executes the daemon.
+    pub async fn stop_audit(&self) {
+        self.inner.audit.stop().await;
     }
 }

@@ -19,7 +19,8 @@
 //!   fleet-wide task, whose pool members are whose.
 //! - `operator.rs`: the operator's verbs (agents, projects, tasks, sandboxes, settings, audit);
 //!   `sizes.rs`: a project's data space per engine, within the operator's ceiling.
-//! - `metrics.rs`, and the audit trail written by every verb and action.
+//! - `metrics.rs`, and the audit trail written by every verb and action (`audit.rs`), after
+//!   the answer by a writer task (`audit_queue.rs`).
 //!
 //! The broker never exposes a backend or the store to its callers, so no gateway can reach
 //! around the guard chain; and it never puts a credential in a log, an audit row, a metric or
@@ -33,6 +34,7 @@ use sandboxd_domain::{AgentSlug, DaemonId};
 use sandboxd_store::Store;
 
 mod audit;
+mod audit_queue;
 mod backends;
 mod caps;
 mod config;
@@ -109,6 +111,8 @@ struct Inner {
     restart: tokio_util::sync::CancellationToken,
     /// When this broker started (Unix ms): a restart shows as a new value.
     started_at_ms: i64,
+    /// Audit rows on their way to the store, written after the answer.
+    audit: audit_queue::AuditQueue,
 }
 
 impl Broker {
@@ -148,6 +152,7 @@ impl Broker {
             inner: Arc::new(Inner {
                 caps,
                 daemon: store.daemon_id().clone(),
+                audit: audit_queue::AuditQueue::start(store.clone()),
                 store,
                 backends,
                 config,

@@ -21,7 +21,7 @@ use crate::ids::time_ordered_id;
 /// `detail` is cut to this many characters: it is a one-line summary, not a log.
 pub const DETAIL_MAX_CHARS: usize = 1000;
 
-/// One row to append. The store stamps the id and the time.
+/// One row to append. [`NewAuditEntry::stamp`] gives it its id and time.
 #[derive(Debug, Clone)]
 pub struct NewAuditEntry {
     pub actor: Actor,
@@ -37,7 +37,52 @@ pub struct NewAuditEntry {
     pub detail: String,
 }
 
+/// An entry with the id and time of the moment it happened, written later: the id orders the
+/// log, so a row written after later ones still lists in its event's place.
+#[derive(Debug, Clone)]
+pub struct StampedAuditEntry {
+    id: String,
+    at_ms: i64,
+    entry: NewAuditEntry,
+}
+
+impl NewAuditEntry {
+    /// Stamps the entry now, when its event happened, however late it is written.
+    pub fn stamp(self) -> StampedAuditEntry {
+        StampedAuditEntry {
+            id: time_ordered_id(),
+            at_ms: now_ms(),
+            entry: self,
+        }
+    }
+}
+
+impl StampedAuditEntry {
+    /// What was done: what a failure to write the row may say of it.
+    pub fn action(&self) -> &str {
+        &self.entry.action
+    }
+
+    /// The entry as it is stored: its detail cut to [`DETAIL_MAX_CHARS`].
+    fn stored(&self) -> AuditEntry {
+        let entry = &self.entry;
+        AuditEntry {
+            id: self.id.clone(),
+            at_ms: self.at_ms,
+            actor: entry.actor.clone(),
+            action: entry.action.clone(),
+            subject: entry.subject.clone(),
+            project: entry.project.clone(),
+            outcome: entry.outcome.clone(),
+            duration_ms: entry.duration_ms.min(i64::MAX.unsigned_abs()),
+            detail: cut(&entry.detail, DETAIL_MAX_CHARS),
+        }
+    }
+}
+
 const COLUMNS: &str = "id, at_ms, actor, action, subject, project, outcome, duration_ms, detail";
+const INSERT: &str = "INSERT INTO audit (id, at_ms, actor, action, subject, project, outcome, \
+                      duration_ms, detail) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)";
 
 fn entry_from_row(op: &'static str, row: &AnyRow) -> Result<AuditEntry> {
     let get = |e: sqlx::Error| StoreError::db(op)(e);
@@ -91,27 +136,38 @@ fn cut(text: &str, max_chars: usize) -> String {
 }
 
 impl Store {
-    /// Appends one entry and returns it as stored.
+    /// Appends one entry, stamped now, and returns it as stored.
     pub async fn append_audit(&self, entry: &NewAuditEntry) -> Result<AuditEntry> {
-        const OP: &str = "append_audit";
-        let sql = format!(
-            "INSERT INTO audit ({COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9) \
-             RETURNING {COLUMNS}"
-        );
-        let row = sqlx::query(sqlx::AssertSqlSafe(sql))
-            .bind(time_ordered_id())
-            .bind(now_ms())
-            .bind(entry.actor.encode())
-            .bind(entry.action.as_str())
-            .bind(entry.subject.as_str())
-            .bind(entry.project.as_ref().map(|p| p.to_string()))
-            .bind(entry.outcome.as_str())
-            .bind(i64::try_from(entry.duration_ms).unwrap_or(i64::MAX))
-            .bind(cut(&entry.detail, DETAIL_MAX_CHARS))
-            .fetch_one(&self.pool)
-            .await
-            .map_err(StoreError::db(OP))?;
-        entry_from_row(OP, &row)
+        let stamped = entry.clone().stamp();
+        self.append_audits(std::slice::from_ref(&stamped)).await?;
+        Ok(stamped.stored())
+    }
+
+    /// Appends `entries` in one transaction: all or none.
+    pub async fn append_audits(&self, entries: &[StampedAuditEntry]) -> Result<()> {
+        const OP: &str = "append_audits";
+        if entries.is_empty() {
+            return Ok(());
+        }
+        let mut tx = self.pool.begin().await.map_err(StoreError::db(OP))?;
+        for stamped in entries {
+            let row = stamped.stored();
+            sqlx::query(INSERT)
+                .bind(row.id)
+                .bind(row.at_ms)
+                .bind(row.actor.encode())
+                .bind(row.action)
+                .bind(row.subject)
+                .bind(row.project.map(|p| p.to_string()))
+                .bind(row.outcome)
+                .bind(i64::try_from(row.duration_ms).unwrap_or(i64::MAX))
+                .bind(row.detail)
+                .execute(&mut *tx)
+                .await
+                .map_err(StoreError::db(OP))?;
+        }
+        tx.commit().await.map_err(StoreError::db(OP))?;
+        Ok(())
     }
 
     /// One page of entries matching `filter`, newest first.

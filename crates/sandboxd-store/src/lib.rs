@@ -47,7 +47,7 @@ use sandboxd_domain::DaemonId;
 use sqlx::AnyPool;
 
 pub use agents::{NewAgent, token_hash};
-pub use audit::NewAuditEntry;
+pub use audit::{NewAuditEntry, StampedAuditEntry};
 pub use cipher::SecretCipher;
 pub use db::StoreKind;
 pub use error::{Result, StoreError};

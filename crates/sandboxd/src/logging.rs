@@ -13,8 +13,8 @@
 //!    is scanned and the shapes of sandboxd's secrets are blanked before it is written. Every
 //!    password sandboxd generates is exactly 32 hex characters
 //!    (`sandboxd_domain::credentials::generate_secret`), an agent token is `sbx_<64 hex>` and a
-//!    generated admin token `sbxadm_<64 hex>`. Longer hex runs (a container id, a SHA-256) stay
-//!    readable.
+//!    generated admin token `sbxadm_<64 hex>`, and a minted Postgres account's SCRAM verifier
+//!    starts `SCRAM-SHA-256$`. Longer hex runs (a container id, a SHA-256) stay readable.
 //!
 //! And one layer keeps the log's lines the daemon's own: the same writer escapes every control
 //! character ([`escape_controls`]: newlines, carriage returns, other C0 and C1 controls, DEL) but
@@ -192,6 +192,16 @@ pub fn redact(text: &str) -> Cow<'_, str> {
 /// Token prefixes, longest first so `sbxadm_` is not read as `sbx` + `adm_…`.
 const TOKEN_PREFIXES: [&[u8]; 2] = [b"sbxadm_", b"sbx_"];
 
+/// What starts a Postgres SCRAM verifier (`SCRAM-SHA-256$<iterations>:<salt>$<stored key>:<server
+/// key>`): a minted account's `PASSWORD '…'` carries one, and a database driver at `debug` logs
+/// the statement.
+const SCRAM_PREFIX: &[u8] = b"SCRAM-SHA-256$";
+
+/// The bytes of a verifier's body: base64, and the `$` and `:` between its parts.
+fn in_verifier(byte: &u8) -> bool {
+    byte.is_ascii_alphanumeric() || matches!(byte, b'+' | b'/' | b'=' | b'$' | b':')
+}
+
 /// The length of a generated password (`generate_secret`: 16 random bytes, hex).
 const SECRET_HEX_LEN: usize = 32;
 
@@ -201,6 +211,8 @@ const SECRET_HEX_LEN: usize = 32;
 ///   wherever it sits (JSON, a URL's userinfo, `KEY=value`, a quoted SQL literal);
 /// - the body of every `sbx_…` / `sbxadm_…` token (the alphanumeric run after the prefix),
 ///   keeping the prefix so the line still says which kind of token it was.
+/// - the body of every SCRAM verifier, keeping `SCRAM-SHA-256$`: it is what the server checks
+///   a login against, as good as a hash of the password.
 ///
 /// Hex runs of any other length (a 64-hex container id or SHA-256, a 40-hex SHA-1) are kept.
 pub fn redact_bytes(bytes: &[u8]) -> Cow<'_, [u8]> {
@@ -214,6 +226,18 @@ pub fn redact_bytes(bytes: &[u8]) -> Cow<'_, [u8]> {
         {
             let body_start = i + prefix.len();
             let body_end = run_end(bytes, body_start, u8::is_ascii_alphanumeric);
+            if body_end > body_start {
+                let out = out.get_or_insert_with(|| Vec::with_capacity(bytes.len()));
+                out.extend_from_slice(&bytes[copied..body_start]);
+                out.extend_from_slice(REDACTED.as_bytes());
+                copied = body_end;
+            }
+            i = body_end;
+            continue;
+        }
+        if bytes[i..].starts_with(SCRAM_PREFIX) {
+            let body_start = i + SCRAM_PREFIX.len();
+            let body_end = run_end(bytes, body_start, in_verifier);
             if body_end > body_start {
                 let out = out.get_or_insert_with(|| Vec::with_capacity(bytes.len()));
                 out.extend_from_slice(&bytes[copied..body_start]);
@@ -323,6 +347,17 @@ mod tests {
         assert_eq!(redact(&admin), "token=sbxadm_[redacted]; next");
         // Not a token: the prefix inside a word, or nothing after it.
         assert_eq!(redact("mysbx_thing sbx_ end"), "mysbx_thing sbx_ end");
+    }
+
+    #[test]
+    fn a_scram_verifier_is_blanked_but_keeps_its_kind() {
+        let verifier = "SCRAM-SHA-256$4096:k+NA3j3465uQuLMru9pNWw==$MfL6QkBZEkKPjnb3ateZKF4P\
+                        eXYNBbazBh2CKYDsecg=:F5JZkyyDm4/me0FJxQmNgmVjrs0bHtnymT6C/MrXBPk=";
+        let line = format!("CREATE ROLE \"sandbox\" LOGIN PASSWORD '{verifier}'; ALTER …");
+        assert_eq!(
+            redact(&line),
+            "CREATE ROLE \"sandbox\" LOGIN PASSWORD 'SCRAM-SHA-256$[redacted]'; ALTER …"
+        );
     }
 
     #[test]

@@ -119,7 +119,9 @@ impl Broker {
         self.settings().await
     }
 
+    /// A page of the audit log, rows of every action that ended before the call included.
     pub async fn audit_log(&self, filter: &AuditFilter) -> Result<AuditPage, BrokerError> {
+        self.flush_audit().await;
         Ok(self.store().list_audit(filter).await?)
     }
 

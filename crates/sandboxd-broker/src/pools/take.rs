@@ -22,6 +22,7 @@ impl Pools {
     /// (a refill starts); when every idle member is out for its health check, the first one
     /// back (waiting up to [`CHECKED_MEMBER_WAIT`]). None when no pool serves it or it is
     /// empty (a miss: the pool grows towards `max_total`).
+    #[tracing::instrument(name = "take", skip_all, fields(%engine))]
     pub async fn take(
         &self,
         engine: EngineRef,
@@ -97,6 +98,7 @@ impl Pools {
 
     /// Hands `taken` to `owner` on the pool's backend. A failure quarantines the member (the
     /// backend already removed it).
+    #[tracing::instrument(name = "hand_out", skip_all, fields(agent = %owner, instance = %taken.name))]
     pub async fn hand_out(
         &self,
         mut taken: Taken,

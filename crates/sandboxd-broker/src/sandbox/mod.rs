@@ -100,14 +100,14 @@ impl Broker {
                     .await
                     .map_err(|failure| SandboxFailure::Kept(Box::new(failure)))?;
                 if let Some(added) = added {
-                    if let Err(err) = store.put_instances(agent, &cached).await {
+                    if let Err(err) = self.put_instances(agent, &cached).await {
                         // What is stored still describes the sandbox as it was: take away
                         // what was added, so no instance is left that nothing tracks.
                         self.teardown_instances(&added).await;
                         tracing::warn!(%agent, error = %err, "recording a completed sandbox failed; kept it as it was");
                         return Err(SandboxFailure::Kept(Box::new(SandboxFailure::Store(err))));
                     }
-                    self.refresh_live_gauge().await;
+                    self.spawn_live_gauge_refresh();
                 } else if let Err(err) = store.touch_instances_of(agent).await {
                     // Only the idle clock is stale: the sandbox itself is fine to hand out.
                     tracing::warn!(%agent, error = %err, "recording the sandbox's use failed");
@@ -128,12 +128,23 @@ impl Broker {
         let instances = self
             .provision(agent, services, features, clones, sizes, Leftovers::Clear)
             .await?;
-        if let Err(err) = store.put_instances(agent, &instances).await {
+        if let Err(err) = self.put_instances(agent, &instances).await {
             self.teardown_instances(&instances).await;
             return Err(SandboxFailure::Store(err));
         }
-        self.refresh_live_gauge().await;
+        self.spawn_live_gauge_refresh();
         Ok((instances, Cache::Miss))
+    }
+
+    /// Records `agent`'s sandbox in the store, in a span of its own: on a warm hand-out the
+    /// store's write is one of the few steps left on the request path.
+    #[tracing::instrument(name = "store_put", skip_all, fields(%agent, instances = instances.len()))]
+    async fn put_instances(
+        &self,
+        agent: &AgentSlug,
+        instances: &[Instance],
+    ) -> Result<(), sandboxd_store::StoreError> {
+        self.store().put_instances(agent, instances).await
     }
 
     /// Every member answers `is_live` on its own backend. A backend that is gone or errs

@@ -134,6 +134,13 @@ impl Broker {
         .await;
     }
 
+    /// The gauge refreshed off the request path: the agent's answer does not wait for a
+    /// `COUNT`. Two refreshes may finish out of order; the next one corrects a stale value.
+    pub(crate) fn spawn_live_gauge_refresh(&self) {
+        let broker = self.clone();
+        tokio::spawn(async move { broker.refresh_live_gauge().await });
+    }
+
     pub(crate) async fn refresh_live_gauge(&self) {
         if let Ok(count) = self.store().count_instances().await {
             self.inner.metrics.live_sandboxes.set(count);

@@ -175,6 +175,8 @@ impl Broker {
             limit: RECENT_ROWS,
             ..Default::default()
         };
+        // The caller's earlier moves must be in the store to be seen.
+        self.flush_audit().await;
         let page = match self.store().list_audit(&filter).await {
             Ok(page) => page,
             Err(error) => {

@@ -27,6 +27,7 @@ const AFTER_THE_SANDBOX: &str =
 
 impl Broker {
     /// The guard chain: its inputs gathered here, the decision `guards::decide`'s.
+    #[tracing::instrument(name = "guards", skip_all)]
     async fn check_guards(
         &self,
         agent: &Agent,

@@ -1,5 +1,6 @@
 //! Black-box tests of the broker against real backends and a real store: one binary.
 
+mod audit;
 mod clone_identity;
 mod faults;
 mod features;

@@ -111,6 +111,8 @@ pub async fn run(args: Args, settings: &Settings) -> ExitCode {
         Ok(listener) => listener,
         Err(err) => {
             eprintln!("error: cannot listen on {listen}: {err}");
+            // The broker's start audited its reconciliation and janitor pass.
+            daemon.broker.stop_audit().await;
             return ExitCode::FAILURE;
         }
     };
@@ -118,6 +120,7 @@ pub async fn run(args: Args, settings: &Settings) -> ExitCode {
         Ok(addr) => addr,
         Err(err) => {
             eprintln!("error: {err}");
+            daemon.broker.stop_audit().await;
             return ExitCode::FAILURE;
         }
     };
@@ -180,6 +183,10 @@ pub async fn run(args: Args, settings: &Settings) -> ExitCode {
         tracing::error!(error = %err, "the reaper of a previous image's children failed");
     }
     daemon.broker.sweep_at_stop().await;
+    // Last: every task above audits, and a row queued by them is written before the process
+    // ends or re-executes.
+    daemon.broker.stop_audit().await;
+    tracing::info!("audit writer stopped");
     if !restart.is_cancelled() {
         return ExitCode::SUCCESS;
     }

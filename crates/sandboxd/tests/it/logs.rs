@@ -382,3 +382,91 @@ async fn a_trace_log_of_a_whole_docker_flow_holds_no_credential() {
     drop(cleanup);
     teardown_maker_on_docker(&home, &maker);
 }
+
+/// A warm hand-out at maximum verbosity: its spans (take, hand_out, mint, record_owner, prove)
+/// and the tokio-postgres/redis lines under them name no password handed out and no SCRAM
+/// verifier of the account minted for it.
+#[tokio::test]
+async fn a_trace_log_of_a_warm_hand_out_holds_no_credential() {
+    let mut home = Home::new();
+    for engine in ["POSTGRES", "REDIS"] {
+        home.set(&format!("SANDBOXD_POOLS__{engine}__MIN_IDLE"), "1");
+        home.set(&format!("SANDBOXD_POOLS__{engine}__MAX_TOTAL"), "1");
+    }
+    let (mut daemon, log) = loud_daemon(&home);
+    let cleanup = Cleanup::new(&home, daemon.daemon_id().await);
+    let project = unique("logs-warm");
+    daemon.project(&project, &["postgres", "redis"]).await;
+    daemon.task(&project).await;
+    let (token, spawned) = daemon.spawn_agent("developer", &project).await;
+    let slug = spawned["agent"].as_str().expect("agent slug").to_owned();
+    cleanup.owners.lock().expect("lock").push(slug);
+    let started = std::time::Instant::now();
+    loop {
+        let (status, pools) = daemon.admin(reqwest::Method::GET, "/v1/pools", None).await;
+        assert_eq!(status, 200, "{pools}");
+        let idle = |engine: &str| {
+            pools
+                .as_array()
+                .into_iter()
+                .flatten()
+                .any(|p| p["engine"] == engine && p["idle"] == 1)
+        };
+        if idle("postgres") && idle("redis") {
+            break;
+        }
+        assert!(
+            started.elapsed().as_secs() < 60,
+            "pools never filled: {pools}"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    let agent = daemon.client(&token).await;
+    agent.ok("give_me_work", json!({})).await;
+    let sandbox = agent.ok("request_sandbox", json!({})).await;
+    let evidence = sandbox["evidence"].as_array().expect("evidence");
+    assert_eq!(evidence.len(), 2, "{sandbox}");
+    let mut secrets: Secrets = evidence
+        .iter()
+        .map(|e| {
+            (
+                "handed out",
+                e["password"].as_str().expect("password").to_owned(),
+            )
+        })
+        .collect();
+    secrets.extend(stored_passwords(&home).await);
+    agent.ok("release_sandbox", json!({})).await;
+    agent.service.cancel().await.expect("close the MCP session");
+    let panel_session = panel_login(&daemon).await;
+    daemon.stop();
+    let tokens = Tokens {
+        agent: token,
+        panel_session,
+    };
+    assert_no_secret_in(&log, &tokens, &secrets, &["tokio_postgres::"]);
+    let text = std::fs::read_to_string(&log).expect("read the log");
+    for span in [
+        "take",
+        "hand_out",
+        "mint",
+        "record_owner",
+        "prove",
+        "store_put",
+    ] {
+        assert!(
+            text.contains(&format!("{span}: close")) || text.contains(&format!("{span}{{")),
+            "no {span} span in the log"
+        );
+    }
+    // The mint statement tokio-postgres logs at `debug` carries the account's SCRAM verifier:
+    // base64, not a 32-hex run, so the redactor blanks it by its prefix.
+    assert_eq!(
+        text.matches("SCRAM-SHA-256$").count(),
+        text.matches("SCRAM-SHA-256$[redacted]").count(),
+        "a SCRAM verifier in the log"
+    );
+    drop(daemon);
+    drop(cleanup);
+    teardown_everything(&home);
+}

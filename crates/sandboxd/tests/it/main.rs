@@ -2,6 +2,7 @@
 //! MCP clients over HTTP and stdio, real databases. One binary.
 
 mod architecture;
+mod audit;
 mod cli;
 mod costs;
 mod engines;
