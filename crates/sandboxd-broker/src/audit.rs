@@ -8,6 +8,7 @@ use std::time::Instant;
 use sandboxd_domain::Actor;
 use sandboxd_domain::ProjectSlug;
 use sandboxd_domain::envelope::ErrorCode;
+use sandboxd_domain::lifecycle;
 use sandboxd_domain::roles::Verb;
 use sandboxd_store::NewAuditEntry;
 
@@ -134,8 +135,8 @@ impl Broker {
     }
 
     /// Appends an audit row after the answer: stamped now, queued for the writer (written
-    /// here only when the queue is full or stopped). A failure to audit is logged, never
-    /// returned to the caller.
+    /// here only when the queue is full or stopped, or when the daemon reads it back to decide
+    /// a later call). A failure to audit is logged, never returned to the caller.
     #[tracing::instrument(name = "audit", skip_all, fields(action = %record.action))]
     pub(crate) async fn audit(&self, record: AuditRecord<'_>) {
         let entry = NewAuditEntry {
@@ -147,7 +148,16 @@ impl Broker {
             duration_ms: u64::try_from(record.started.elapsed().as_millis()).unwrap_or(u64::MAX),
             detail: record.detail,
         };
-        self.inner.audit.push(entry.stamp()).await;
+        // A task move's row decides whether a later hand-over call is a repeat
+        // (`verbs/lifecycle.rs` reads the caller's moves back): it is in the store before the
+        // answer, so no crash loses a move its caller was told of.
+        let read_back = matches!(record.action, AuditAction::Verb(verb) if lifecycle::moves_tasks(verb))
+            && record.outcome == Outcome::Ok;
+        if read_back {
+            self.inner.audit.write_now(entry.stamp()).await;
+        } else {
+            self.inner.audit.push(entry.stamp()).await;
+        }
     }
 
     /// Waits until every audit row of an action that ended before this call is in the store:

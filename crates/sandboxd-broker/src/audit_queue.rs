@@ -70,6 +70,13 @@ impl AuditQueue {
         }
     }
 
+    /// Writes `row` here and now, before the caller answers: for a row the daemon itself reads
+    /// back to decide a later call, which a crash must not take away once the caller was
+    /// answered.
+    pub(crate) async fn write_now(&self, row: StampedAuditEntry) {
+        write(&self.store, std::slice::from_ref(&row)).await;
+    }
+
     /// Waits until every row queued before this call is written.
     pub(crate) async fn flush(&self) {
         let (done, written) = oneshot::channel();

@@ -167,6 +167,7 @@ fn now() -> f64 {
 const AGENTS: usize = 4;
 const SOAK_SECONDS: u64 = 50;
 const CRASHES_AT: [u64; 3] = [10, 22, 34];
+const TASKS: usize = 1000;
 
 #[tokio::test]
 async fn agents_working_through_three_daemon_crashes_see_no_hung_call_no_failure_and_leave_nothing()
@@ -178,7 +179,10 @@ async fn agents_working_through_three_daemon_crashes_see_no_hung_call_no_failure
     let mut daemon = spawn_daemon(&home);
     let project = unique("soak");
     daemon.project(&project, &["postgres"]).await;
-    for _ in 0..200 {
+    // More than the agents finish in SOAK_SECONDS (they did 200 in ~25 s once audit rows
+    // left the answer path): an agent that runs out of work stops, and would look like one
+    // that could not go on after a crash.
+    for _ in 0..TASKS {
         daemon.task(&project).await;
     }
     let mut tokens = Vec::new();
@@ -221,6 +225,10 @@ async fn agents_working_through_three_daemon_crashes_see_no_hung_call_no_failure
             .flat_map(|a| a["cycles"].as_array().expect("cycles").clone())
             .filter_map(|at| at.as_f64())
             .collect();
+        assert!(
+            finished.len() < TASKS,
+            "the agents finished all {TASKS} tasks: the soak ran out of work, seed more"
+        );
         for (crash, at) in crashes.iter().zip(CRASHES_AT) {
             assert!(
                 finished.iter().any(|done| done > crash),
