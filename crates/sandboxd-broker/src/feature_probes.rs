@@ -408,14 +408,7 @@ impl Broker {
         let primary = self.inner.backends.primary().clone();
         let probed = self.features_at(&primary, engine, Some(major)).await;
         let probe = probed.known()?;
-        if probe.provides(feature) {
-            return None;
-        }
-        let reason = probe
-            .missing
-            .get(feature.name())
-            .cloned()
-            .unwrap_or_else(|| "not found".into());
+        let reason = lacking(probe, feature)?;
         Some(format!(
             "feature {feature} of {} is not in the image this project's clones run (PostgreSQL \
              {major}, the major version of its source's snapshot: {}): {reason}; available \
@@ -433,14 +426,7 @@ impl Broker {
         let primary = self.inner.backends.primary().clone();
         let here = self.features_on(&primary, engine).await;
         let probe = here.known()?;
-        if probe.provides(feature) {
-            return None;
-        }
-        let reason = probe
-            .missing
-            .get(feature.name())
-            .cloned()
-            .unwrap_or_else(|| "not found".into());
+        let reason = lacking(probe, feature)?;
         let mut elsewhere: Vec<(BackendKind, String)> = Vec::new();
         for other in self
             .inner
@@ -478,6 +464,20 @@ impl Broker {
             engine.name
         ))
     }
+}
+
+/// Why `probe` lacks `feature`, or None when it provides it.
+fn lacking(probe: &FeatureProbe, feature: Feature) -> Option<String> {
+    if probe.provides(feature) {
+        return None;
+    }
+    Some(
+        probe
+            .missing
+            .get(feature.name())
+            .cloned()
+            .unwrap_or_else(|| "not found".into()),
+    )
 }
 
 #[cfg(test)]

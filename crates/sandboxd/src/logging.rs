@@ -227,10 +227,7 @@ pub fn redact_bytes(bytes: &[u8]) -> Cow<'_, [u8]> {
             let body_start = i + prefix.len();
             let body_end = run_end(bytes, body_start, u8::is_ascii_alphanumeric);
             if body_end > body_start {
-                let out = out.get_or_insert_with(|| Vec::with_capacity(bytes.len()));
-                out.extend_from_slice(&bytes[copied..body_start]);
-                out.extend_from_slice(REDACTED.as_bytes());
-                copied = body_end;
+                blank(&mut out, bytes, &mut copied, body_start..body_end);
             }
             i = body_end;
             continue;
@@ -239,10 +236,7 @@ pub fn redact_bytes(bytes: &[u8]) -> Cow<'_, [u8]> {
             let body_start = i + SCRAM_PREFIX.len();
             let body_end = run_end(bytes, body_start, in_verifier);
             if body_end > body_start {
-                let out = out.get_or_insert_with(|| Vec::with_capacity(bytes.len()));
-                out.extend_from_slice(&bytes[copied..body_start]);
-                out.extend_from_slice(REDACTED.as_bytes());
-                copied = body_end;
+                blank(&mut out, bytes, &mut copied, body_start..body_end);
             }
             i = body_end;
             continue;
@@ -260,10 +254,7 @@ pub fn redact_bytes(bytes: &[u8]) -> Cow<'_, [u8]> {
                 None
             };
             if let Some(start) = secret_start {
-                let out = out.get_or_insert_with(|| Vec::with_capacity(bytes.len()));
-                out.extend_from_slice(&bytes[copied..start]);
-                out.extend_from_slice(REDACTED.as_bytes());
-                copied = end;
+                blank(&mut out, bytes, &mut copied, start..end);
             }
             i = end;
             continue;
@@ -277,6 +268,20 @@ pub fn redact_bytes(bytes: &[u8]) -> Cow<'_, [u8]> {
             Cow::Owned(out)
         }
     }
+}
+
+/// Writes into `out` what of `bytes` lies before `span` and is not written yet, then
+/// [`REDACTED`] in place of `span`.
+fn blank(
+    out: &mut Option<Vec<u8>>,
+    bytes: &[u8],
+    copied: &mut usize,
+    span: std::ops::Range<usize>,
+) {
+    let out = out.get_or_insert_with(|| Vec::with_capacity(bytes.len()));
+    out.extend_from_slice(&bytes[*copied..span.start]);
+    out.extend_from_slice(REDACTED.as_bytes());
+    *copied = span.end;
 }
 
 /// The end of the run of bytes matching `class` that starts at `start`.

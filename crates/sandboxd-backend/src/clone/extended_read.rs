@@ -5,7 +5,7 @@ use sandboxd_domain::clone::{
     ColumnStats, ExtendedStatistics, ExtendedStatisticsData, McvItem, StatisticsColumn,
 };
 
-use super::source::SourceError;
+use super::source::{SourceError, first_column};
 
 /// The data of every extended statistics object the role may see, and the names of those it
 /// may not (`pg_stats_ext` shows an object's data only to members of its table's owner, and
@@ -17,13 +17,9 @@ pub(super) async fn read_extended<F>(
 where
     F: FnOnce(tokio_postgres::Error) -> SourceError,
 {
-    let unreadable = tx
-        .query(EXTENDED_STATISTICS_UNREADABLE, &[])
+    let unreadable = first_column(tx, EXTENDED_STATISTICS_UNREADABLE)
         .await
-        .map_err(read("extended statistics' visibility"))?
-        .iter()
-        .map(|row| row.get(0))
-        .collect();
+        .map_err(read("extended statistics' visibility"))?;
     let items = tx
         .query(EXTENDED_MCV_ITEMS, &[])
         .await

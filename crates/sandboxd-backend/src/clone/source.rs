@@ -144,32 +144,20 @@ pub async fn read_source(
             schema: row.get(2),
         })
         .collect();
-    let extended_statistics = tx
-        .query(EXTENDED_STATISTICS, &[])
+    let extended_statistics = first_column(&tx, EXTENDED_STATISTICS)
         .await
-        .map_err(read("extended statistics"))?
-        .iter()
-        .map(|row| row.get(0))
-        .collect();
+        .map_err(read("extended statistics"))?;
     let extended_statistics_data = if version_num / 10_000 >= EXTENDED_STATS_MAJOR {
         Some(read_extended(&tx, &read).await?)
     } else {
         None
     };
-    let columns_without_statistics = tx
-        .query(COLUMNS_WITHOUT_STATISTICS, &[])
+    let columns_without_statistics = first_column(&tx, COLUMNS_WITHOUT_STATISTICS)
         .await
-        .map_err(read("columns without statistics"))?
-        .iter()
-        .map(|row| row.get(0))
-        .collect();
-    let foreign_tables = tx
-        .query(FOREIGN_TABLES, &[])
+        .map_err(read("columns without statistics"))?;
+    let foreign_tables = first_column(&tx, FOREIGN_TABLES)
         .await
-        .map_err(read("foreign tables"))?
-        .iter()
-        .map(|row| row.get(0))
-        .collect();
+        .map_err(read("foreign tables"))?;
     tx.commit().await.map_err(read("snapshot transaction"))?;
     let snapshot = Snapshot {
         source: source.to_owned(),
@@ -189,6 +177,19 @@ pub async fn read_source(
         privacy: Privacy::KeepValues,
     };
     Ok(snapshot.with_privacy(privacy))
+}
+
+/// The first column of every row `query` answers.
+pub(super) async fn first_column(
+    tx: &tokio_postgres::Transaction<'_>,
+    query: &str,
+) -> Result<Vec<String>, tokio_postgres::Error> {
+    Ok(tx
+        .query(query, &[])
+        .await?
+        .iter()
+        .map(|row| row.get(0))
+        .collect())
 }
 
 /// A whole snapshot: [`read_source`], then the schema dumped by `backend` with a `pg_dump` of

@@ -18,7 +18,7 @@ use sandboxd_backend::{Backend, InstanceHandle};
 use sandboxd_domain::clone::{Privacy, Snapshot};
 use sandboxd_domain::{AgentSlug, Instance, generate_secret};
 use sandboxd_testkit::clone_fixtures::shop::{FINISH, LOAD, QUERIES};
-use sandboxd_testkit::clone_fixtures::{PRODUCTION_FLAGS, plan_shapes};
+use sandboxd_testkit::clone_fixtures::{PRODUCTION_FLAGS, explain, plan_shapes};
 use secrecy::{ExposeSecret, SecretString};
 use tokio_postgres::{Client, NoTls, SimpleQueryMessage};
 
@@ -264,6 +264,23 @@ pub(super) async fn shapes(client: &Client, queries: &[&str]) -> Vec<String> {
 fn agreement(production: &[String], other: &[String]) -> f64 {
     let same = production.iter().zip(other).filter(|(a, b)| a == b).count();
     same as f64 / production.len() as f64
+}
+
+/// The estimated rows of the query's top plan node.
+pub(super) async fn estimated_rows(client: &Client, query: &str) -> f64 {
+    let json = explain(client, query)
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    json[0]["Plan"]["Plan Rows"].as_f64().expect("Plan Rows")
+}
+
+/// [`estimated_rows`] of each query.
+pub(super) async fn estimates(client: &Client, queries: &[&str]) -> Vec<f64> {
+    let mut out = Vec::with_capacity(queries.len());
+    for query in queries {
+        out.push(estimated_rows(client, query).await);
+    }
+    out
 }
 
 pub(super) async fn agent(instance: &Instance) -> Client {

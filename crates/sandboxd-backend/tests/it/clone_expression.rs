@@ -8,9 +8,8 @@ use std::time::Instant;
 
 use sandboxd_backend::clone::{Fidelity, read_source};
 use sandboxd_domain::clone::{Privacy, Snapshot};
-use tokio_postgres::{Client, SimpleQueryMessage};
 
-use crate::clone::{Production, agent, clone_of, one_value, remove, shapes};
+use crate::clone::{Production, agent, clone_of, estimates, one_value, remove, shapes};
 use crate::docker::{Harness, POSTGRES18, harness_owner};
 use crate::support::engine;
 
@@ -44,27 +43,6 @@ const QUERIES: &[&str] = &[
     "SELECT * FROM people WHERE lower(email) = 'user50@example.com' AND active",
     "SELECT date_part('year', created_at), count(*) FROM people GROUP BY 1",
 ];
-
-/// The top plan node's estimated rows of each query.
-async fn estimates(client: &Client, queries: &[&str]) -> Vec<f64> {
-    let mut out = Vec::with_capacity(queries.len());
-    for query in queries {
-        let answers = client
-            .simple_query(&format!("EXPLAIN (FORMAT JSON) {query}"))
-            .await
-            .unwrap_or_else(|e| panic!("EXPLAIN {query}: {e:?}"));
-        let text = answers
-            .iter()
-            .find_map(|m| match m {
-                SimpleQueryMessage::Row(row) => row.get(0).map(str::to_owned),
-                _ => None,
-            })
-            .expect("EXPLAIN answers a row");
-        let json: serde_json::Value = serde_json::from_str(&text).expect("EXPLAIN's JSON");
-        out.push(json[0]["Plan"]["Plan Rows"].as_f64().expect("Plan Rows"));
-    }
-    out
-}
 
 /// Within 3 % (or one row) of production's estimate.
 fn close(production: f64, other: f64) -> bool {

@@ -9,9 +9,8 @@
 
 use sandboxd_backend::clone::{Fidelity, read_source};
 use sandboxd_domain::clone::{Privacy, Snapshot, Summary};
-use tokio_postgres::{Client, SimpleQueryMessage};
 
-use crate::clone::{Production, READER, agent, clone_of, one_value, remove, shapes};
+use crate::clone::{Production, READER, agent, clone_of, estimates, one_value, remove, shapes};
 use crate::docker::{Harness, POSTGRES18, harness_owner};
 use crate::support::engine;
 
@@ -72,27 +71,6 @@ const QUERIES: &[&str] = &[
     "SELECT * FROM places WHERE zip / 100 = 103 AND country = 'K3'",
     "SELECT zip / 100, country, count(*) FROM places GROUP BY 1, 2",
 ];
-
-/// The top plan node's estimated rows of each query.
-async fn estimates(client: &Client, queries: &[&str]) -> Vec<f64> {
-    let mut out = Vec::with_capacity(queries.len());
-    for query in queries {
-        let answers = client
-            .simple_query(&format!("EXPLAIN (FORMAT JSON) {query}"))
-            .await
-            .unwrap_or_else(|e| panic!("EXPLAIN {query}: {e:?}"));
-        let text = answers
-            .iter()
-            .find_map(|m| match m {
-                SimpleQueryMessage::Row(row) => row.get(0).map(str::to_owned),
-                _ => None,
-            })
-            .expect("EXPLAIN answers a row");
-        let json: serde_json::Value = serde_json::from_str(&text).expect("EXPLAIN's JSON");
-        out.push(json[0]["Plan"]["Plan Rows"].as_f64().expect("Plan Rows"));
-    }
-    out
-}
 
 /// How far apart two estimates are, as a factor ≥ 1.
 fn factor(a: f64, b: f64) -> f64 {

@@ -24,10 +24,10 @@ use sandboxd_testkit::clone_fixtures::wide::{
     DECIDED_BY_EXTENDED_STATISTICS, EXTENDED_STATS_MISSES, FINISH, INDEX_HEIGHT_MISSES,
     KNOWN_MISSES, LOAD, QUERIES, REBUILT_STATISTICS_MISSES, STATISTICS_OBJECTS,
 };
-use sandboxd_testkit::clone_fixtures::{Agreement, KnownMiss, explain};
+use sandboxd_testkit::clone_fixtures::{Agreement, KnownMiss};
 use tokio_postgres::Client;
 
-use crate::clone::{Production, agent, clone_of, remove, shapes};
+use crate::clone::{Production, agent, clone_of, estimated_rows, remove, shapes};
 use crate::docker::{Harness, POSTGRES18, harness_owner};
 use crate::support::engine;
 
@@ -55,14 +55,6 @@ async fn shapes_without_extended_statistics(client: &Client) -> Vec<String> {
     let out = shapes(client, QUERIES).await;
     client.batch_execute("ROLLBACK").await.expect("rollback");
     out
-}
-
-/// The estimated rows of the query's top plan node.
-async fn estimated_rows(client: &Client, query: &str) -> f64 {
-    let json = explain(client, query)
-        .await
-        .unwrap_or_else(|e| panic!("{e}"));
-    json[0]["Plan"]["Plan Rows"].as_f64().expect("Plan Rows")
 }
 
 /// What the snapshot must hold of each kind the data set has.
