@@ -109,12 +109,6 @@ impl AgentDesk {
         self.broker.manifest(role)
     }
 
-    /// The names of the features the backend provides of `engine`'s allowlist, or the whole
-    /// allowlist while the probe does not answer.
-    pub async fn offered_names(&self, engine: EngineRef, patience: Duration) -> Vec<&'static str> {
-        self.broker.offered_names(engine, patience).await
-    }
-
     /// [`Self::offered_names`] for an agent of `project`: where its `engine` is a clone, what
     /// the image of the major version the clone runs provides.
     pub async fn offered_names_in(
@@ -372,17 +366,6 @@ impl OperatorDesk {
         patience: Duration,
     ) -> Option<Arc<FeatureProbe>> {
         self.broker.offered_in(project, engine, patience).await
-    }
-
-    /// What the primary backend provides of `engine`'s allowlist: what agents may ask for here.
-    /// Waits up to `patience` for a probe under way or started now; None while that does not
-    /// answer (callers then offer the allowlist and leave the rest to activation).
-    pub async fn offered(
-        &self,
-        engine: EngineRef,
-        patience: Duration,
-    ) -> Option<Arc<FeatureProbe>> {
-        self.broker.offered(engine, patience).await
     }
 
     /// Of `engines`, those this sandboxd's backend cannot run, each with why and what provides

@@ -4,7 +4,7 @@
 
 use sandboxd_domain::Instance;
 use sandboxd_domain::clone::{CloneOrigin, Snapshot, clone_database_name};
-use sandboxd_domain::engine::{AdminStep, ResetPlan, ServerFacts, pg_identifier};
+use sandboxd_domain::engine::{AdminStep, pg_identifier};
 
 use super::apply::{CloneReport, Fidelity, SchemaOwner, apply, hand_over};
 use crate::backend::Backend;
@@ -93,15 +93,11 @@ pub async fn provision_idle_clone(
 /// and the note when that is not the source's (a name the server keeps for sandboxd: what a
 /// reset never drops).
 fn database_for(instance: &Instance, snapshot: &Snapshot) -> (String, Option<String>) {
-    let kept =
-        match instance
-            .engine
-            .reset(&instance.agent, ServerFacts::default(), &instance.database)
-        {
-            ResetPlan::AgentCluster(plan) => plan.keep_databases,
-            _ => Vec::new(),
-        };
-    clone_database_name(&snapshot.database, &instance.database, &kept)
+    clone_database_name(
+        &snapshot.database,
+        &instance.database,
+        &sandboxd_domain::engines::postgres::kept_databases(),
+    )
 }
 
 /// What a clone made again from `snapshot` (a reset, which keeps the instance's database and

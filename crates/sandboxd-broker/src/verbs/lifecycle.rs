@@ -175,8 +175,8 @@ impl Broker {
             limit: RECENT_ROWS,
             ..Default::default()
         };
-        // The caller's earlier moves must be in the store to be seen.
-        self.flush_audit().await;
+        // No flush: a task move's row is written before its answer (`audit.rs`), and only
+        // those rows are read here.
         let page = match self.store().list_audit(&filter).await {
             Ok(page) => page,
             Err(error) => {

@@ -147,6 +147,13 @@ pub static POSTGRES: Engine = Engine {
     recipes: &Postgres,
 };
 
+/// The databases a reset never drops: the admin database and the server's templates (a
+/// clone's database cannot take one of their names).
+pub fn kept_databases() -> Vec<String> {
+    [POSTGRES.admin_database, "template0", PG_TEMPLATE_DATABASE]
+        .map(str::to_owned)
+        .to_vec()
+}
 impl EngineRecipes for Postgres {
     fn container(
         &self,
@@ -258,9 +265,7 @@ impl EngineRecipes for Postgres {
             // cannot change `template1` (it creates nothing there; what its roles own there, a
             // large object say, goes with them), and the features added in place since are
             // meant to be there: it is kept as it is, and `recreate` copies it.
-            keep_databases: [POSTGRES.admin_database, "template0", PG_TEMPLATE_DATABASE]
-                .map(str::to_owned)
-                .to_vec(),
+            keep_databases: kept_databases(),
             keep_roles: vec![POSTGRES.admin_user.to_owned(), agent.user.clone()],
             agent_database: agent_database.to_owned(),
             recreate: database_steps(&agent.user, agent_database),
