@@ -62,6 +62,15 @@ pub async fn read_source(
             what: "snapshot transaction",
             detail: driver_text(&e, dsn),
         })?;
+    // Every query below names operators and functions unqualified: with the source's schemas
+    // off the path, none resolves to one an application role planted (`public.||(name, text)`
+    // would beat `pg_catalog.textcat`), which would run as the snapshot's role.
+    tx.batch_execute("SET LOCAL search_path TO pg_catalog, pg_temp")
+        .await
+        .map_err(|e| SourceError::Read {
+            what: "snapshot transaction",
+            detail: driver_text(&e, dsn),
+        })?;
     let read = |what: &'static str| {
         move |e: tokio_postgres::Error| SourceError::Read {
             what,

@@ -6,7 +6,9 @@
 //! the extended ones must carry what they can without running any of them (restoring the
 //! domain column's most-common values once parsed them through the domain's CHECK, as the
 //! superuser), refuse the rest by name, and the traps must be live in the clone (the agent
-//! sets them off), so a rebuild that ran one would have been seen.
+//! sets them off), so a rebuild that ran one would have been seen. An operator `||` on `name`
+//! in `public`, which beats the built-in one in the snapshot's own catalog queries unless its
+//! search path leaves `public` out, traps the snapshot itself.
 
 use sandboxd_backend::clone::{Fidelity, take_snapshot};
 use sandboxd_domain::clone::Privacy;
@@ -28,6 +30,14 @@ const LOAD: &str = "CREATE FUNCTION public.trap() RETURNS boolean LANGUAGE plpgs
      CREATE FUNCTION public.trap_text(v text) RETURNS text LANGUAGE plpgsql IMMUTABLE AS $$ \
        BEGIN PERFORM public.trap(); RETURN pg_catalog.lower(v); END $$; \
      CREATE DOMAIN public.trapped AS text CHECK (public.trap()); \
+     CREATE FUNCTION public.cat(name, text) RETURNS text LANGUAGE plpgsql AS $$ \
+       BEGIN \
+         IF current_setting('application_name') = 'sandboxd-snapshot' THEN \
+           RAISE EXCEPTION 'trap fired in the snapshot as %', current_user; \
+         END IF; \
+         RETURN $1::text || $2; \
+       END $$; \
+     CREATE OPERATOR public.|| (LEFTARG = name, RIGHTARG = text, FUNCTION = public.cat); \
      CREATE TYPE public.mood AS ENUM ('sad', 'ok', 'happy'); \
      CREATE TABLE things (id int PRIMARY KEY, a text NOT NULL, b public.trapped NOT NULL, \
          c public.mood NOT NULL, n int NOT NULL); \
