@@ -24,6 +24,18 @@ pub(super) async fn rebuild_extended(
     let Some(data) = &snapshot.extended_statistics_data else {
         return (0, Vec::new());
     };
+    // Every rebuild runs DDL as the superuser; before 17 an event trigger the schema brought
+    // cannot be turned off for it, and would run as the superuser.
+    if major < 17 && event_triggers_enabled(client).await {
+        return (
+            0,
+            vec![
+                "extended statistics were not rebuilt: the schema has event triggers, which \
+                 PostgreSQL before 17 cannot turn off for the rebuild's DDL"
+                    .to_owned(),
+            ],
+        );
+    }
     let mut rebuilt = std::collections::BTreeSet::new();
     let mut notes = Vec::new();
     for object in &data.objects {
@@ -125,6 +137,19 @@ async fn mcv_list(
             .map(|()| Some(Some(why))),
         None => Ok(None),
     }
+}
+
+/// Whether the clone has an enabled event trigger (or cannot tell: then it is taken to have
+/// one).
+async fn event_triggers_enabled(client: &Client) -> bool {
+    client
+        .query_one(
+            "SELECT EXISTS (SELECT FROM pg_catalog.pg_event_trigger \
+                            WHERE evtenabled OPERATOR(pg_catalog.<>) 'D')",
+            &[],
+        )
+        .await
+        .map_or(true, |row| row.get(0))
 }
 
 /// A scratch schema's name no object of the clone has.

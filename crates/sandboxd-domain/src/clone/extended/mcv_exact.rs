@@ -10,7 +10,7 @@
 //! only if the server then reads back every item with the source's values and exactly its
 //! frequencies; otherwise the caller keeps the list by frequency.
 
-use super::{CloneColumn, Rebuild, data_row, hex};
+use super::{CloneColumn, Rebuild, data_row};
 use crate::clone::snapshot::{ExtendedStatistics, McvItem};
 use crate::engine::sql_literal;
 
@@ -43,7 +43,7 @@ pub(super) fn with_exact_frequencies(
         .map(|item| {
             let mut bytes = item.frequency.to_le_bytes().to_vec();
             bytes.extend(item.base_frequency.to_le_bytes());
-            format!("({}, '{}')", values(item), hex(&bytes))
+            format!("({}, '{}')", values(item), hex::encode(&bytes))
         })
         .collect();
     let expected: Vec<String> = items

@@ -242,10 +242,6 @@ fn header(magic: u32, items: usize) -> Vec<u8> {
     out
 }
 
-fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
-}
-
 /// Where an object's data lives in the clone's catalog.
 fn data_row(oid: u32, inherited: bool) -> String {
     format!(
@@ -305,7 +301,7 @@ pub fn exact_rebuild(
         ));
         sets.push(format!(
             "{column} = pg_catalog.decode('{}', 'hex')::pg_catalog.{ty}",
-            hex(&bytes)
+            hex::encode(&bytes)
         ));
         checks.push(format!("{column}::pg_catalog.text"));
         expected.push(Some(printed));
@@ -493,14 +489,14 @@ mod tests {
         let entries =
             ndistinct_entries(object().n_distinct.as_deref().unwrap_or(""), &map).expect("parses");
         assert_eq!(
-            hex(&ndistinct_bytes(&entries)),
+            hex::encode(ndistinct_bytes(&entries)),
             "a4bf52a30100000004000000000000000000594002000000010002000000000000e0854002000000\
              01000300000000000080514002000000020003000000000000e0854003000000010002000300"
         );
         let entries = dependency_entries(object().dependencies.as_deref().unwrap_or(""), &map)
             .expect("parses");
         assert_eq!(
-            hex(&dependencies_bytes(&entries)),
+            hex::encode(dependencies_bytes(&entries)),
             "2c9a54b40100000002000000000000000000f03f020001000200000000000000f03f0300010003000200"
         );
         assert_eq!(
@@ -612,7 +608,7 @@ mod tests {
         assert!(
             text.contains(&format!(
                 "(ARRAY['1', '10']::pg_catalog.text[], '{}')",
-                hex(&bytes)
+                hex::encode(&bytes)
             )),
             "{text}"
         );
