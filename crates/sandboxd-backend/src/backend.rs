@@ -11,7 +11,6 @@ use std::fmt;
 use async_trait::async_trait;
 use sandboxd_domain::instance::{BackendKind, Instance};
 use sandboxd_domain::{AgentSlug, DaemonId, DataSize, EngineRef, Feature};
-use tracing::Instrument;
 
 use crate::clone;
 use crate::doctor::DoctorCheck;
@@ -84,59 +83,17 @@ pub trait Backend: Send + Sync + fmt::Debug {
         owner: &AgentSlug,
     ) -> Result<String, BackendError>;
 
-    /// Hands a pool member to `owner`: mints the handed-out account over the held superuser
-    /// connection while the owner is recorded, then proves the account with its own round
-    /// trip. After it the instance is as `provision` would have made it for `owner`. On
-    /// failure the member is torn down: it is never handed out twice, nor half.
+    /// Hands a pool member to `owner`: re-checks its account over the held superuser
+    /// connection (a member made ready while idle, [`IdleMember::ready`]) or mints and proves
+    /// it, while the owner is recorded. After it the instance is as `provision` would have made
+    /// it for `owner`. On failure the member is torn down: it is never handed out twice, nor
+    /// half.
     async fn hand_out(
         &self,
         member: IdleMember,
         owner: &AgentSlug,
     ) -> Result<Instance, BackendError> {
-        let IdleMember {
-            mut instance,
-            mut session,
-            agent,
-            mint: steps,
-        } = member;
-        let engine = instance.engine;
-        // Spans of their own: these are the hand-out's round trips, the time a warm
-        // `request_sandbox` spends outside the daemon. They name the engine, never a secret.
-        let (minted, recorded) = tokio::join!(
-            session
-                .run(&steps)
-                .instrument(tracing::info_span!("mint", %engine)),
-            self.record_owner(&instance, owner)
-                .instrument(tracing::info_span!("record_owner", %engine)),
-        );
-        drop(session);
-        if let Ok(name) = &recorded {
-            // On an operator's network agents reach a container by its name.
-            if instance.host == instance.name {
-                instance.host = name.clone();
-            }
-            instance.name = name.clone();
-            instance.owner = owner.clone();
-        }
-        instance.agent = agent;
-        let outcome = async {
-            minted.map_err(wire_error(&instance, "minting the handed-out account"))?;
-            recorded?;
-            let (host, port) = self.admin_address(&instance).await?;
-            let reach = Reach { host: &host, port };
-            wire::probe(engine.get(), reach, &instance.agent, &instance.database)
-                .instrument(tracing::info_span!("prove", %engine))
-                .await
-                .map_err(wire_error(&instance, "proving the handed-out account"))
-        }
-        .await;
-        if let Err(err) = outcome {
-            if let Err(teardown) = self.teardown(&InstanceHandle::of(&instance)).await {
-                tracing::warn!(instance = %instance.name, error = %teardown, "removing a pool member that failed its hand-out");
-            }
-            return Err(err);
-        }
-        Ok(instance)
+        crate::members::hand_out(self, member, owner).await
     }
 
     /// The image that runs `engine` on this backend now (the first of its candidates present),

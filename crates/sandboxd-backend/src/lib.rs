@@ -47,6 +47,6 @@ pub use backend::{Backend, Sweep};
 pub use doctor::DoctorCheck;
 pub use error::BackendError;
 pub use handle::{InstanceHandle, InstanceRequest, ListedInstance};
-pub use idle::IdleMember;
+pub use idle::{IdleMember, PROOF_MAX_AGE, REPROVE_AFTER};
 pub use probe::FeatureProbe;
 pub use set::{all_or_nothing, provision_set, provision_set_timed, teardown_all};

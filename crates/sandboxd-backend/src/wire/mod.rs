@@ -7,6 +7,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use sandboxd_domain::engine::{AdminAccess, AdminStep, ResetPlan, ServerFacts};
 use sandboxd_domain::{Credentials, Engine, Feature, Protocol};
 
+mod account;
 mod capped;
 mod mongo;
 mod mysql;

@@ -5,7 +5,9 @@
 use sandboxd_domain::engine::{AdminAccess, AdminStep, ServerFacts};
 use sandboxd_domain::{EngineRef, Protocol};
 
-use super::{Reach, WireError, postgres, redis};
+use secrecy::SecretString;
+
+use super::{Reach, WireError, account, postgres, redis};
 
 enum Held {
     Postgres {
@@ -78,6 +80,22 @@ impl AdminSession {
             Held::Postgres { client, .. } => postgres::ping(client).await,
             Held::Redis(conn) => redis::ping(conn).await,
             Held::Nothing => self.facts().await.map(drop),
+        }
+    }
+
+    /// Whether this session is one connection held open (Postgres, Redis): only then does a
+    /// reply on it prove that the server was not restarted since it was opened.
+    pub fn holds_connection(&self) -> bool {
+        !matches!(self.held, Held::Nothing)
+    }
+
+    /// What `user`'s account is on the server, as text to compare (`account.rs`); None where
+    /// the session holds no connection.
+    pub async fn account_state(&mut self, user: &str) -> Result<Option<SecretString>, WireError> {
+        match &mut self.held {
+            Held::Postgres { client, .. } => account::of_postgres(client, user).await.map(Some),
+            Held::Redis(conn) => account::of_redis(conn, user).await.map(Some),
+            Held::Nothing => Ok(None),
         }
     }
 

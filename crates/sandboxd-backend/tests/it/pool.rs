@@ -1,18 +1,24 @@
 //! Warm-pool members on both backends: started without any agent account, held with a
-//! superuser connection, then handed out: the account is minted, the owner is recorded where
-//! `list` reads it (a renamed container, rewritten metadata), and the instance is as a cold
-//! provision would have made it — reset, teardown and liveness included.
+//! superuser connection, made ready (the account minted and proven by its own login while
+//! idle, where a connection is held), then handed out: the account is re-checked, the owner is
+//! recorded where `list` reads it (a renamed container, rewritten metadata), and the instance
+//! is as a cold provision would have made it — reset, teardown and liveness included. A ready
+//! member whose account changed after its proof is torn down, never handed out.
 
 use std::collections::BTreeSet;
 
+use sandboxd_backend::wire::{AdminSession, Reach};
 use sandboxd_backend::{Backend, IdleMember, InstanceHandle};
+use sandboxd_domain::engine::AdminStep;
 use sandboxd_domain::{AgentSlug, Instance};
+use secrecy::SecretString;
 
 use crate::docker::{Harness, MARIADB, POSTGRES, REDIS, harness_owner};
 use crate::reset::every_round;
 use crate::support::{self, ProcessHarness, request};
 
-/// Idle members of postgres (with pg_trgm), redis and mariadb, checked while idle.
+/// Idle members of postgres (with pg_trgm), redis and mariadb, checked while idle and then
+/// made ready.
 async fn idle_members(backend: &dyn Backend) -> Vec<IdleMember> {
     let slots: Vec<AgentSlug> = (0..3).map(|_| AgentSlug::pool_slot()).collect();
     let requests = [
@@ -33,7 +39,7 @@ async fn idle_members(backend: &dyn Backend) -> Vec<IdleMember> {
     let listed = backend.list().await.expect("list");
     for member in &mut members {
         member
-            .check()
+            .check_on(backend)
             .await
             .expect("an idle member answers its superuser");
         let instance = &member.instance;
@@ -65,7 +71,21 @@ async fn idle_members(backend: &dyn Backend) -> Vec<IdleMember> {
             instance.name
         );
     }
-    members
+    let mut ready = Vec::new();
+    for member in members {
+        let member = member.ready(backend).await.expect("made ready");
+        // Postgres and Redis hold a connection: their account exists and logged in already;
+        // MariaDB's is minted and proven at hand-out.
+        let holds = member.instance.engine.name != "mariadb";
+        assert_eq!(
+            member.proven_for().is_some(),
+            holds,
+            "{}",
+            member.instance.name
+        );
+        ready.push(member);
+    }
+    ready
 }
 
 /// Hands each member to `owner` and checks what the agent and the janitor would see.
@@ -154,6 +174,73 @@ async fn docker_pool_members_are_handed_out_as_cold_instances_would_be() {
             let handed = hand_out_all(backend.as_ref(), members, &owner).await;
             let [pg, redis, mariadb] = [&handed[0], &handed[1], &handed[2]];
             every_round(backend.as_ref(), [pg, redis, mariadb]).await;
+        })
+        .await;
+}
+
+/// As superuser, from outside the member's held connection: what an operator (or a bug)
+/// could do to an idle member after its proof.
+async fn break_account(instance: &Instance) {
+    let reach = Reach {
+        host: &instance.host,
+        port: instance.port,
+    };
+    let mut session =
+        AdminSession::open(instance.engine, &instance.admin, reach, &instance.database)
+            .await
+            .expect("a superuser session");
+    let step = match instance.engine.name {
+        "postgres" => AdminStep::Sql {
+            database: Some(instance.database.clone()),
+            statement: SecretString::from("ALTER ROLE sandbox NOLOGIN"),
+        },
+        _ => AdminStep::RedisCommand {
+            words: ["ACL", "SETUSER", "sandbox", "off"]
+                .map(SecretString::from)
+                .to_vec(),
+        },
+    };
+    session.run(&[step]).await.expect("the account changed");
+}
+
+#[tokio::test]
+async fn a_ready_member_whose_account_changed_is_torn_down_not_handed_out() {
+    ProcessHarness::new(|_| {})
+        .run(|backend| async move {
+            let slots: Vec<AgentSlug> = (0..2).map(|_| AgentSlug::pool_slot()).collect();
+            let owner = support::owner("broken");
+            for (engine, slot) in ["postgres", "redis"].into_iter().zip(&slots) {
+                let member = backend
+                    .provision_idle(&request(engine, slot, &[]))
+                    .await
+                    .expect("an idle member");
+                let mut member = member.ready(backend.as_ref()).await.expect("made ready");
+                member.check_on(backend.as_ref()).await.expect("as proven");
+                break_account(&member.instance).await;
+                let err = member
+                    .check_on(backend.as_ref())
+                    .await
+                    .expect_err("the check sees the change");
+                assert!(
+                    err.to_string().contains("not as it was when it was proven"),
+                    "{engine}: {err}"
+                );
+                let handle = member.handle();
+                let err = backend
+                    .hand_out(member, &owner)
+                    .await
+                    .expect_err("a changed account is not handed out");
+                assert!(
+                    err.to_string().contains("not as it was when it was proven"),
+                    "{engine}: {err}"
+                );
+                assert!(
+                    !backend.is_live(&handle).await.expect("is_live"),
+                    "{engine}: the member is torn down"
+                );
+            }
+            let listed = backend.list().await.expect("list");
+            assert!(listed.is_empty(), "nothing is left: {listed:?}");
         })
         .await;
 }

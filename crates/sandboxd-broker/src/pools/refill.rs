@@ -97,6 +97,11 @@ impl Pools {
                 .map(|(member, _)| member),
             None => self.backend.provision_idle(&request).await,
         };
+        // The account is made and proven now, off any agent's request path.
+        let outcome = match outcome {
+            Ok(member) => member.ready(self.backend.as_ref()).await,
+            Err(err) => Err(err),
+        };
         let engine = request.engine;
         let key = pool.config().key();
         let mut stale = None;
@@ -114,6 +119,7 @@ impl Pools {
                     state.backoff_until = None;
                     state.last_error = None;
                     state.idle.push_back(member);
+                    state.started_in(began.elapsed());
                     metrics.provisioned(engine, self.backend.kind(), began.elapsed());
                 }
                 Err(err) => {
@@ -127,6 +133,8 @@ impl Pools {
                 }
             }
         }
+        // A take queued for this start looks again: at the member, or at a failure.
+        pool.checked.notify_waiters();
         if let Some(stale) = stale {
             sandboxd_backend::teardown_all(self.backend.as_ref(), vec![stale]).await;
         }
@@ -153,8 +161,13 @@ impl Pools {
                     break;
                 };
                 let handle = member.handle();
-                let answers = member.check().await.is_ok()
-                    && self.backend.is_live(&handle).await.unwrap_or(false);
+                let answers = match member.check_on(self.backend.as_ref()).await {
+                    Ok(()) => self.backend.is_live(&handle).await.unwrap_or(false),
+                    Err(err) => {
+                        tracing::warn!(instance = %handle.name, error = %err, "an idle pool member failed its check");
+                        false
+                    }
+                };
                 if answers {
                     {
                         let mut state = pool.state();

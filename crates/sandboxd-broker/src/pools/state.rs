@@ -20,7 +20,8 @@ pub struct PoolTuning {
     pub backoff_max: Duration,
     /// How often idle members are asked whether they still answer.
     pub check_interval: Duration,
-    /// Members started at once per pool.
+    /// Members started at once per pool: by default the host's cores (at least 2), since a
+    /// start is mostly the engine's own initialization, on the host's CPUs.
     pub parallel_starts: usize,
 }
 
@@ -30,7 +31,9 @@ impl Default for PoolTuning {
             backoff_base: Duration::from_secs(1),
             backoff_max: Duration::from_secs(300),
             check_interval: Duration::from_secs(10),
-            parallel_starts: 2,
+            parallel_starts: std::thread::available_parallelism()
+                .map_or(2, std::num::NonZeroUsize::get)
+                .max(2),
         }
     }
 }
@@ -65,9 +68,23 @@ pub(super) struct PoolState {
     pub(super) quarantined: u64,
     /// Hand-outs and misses since the last shrink check.
     pub(super) demand: u64,
+    /// Takes waiting for a member that is starting, one per start at most.
+    pub(super) queued: usize,
+    /// How long a member takes to start and be made ready, smoothed over the last starts
+    /// (None before the first): how long a take waits for one rather than going cold.
+    pub(super) start_time: Option<Duration>,
 }
 
 impl PoolState {
+    /// Counts a member's start that took `took` into [`start_time`](Self::start_time): an
+    /// exponential moving average weighing the newest start by a quarter.
+    pub(super) fn started_in(&mut self, took: Duration) {
+        self.start_time = Some(match self.start_time {
+            None => took,
+            Some(typical) => (typical * 3 + took) / 4,
+        });
+    }
+
     /// Takes the newest idle members beyond the first `keep` out of the pool, to be removed.
     pub(super) fn release_beyond(&mut self, keep: usize) -> Vec<IdleMember> {
         let surplus: Vec<IdleMember> = self.idle.drain(keep.min(self.idle.len())..).collect();
@@ -82,7 +99,8 @@ impl PoolState {
 pub(super) struct Pool {
     pub(super) config: Mutex<PoolConfig>,
     pub(super) state: Mutex<PoolState>,
-    /// Wakes takes waiting for a member out for its health check: it is back (or gone).
+    /// Wakes takes waiting for a member out for its health check (it is back, or gone) or
+    /// for one starting (it is ready, or failed).
     pub(super) checked: Notify,
     /// A pool of clones: the snapshot its members are made from (None: none yet). A std
     /// mutex: held only to read or swap the `Arc`, never across an await.

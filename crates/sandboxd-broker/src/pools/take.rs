@@ -16,12 +16,17 @@ use crate::metrics::Metrics;
 /// check is one round trip (milliseconds); a cold start is far longer.
 const CHECKED_MEMBER_WAIT: Duration = Duration::from_millis(100);
 
+/// How many members one hand-out tries before the request goes cold.
+const HAND_OUT_ATTEMPTS: usize = 3;
+
 impl Pools {
     /// An idle member for `engine` (a clone of `clone`'s source, made from that very
     /// snapshot, when `clone` is given) whose features are all `wanted`, taken out of its pool
     /// (a refill starts); when every idle member is out for its health check, the first one
-    /// back (waiting up to [`CHECKED_MEMBER_WAIT`]). None when no pool serves it or it is
-    /// empty (a miss: the pool grows towards `max_total`).
+    /// back (waiting up to [`CHECKED_MEMBER_WAIT`]); when none is idle but one is starting that
+    /// no other request waits for, that one, waiting up to the pool's typical start time (a
+    /// queue, not a cold start that would take as long). None when no pool serves it or
+    /// nothing is on its way (a miss: the pool grows towards `max_total`).
     #[tracing::instrument(name = "take", skip_all, fields(%engine))]
     pub async fn take(
         &self,
@@ -56,28 +61,58 @@ impl Pools {
         if !config.features.is_subset(wanted) {
             return None;
         }
-        let deadline = tokio::time::Instant::now() + CHECKED_MEMBER_WAIT;
+        let began = tokio::time::Instant::now();
+        let checked_deadline = began + CHECKED_MEMBER_WAIT;
+        let mut queued = false;
         let member = loop {
-            // Registered before the look, so a member returned right after it is not missed.
-            let checked = pool.checked.notified();
-            tokio::pin!(checked);
-            checked.as_mut().enable();
-            {
+            // Registered before the look, so a member returned or started right after it is
+            // not missed.
+            let back = pool.checked.notified();
+            tokio::pin!(back);
+            back.as_mut().enable();
+            let now = tokio::time::Instant::now();
+            let wait_until = {
                 let mut state = pool.state();
+                state.queued -= usize::from(queued);
+                queued = false;
                 if let Some(member) = state.idle.pop_front() {
                     state.demand += 1;
                     state.handed_out += 1;
                     state.handing += 1;
                     break Some(member);
                 }
-                if state.checking == 0 || tokio::time::Instant::now() >= deadline {
-                    state.demand += 1;
-                    state.misses += 1;
-                    state.target = (state.target + 1).min(config.max_total);
-                    break None;
+                // A member on its way beats a cold start: one out for its health check (a
+                // round trip), or one starting that no other take waits for (it began before
+                // a cold start would, so it is ready sooner).
+                let for_check =
+                    (state.checking > 0 && now < checked_deadline).then_some(checked_deadline);
+                let for_start = state
+                    .start_time
+                    .filter(|_| state.starting > state.queued)
+                    .map(|typical| began + typical)
+                    .filter(|deadline| now < *deadline);
+                match for_check.max(for_start) {
+                    Some(deadline) => {
+                        if for_start.is_some() {
+                            state.queued += 1;
+                            queued = true;
+                        }
+                        deadline
+                    }
+                    None => {
+                        state.demand += 1;
+                        state.misses += 1;
+                        // The pool grows to what this interval asked of it, within its
+                        // ceiling: a burst sizes it in one step, not one miss at a time.
+                        let asked = usize::try_from(state.demand).unwrap_or(usize::MAX);
+                        state.target = (state.target + 1).max(asked).min(config.max_total);
+                        break None;
+                    }
                 }
-            }
-            let _ = tokio::time::timeout_at(deadline, checked).await;
+            };
+            // Woken or timed out, the next look decides (a place in the queue is given back
+            // first thing under the lock).
+            let _ = tokio::time::timeout_at(wait_until, back).await;
         };
         metrics.pool_request(&key, self.metrics_backend, member.is_some());
         self.refresh_gauges(&*pool, metrics);
@@ -96,8 +131,10 @@ impl Pools {
         }
     }
 
-    /// Hands `taken` to `owner` on the pool's backend. A failure quarantines the member (the
-    /// backend already removed it).
+    /// Hands `taken` to `owner` on the pool's backend. A member that fails its hand-out (the
+    /// backend already removed it) is quarantined, and the pool's next idle member is tried in
+    /// its place, up to [`HAND_OUT_ATTEMPTS`] in all: one broken member does not cost the agent
+    /// a cold start.
     #[tracing::instrument(name = "hand_out", skip_all, fields(agent = %owner, instance = %taken.name))]
     pub async fn hand_out(
         &self,
@@ -105,23 +142,59 @@ impl Pools {
         owner: &AgentSlug,
         metrics: &Metrics,
     ) -> Result<Instance, sandboxd_backend::BackendError> {
-        let member = taken
-            .member
-            .take()
-            .expect("a taken member is handed out once");
-        let name = member.instance.name.clone();
-        let outcome = self.backend.hand_out(member, owner).await;
-        // The agent's now (or gone): no longer a pool's.
-        self.unregister(&name).await;
-        if outcome.is_err() {
-            taken.pool.state().quarantined += 1;
+        let mut attempts = 1;
+        loop {
+            let member = taken
+                .member
+                .take()
+                .expect("a taken member is handed out once");
+            let name = member.instance.name.clone();
+            let outcome = self.backend.hand_out(member, owner).await;
+            // The agent's now (or gone): no longer a pool's.
+            self.unregister(&name).await;
+            let err = match outcome {
+                Ok(instance) => return Ok(instance),
+                Err(err) => err,
+            };
+            {
+                let mut state = taken.pool.state();
+                state.quarantined += 1;
+                state.handed_out -= 1;
+            }
             metrics.pool_member_failed(
                 &taken.pool.config().key(),
                 self.metrics_backend,
                 "hand_out",
             );
+            tracing::warn!(instance = %name, error = %err, "a pool member failed its hand-out: quarantined");
+            match (attempts < HAND_OUT_ATTEMPTS)
+                .then(|| self.take_next(&taken.pool))
+                .flatten()
+            {
+                Some(next) => {
+                    attempts += 1;
+                    taken = next;
+                }
+                None => return Err(err),
+            }
         }
-        outcome
+    }
+
+    /// The pool's next idle member for a hand-out already under way (no new demand, no wait).
+    fn take_next(&self, pool: &Arc<Pool>) -> Option<Taken> {
+        let member = {
+            let mut state = pool.state();
+            let member = state.idle.pop_front()?;
+            state.handed_out += 1;
+            state.handing += 1;
+            member
+        };
+        Some(Taken {
+            pool: pool.clone(),
+            wake: self.wake.clone(),
+            name: member.instance.name.clone(),
+            member: Some(member),
+        })
     }
 }
 

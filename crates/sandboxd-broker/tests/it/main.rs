@@ -7,6 +7,7 @@ mod features;
 mod guards;
 mod kube;
 mod lifecycle;
+mod pool_hand_outs;
 mod pools;
 mod restart;
 mod role_texts;

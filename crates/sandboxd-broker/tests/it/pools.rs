@@ -13,7 +13,7 @@ use serde_json::json;
 
 use crate::support::{Kind, World, WorldSpec, evidence_of, ok, passwords, pg_query};
 
-fn pool(engine: &str, min_idle: usize, max_total: usize) -> PoolConfig {
+pub(crate) fn pool(engine: &str, min_idle: usize, max_total: usize) -> PoolConfig {
     PoolConfig {
         engine: sandboxd_domain::EngineRef::parse(engine).expect("registered"),
         clone_of: None,
@@ -23,7 +23,7 @@ fn pool(engine: &str, min_idle: usize, max_total: usize) -> PoolConfig {
     }
 }
 
-fn quick_tuning(config: &mut BrokerConfig) {
+pub(crate) fn quick_tuning(config: &mut BrokerConfig) {
     config.pool_tuning = PoolTuning {
         backoff_base: Duration::from_millis(200),
         backoff_max: Duration::from_secs(2),
@@ -32,7 +32,7 @@ fn quick_tuning(config: &mut BrokerConfig) {
     };
 }
 
-fn view<'a>(views: &'a [PoolView], engine: &str) -> &'a PoolView {
+pub(crate) fn view<'a>(views: &'a [PoolView], engine: &str) -> &'a PoolView {
     views
         .iter()
         .find(|v| v.engine.name == engine)
@@ -40,7 +40,12 @@ fn view<'a>(views: &'a [PoolView], engine: &str) -> &'a PoolView {
 }
 
 /// Polls the pools until `ready` holds, or fails after `within`.
-async fn until(w: &World, within: Duration, what: &str, ready: impl Fn(&[PoolView]) -> bool) {
+pub(crate) async fn until(
+    w: &World,
+    within: Duration,
+    what: &str,
+    ready: impl Fn(&[PoolView]) -> bool,
+) {
     let started = Instant::now();
     loop {
         let views = w.broker.pools();
@@ -55,7 +60,7 @@ async fn until(w: &World, within: Duration, what: &str, ready: impl Fn(&[PoolVie
     }
 }
 
-async fn redis_ping(entry: &serde_json::Value) -> redis::RedisResult<String> {
+pub(crate) async fn redis_ping(entry: &serde_json::Value) -> redis::RedisResult<String> {
     let client = redis::Client::open(entry["url"].as_str().expect("url"))?;
     let mut conn = client.get_multiplexed_async_connection().await?;
     redis::cmd("PING").query_async(&mut conn).await

@@ -42,6 +42,9 @@ pub struct Counting {
     failing_engine: Mutex<Option<String>>,
     /// Feature activations on live instances fail (an injected fault).
     activation_fails: AtomicBool,
+    /// Every pool member started, as its backend made it (superuser access included): what a
+    /// test changes behind a pool's back.
+    idle_made: Mutex<Vec<Instance>>,
 }
 
 impl Counting {
@@ -53,7 +56,13 @@ impl Counting {
             listing_fails: AtomicBool::new(false),
             failing_engine: Mutex::new(None),
             activation_fails: AtomicBool::new(false),
+            idle_made: Mutex::new(Vec::new()),
         }
+    }
+
+    /// The pool members started so far, oldest first.
+    pub fn idle_made(&self) -> Vec<Instance> {
+        self.idle_made.lock().expect("lock").clone()
     }
 
     /// Makes every provision of `engine` fail, or none (`None`).
@@ -127,7 +136,12 @@ impl Backend for Counting {
     }
     async fn provision_idle(&self, request: &InstanceRequest) -> Result<IdleMember, BackendError> {
         self.count(request)?;
-        self.inner.provision_idle(request).await
+        let member = self.inner.provision_idle(request).await?;
+        self.idle_made
+            .lock()
+            .expect("lock")
+            .push(member.instance.clone());
+        Ok(member)
     }
     async fn record_owner(
         &self,

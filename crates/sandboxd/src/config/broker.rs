@@ -51,6 +51,8 @@ pub struct BrokerSettings {
         with = "duration_serde::nonzero_secs"
     )]
     pub pool_check_interval: Duration,
+    /// Members each pool starts at once (default: the host's cores, at least 2).
+    pub pool_parallel_starts: NonZeroUsize,
     /// How long a feature probe is trusted before what runs the engine (the image's id, the
     /// host's programs and packages) is compared again; a change means a new probe.
     #[serde(rename = "feature_probe_recheck_secs", with = "duration_serde::secs")]
@@ -83,6 +85,8 @@ impl Default for BrokerSettings {
             pool_backoff_base: base.pool_tuning.backoff_base,
             pool_backoff_max: base.pool_tuning.backoff_max,
             pool_check_interval: base.pool_tuning.check_interval,
+            pool_parallel_starts: NonZeroUsize::new(base.pool_tuning.parallel_starts)
+                .expect("pools start members"),
             feature_probe_recheck: base.feature_probe_recheck,
             lease_ttl: ReplicationConfig::default().lease_ttl,
             max_heavy_calls_per_agent: NonZeroUsize::new(base.max_heavy_calls_per_agent)
@@ -132,7 +136,7 @@ impl Settings {
             backoff_base: self.broker.pool_backoff_base,
             backoff_max: self.broker.pool_backoff_max,
             check_interval: self.broker.pool_check_interval,
-            ..PoolTuning::default()
+            parallel_starts: self.broker.pool_parallel_starts.get(),
         }
     }
 }

@@ -138,6 +138,7 @@ fn a_value_below_1_where_one_is_needed_names_its_key() {
             ("broker", "mcp_sessions_per_agent"),
             ("broker", "pool_backoff_base_ms"),
             ("broker", "pool_check_interval_secs"),
+            ("broker", "pool_parallel_starts"),
             ("broker", "max_heavy_calls_per_agent"),
             ("admin", "session_ttl_secs"),
             ("admin", "max_sessions"),
