@@ -15,12 +15,15 @@
 //! - `sessions.rs`: MCP session state kept by the broker, so a session survives a restart.
 //! - `resume.rs`: a client resuming an answer stream that died with the previous process (or
 //!   ended) gets a JSON-RPC error for its call instead of an empty stream it would wait on.
+//! - `single_answer.rs`: in a session, an answer that is the only message of its stream and is
+//!   ready within [`McpConfig::session_json_budget`] is sent as JSON rather than as a stream.
 //!
 //! The gateway is handed an [`AgentDesk`], never the broker itself: it sees no backend, no store
 //! and no operator operation, so no verb can reach around the guard chain.
 #![forbid(unsafe_code)]
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use axum::Router;
 use rmcp::transport::streamable_http_server::StreamableHttpServerConfig;
@@ -33,6 +36,7 @@ mod auth;
 mod gateway;
 mod resume;
 mod sessions;
+mod single_answer;
 mod tools;
 
 pub use gateway::{Gateway, server_config};
@@ -51,12 +55,19 @@ pub struct McpConfig {
     pub shutdown: CancellationToken,
     /// MCP sessions one agent holds at once; opening one more closes its least recently used.
     pub sessions_per_agent: usize,
+    /// How long a call in a 2025-11-25 session may take for its answer to come as
+    /// `application/json` instead of an event stream (zero: always a stream). Past it the stream
+    /// goes out, with the priming event that lets a client resume a long call after a restart.
+    pub session_json_budget: Duration,
 }
 
 impl McpConfig {
     /// Far more than one agent's clients need at once (a client holds one session), few enough
     /// that an agent opening sessions in a loop cannot grow the daemon.
     pub const DEFAULT_SESSIONS_PER_AGENT: usize = 16;
+    /// Longer than a quick verb takes (a warm hand-out, `give_me_work`), short enough that a
+    /// call which could outlive a restart (a cold provision, `run_experiment`) stays resumable.
+    pub const DEFAULT_SESSION_JSON_BUDGET: Duration = Duration::from_millis(200);
 }
 
 /// The loopback names every gateway accepts in `Host`.
@@ -67,8 +78,9 @@ pub fn router(desk: AgentDesk, config: McpConfig) -> Router {
     let mut hosts: Vec<String> = LOOPBACK_HOSTS.iter().map(|h| (*h).to_owned()).collect();
     hosts.extend(config.allowed_hosts.iter().cloned());
     // A single answer comes as JSON where the transport can: requests served without a session
-    // (2026-07-28). In a session the answer stays an event stream whose first event lets a
-    // client resume it, and learn that its answer is lost when the daemon restarted.
+    // (2026-07-28). In a session the transport always answers an event stream whose first event
+    // lets a client resume it, and learn that its answer is lost when the daemon restarted;
+    // `single_answer` turns a quick one into JSON.
     let mut transport = StreamableHttpServerConfig::default()
         .with_json_response(true)
         .with_allowed_hosts(hosts)
@@ -95,6 +107,10 @@ pub fn router(desk: AgentDesk, config: McpConfig) -> Router {
         .route_service("/mcp", service)
         .layer(axum::middleware::from_fn(session_end_is_no_content))
         .layer(axum::middleware::from_fn(resume::unresumable_is_an_error))
+        .layer(axum::middleware::from_fn_with_state(
+            config.session_json_budget,
+            single_answer::json_if_single,
+        ))
         .layer(axum::middleware::from_fn_with_state(
             Arc::new(auth),
             auth::require_agent,

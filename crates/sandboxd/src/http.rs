@@ -68,6 +68,7 @@ pub fn app(daemon: &Daemon, settings: &Settings, shutdown: CancellationToken) ->
             allowed_origins: settings.server.allowed_origins.clone(),
             shutdown,
             sessions_per_agent: settings.broker.mcp_sessions_per_agent.get(),
+            session_json_budget: settings.broker.mcp_session_json_budget,
         },
     );
     let admin = sandboxd_admin::router(

@@ -33,6 +33,11 @@ pub struct BrokerSettings {
     pub mcp_session_ttl: Duration,
     /// MCP sessions one agent holds at once; opening one more closes its least recently used.
     pub mcp_sessions_per_agent: NonZeroUsize,
+    /// A call in a 2025-11-25 MCP session whose answer is ready this soon gets it as JSON, not
+    /// as an event stream; a slower one keeps the stream, resumable across a restart. 0: always
+    /// a stream.
+    #[serde(rename = "mcp_session_json_budget_ms", with = "duration_serde::millis")]
+    pub mcp_session_json_budget: Duration,
     /// A TOML role file (`[roles.<name>] verbs = [...]`); default: the built-in roles.
     pub roles_file: Option<PathBuf>,
     /// A warm pool whose member failed to start waits this long before the next attempt,
@@ -81,6 +86,7 @@ impl Default for BrokerSettings {
                 sandboxd_mcp::McpConfig::DEFAULT_SESSIONS_PER_AGENT,
             )
             .expect("the gateway's default holds sessions"),
+            mcp_session_json_budget: sandboxd_mcp::McpConfig::DEFAULT_SESSION_JSON_BUDGET,
             roles_file: None,
             pool_backoff_base: base.pool_tuning.backoff_base,
             pool_backoff_max: base.pool_tuning.backoff_max,

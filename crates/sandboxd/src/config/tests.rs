@@ -102,8 +102,10 @@ fn seconds_and_milliseconds_keys_are_durations_from_the_file_and_the_env() {
         )?;
         jail.set_env("SANDBOXD_DOCKER__STOP_TIMEOUT_SECS", "4");
         jail.set_env("SANDBOXD_KUBERNETES__START_TIMEOUT_SECS", "90");
+        jail.set_env("SANDBOXD_BROKER__MCP_SESSION_JSON_BUDGET_MS", "0");
         let settings = Settings::load(Some(Path::new("s.toml"))).map_err(|e| e.to_string())?;
         assert_eq!(settings.broker.grace, Duration::from_secs(7));
+        assert_eq!(settings.broker.mcp_session_json_budget, Duration::ZERO);
         assert_eq!(settings.broker.idle_ttl, Some(Duration::from_secs(60)));
         assert_eq!(settings.broker.max_lifetime, None);
         assert_eq!(
