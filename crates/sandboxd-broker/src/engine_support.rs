@@ -1,17 +1,20 @@
 //! Which engines this sandboxd's backends run (`Backend::supports`: the engine's image present,
-//! its server programs installed), asked afresh each time: a lookup, not a probe. As with
-//! features (`feature_probes`), agents are offered only what the primary backend runs,
-//! `projects set` refuses to add an engine it does not run, and `request_sandbox` refuses, for
-//! good, one that stopped running (`engine_unavailable`) rather than failing its provision.
+//! its server programs installed): a lookup, not a probe. A yes is kept for the feature-probe
+//! recheck interval (a warm `request_sandbox` then asks the backend nothing here), and dropped
+//! sooner when the feature probes see the engine's provider change; a no is never kept, so an
+//! engine that comes back is offered at once. As with features (`feature_probes`), agents are
+//! offered only what the primary backend runs, `projects set` refuses to add an engine it does
+//! not run, and `request_sandbox` refuses, for good, one that stopped running
+//! (`engine_unavailable`) rather than failing its provision.
 
-use std::collections::BTreeMap;
-use std::sync::Arc;
-use std::time::Duration;
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
 
 use futures::future::join_all;
 use sandboxd_backend::{Backend, BackendError};
 use sandboxd_domain::error::allowed_list;
-use sandboxd_domain::{EngineRef, engines};
+use sandboxd_domain::{BackendKind, EngineRef, engines};
 
 use crate::Broker;
 use crate::error::BrokerError;
@@ -19,21 +22,86 @@ use crate::error::BrokerError;
 /// How long a backend may take to say whether it runs an engine; past it nothing is refused.
 const PATIENCE: Duration = Duration::from_secs(5);
 
-/// Whether `backend` runs `engine`: why not (with what provides it) when it cannot. A backend
-/// that does not answer refuses nothing here: an unreachable backend is the retryable guard's.
-async fn lacks(backend: &Arc<dyn Backend>, engine: EngineRef) -> Option<String> {
+/// When each backend last said it runs an engine.
+#[derive(Debug)]
+pub(crate) struct EngineSupport {
+    /// A std mutex: held only to read or write an entry, never across an await.
+    answered: Mutex<HashMap<(BackendKind, EngineRef), Instant>>,
+    /// How long a yes is trusted: the feature probes' provider recheck interval, since a
+    /// changed provider is what would turn it into a no.
+    keep: Duration,
+}
+
+impl EngineSupport {
+    pub fn new(keep: Duration) -> Self {
+        Self {
+            answered: Mutex::new(HashMap::new()),
+            keep,
+        }
+    }
+
+    fn answered(&self) -> MutexGuard<'_, HashMap<(BackendKind, EngineRef), Instant>> {
+        self.answered.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn known_yes(&self, key: (BackendKind, EngineRef)) -> bool {
+        self.answered()
+            .get(&key)
+            .is_some_and(|at| at.elapsed() < self.keep)
+    }
+
+    /// Makes the next caller ask `kind` again whether it runs `engine`: what provides it
+    /// changed.
+    pub(crate) fn forget(&self, kind: BackendKind, engine: EngineRef) {
+        self.answered().remove(&(kind, engine));
+    }
+}
+
+/// What a backend said when asked whether it runs an engine.
+enum Said {
+    Runs,
+    /// It cannot: why, with what provides the engine.
+    Lacks(String),
+    /// It did not say (unreachable, slow, another error).
+    Nothing,
+}
+
+async fn ask(backend: &Arc<dyn Backend>, engine: EngineRef) -> Said {
     match tokio::time::timeout(PATIENCE, backend.supports(engine)).await {
-        Ok(Ok(())) => None,
+        Ok(Ok(())) => Said::Runs,
         Ok(Err(
             err @ (BackendError::ImageMissing { .. }
             | BackendError::NotInstalled { .. }
             | BackendError::Unsupported { .. }),
-        )) => Some(err.to_string()),
+        )) => Said::Lacks(err.to_string()),
         Ok(Err(err)) => {
             tracing::debug!(engine = engine.name, backend = %backend.kind(), error = %err, "could not ask whether the backend runs the engine");
-            None
+            Said::Nothing
         }
-        Err(_) => None,
+        Err(_) => Said::Nothing,
+    }
+}
+
+impl Broker {
+    /// Whether `backend` runs `engine`: why not (with what provides it) when it cannot. A
+    /// backend that does not answer refuses nothing here: an unreachable backend is the
+    /// retryable guard's.
+    async fn lacks(&self, backend: &Arc<dyn Backend>, engine: EngineRef) -> Option<String> {
+        let support = &self.inner.engine_support;
+        let key = (backend.kind(), engine);
+        if support.known_yes(key) {
+            return None;
+        }
+        // Taken before asking: the yes is trusted from when it may have been true, not after.
+        let asked = Instant::now();
+        match ask(backend, engine).await {
+            Said::Runs => {
+                support.answered().insert(key, asked);
+                None
+            }
+            Said::Lacks(why) => Some(why),
+            Said::Nothing => None,
+        }
     }
 }
 
@@ -46,7 +114,7 @@ impl Broker {
         join_all(
             engines
                 .iter()
-                .map(|engine| async move { (*engine, lacks(primary, *engine).await) }),
+                .map(|engine| async move { (*engine, self.lacks(primary, *engine).await) }),
         )
         .await
         .into_iter()

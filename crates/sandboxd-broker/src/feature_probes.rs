@@ -161,6 +161,11 @@ impl Broker {
                 return outcome;
             }
             probes.forget(key, &slot);
+            if major.is_none() {
+                // What runs the engine changed (or its probe failed): whether it runs is asked
+                // again too.
+                self.inner.engine_support.forget(key.0, engine);
+            }
         }
         probes
             .cached(key.0, engine, major)

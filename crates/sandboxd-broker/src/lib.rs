@@ -98,6 +98,11 @@ struct Inner {
     metrics: Arc<metrics::Metrics>,
     pools: Arc<pools::Pools>,
     feature_probes: feature_probes::FeatureProbes,
+    /// Which engines the backends said they run, so a warm request does not ask again.
+    engine_support: engine_support::EngineSupport,
+    /// When the primary backend last answered a ping, so back-to-back requests ping it once
+    /// (`verbs/request_sandbox.rs`). A std mutex: never held across an await.
+    answered_ping: std::sync::Mutex<Option<std::time::Instant>>,
     /// `run_experiment`'s runtime; None when experiments are turned off.
     experiments: Option<Arc<sandboxd_experiments::Runtime>>,
     /// Per-agent caps on concurrent heavy calls and experiments.
@@ -162,6 +167,8 @@ impl Broker {
                 metrics: Arc::new(metrics::Metrics::default()),
                 pools,
                 feature_probes: feature_probes::FeatureProbes::new(config_recheck),
+                engine_support: engine_support::EngineSupport::new(config_recheck),
+                answered_ping: std::sync::Mutex::new(None),
                 experiments,
                 ready: AtomicBool::new(false),
                 restart: tokio_util::sync::CancellationToken::new(),

@@ -4,7 +4,7 @@
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use futures::future::join_all;
 use sandboxd_domain::Agent;
@@ -21,6 +21,10 @@ use crate::sandbox::{Cache, CloneOf};
 /// How long a request waits for a feature probe under way before activation decides.
 const PROBE_PATIENCE: Duration = Duration::from_secs(10);
 
+/// How long a backend's answer to a ping is trusted: guard 5 must refuse within about a second
+/// of the backend going away (SPEC §3.4), and a failed ping is never trusted at all.
+const PING_TRUST: Duration = Duration::from_millis(500);
+
 /// `request_sandbox`'s `next` for a role that is not configured (its call was refused before).
 const AFTER_THE_SANDBOX: &str =
     "run your tests against the sandbox; call release_sandbox when you no longer need it";
@@ -33,16 +37,15 @@ impl Broker {
         agent: &Agent,
         args: &RequestSandboxArgs,
     ) -> Result<Granted, ErrorEnvelope> {
-        let held = self
-            .store()
-            .active_task_of(&agent.slug)
-            .await
-            .map_err(|e| internal("looking up your task", &e));
-        let project = self
-            .store()
-            .get_project(&agent.project)
-            .await
-            .map_err(|e| internal("reading your project", &e));
+        // Independent lookups, asked together; which refusal wins is `decide`'s alone, whatever
+        // order they answer in.
+        let (held, project, provisioner) = tokio::join!(
+            self.store().active_task_of(&agent.slug),
+            self.store().get_project(&agent.project),
+            self.provisioner_answers(),
+        );
+        let held = held.map_err(|e| internal("looking up your task", &e));
+        let project = project.map_err(|e| internal("reading your project", &e));
         let opted_in = project
             .as_ref()
             .ok()
@@ -80,6 +83,12 @@ impl Broker {
                 })
             })
             .collect();
+        // A feature probe may have been waited for since the ping: its answer is taken again,
+        // from memory unless it has grown too old to trust.
+        let provisioner = match provisioner {
+            Ok(()) => self.provisioner_answers().await,
+            refused => refused,
+        };
         guards::decide(Inputs {
             enabled: self.inner.enabled,
             agent,
@@ -89,7 +98,7 @@ impl Broker {
             args,
             offers,
             unrunnable,
-            provisioner: self.provisioner_answers().await,
+            provisioner,
         })
     }
 
@@ -98,11 +107,24 @@ impl Broker {
         if !self.inner.ready.load(Ordering::SeqCst) {
             return Err("sandboxd is starting".into());
         }
+        let answered = &self.inner.answered_ping;
+        let lock = || answered.lock().unwrap_or_else(|p| p.into_inner());
+        if lock().is_some_and(|at| at.elapsed() < PING_TRUST) {
+            return Ok(());
+        }
         let primary = self.inner.backends.primary();
-        primary.ping().await.map_err(|err| {
-            tracing::warn!(error = %err, "backend unreachable");
-            format!("the {} backend does not answer", primary.kind())
-        })
+        // Taken before pinging: the answer is trusted from when the ping left, not after.
+        let asked = Instant::now();
+        match primary.ping().await {
+            Ok(()) => {
+                *lock() = Some(asked);
+                Ok(())
+            }
+            Err(err) => {
+                tracing::warn!(error = %err, "backend unreachable");
+                Err(format!("the {} backend does not answer", primary.kind()))
+            }
+        }
     }
 
     /// `request_sandbox`: the guard chain, then the sandbox, answered filtered to what was

@@ -1,11 +1,14 @@
 //! The guard chain of request_sandbox, in order, each with its own code; injections refused
-//! with nothing created.
+//! with nothing created; a backend that goes away refused within a second, yet after the other
+//! guards; and a warm request that asks the backend nothing it already answered.
 
-use sandboxd_domain::envelope::ErrorCode;
+use std::time::{Duration, Instant};
+
+use sandboxd_domain::envelope::{Envelope, ErrorCode};
 use sandboxd_domain::roles::Verb;
 use serde_json::json;
 
-use crate::support::{World, WorldSpec, refused};
+use crate::support::{World, WorldSpec, ok, refused};
 
 #[tokio::test]
 async fn each_guard_refuses_with_its_own_code_in_order() {
@@ -142,6 +145,125 @@ async fn provisioner_unavailable_is_the_one_retryable_guard() {
             assert!(err.retryable);
         })
         .await;
+}
+
+#[tokio::test]
+async fn a_backend_that_stops_answering_is_refused_within_a_second_but_after_guards_one_to_four() {
+    World::new(WorldSpec::default())
+        .await
+        .expect("process world")
+        .run(|w| async move {
+            let dev = w.working_agent("developer").await;
+            ok(w.call(&dev, Verb::RequestSandbox, json!({})).await);
+            // A warm request right before the backend goes: its ping answer is as fresh as can be.
+            ok(w.call(&dev, Verb::RequestSandbox, json!({})).await);
+            w.backend.fail_ping(true);
+            let gone = Instant::now();
+            let refusal = loop {
+                match w.call(&dev, Verb::RequestSandbox, json!({})).await {
+                    Envelope::Error(err) => break err,
+                    Envelope::Ok(_) => {
+                        assert!(
+                            gone.elapsed() < Duration::from_secs(1),
+                            "still answered {:?} after the backend went away",
+                            gone.elapsed()
+                        );
+                        tokio::time::sleep(Duration::from_millis(50)).await;
+                    }
+                }
+            };
+            assert!(
+                gone.elapsed() < Duration::from_secs(1),
+                "{:?}",
+                gone.elapsed()
+            );
+            assert_eq!(
+                refusal.error,
+                ErrorCode::ProvisionerUnavailable,
+                "{refusal:?}"
+            );
+            assert!(refusal.retryable);
+
+            // Guards 2 and 4 still win over it.
+            let idle = w.agent("developer").await;
+            let err = refused(w.call(&idle, Verb::RequestSandbox, json!({})).await);
+            assert_eq!(err.error, ErrorCode::NoActiveTask);
+            let err = refused(
+                w.call(&dev, Verb::RequestSandbox, json!({"services": ["mariadb"]}))
+                    .await,
+            );
+            assert_eq!(err.error, ErrorCode::ServiceNotAllowed);
+
+            // A failed ping is never remembered: the next request after it answers is served.
+            w.backend.fail_ping(false);
+            ok(w.call(&dev, Verb::RequestSandbox, json!({})).await);
+
+            // Guard 3 wins over it too.
+            w.backend.fail_ping(true);
+            w.broker
+                .set_project(&w.project, None, None)
+                .await
+                .expect("opt out");
+            let err = refused(w.call(&dev, Verb::RequestSandbox, json!({})).await);
+            assert_eq!(err.error, ErrorCode::ProjectNotOptedIn);
+            w.backend.fail_ping(false);
+        })
+        .await;
+
+    // Guard 1 as well.
+    let off = World::new(WorldSpec {
+        enabled: false,
+        ..WorldSpec::default()
+    })
+    .await
+    .expect("process world");
+    off.run(|w| async move {
+        w.backend.fail_ping(true);
+        let dev = w.agent("developer").await;
+        let err = refused(w.call(&dev, Verb::RequestSandbox, json!({})).await);
+        assert_eq!(err.error, ErrorCode::SandboxDisabled);
+        w.backend.fail_ping(false);
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn whether_an_engine_runs_is_asked_once_then_again_after_the_recheck_interval() {
+    World::new(WorldSpec::default())
+        .await
+        .expect("process world")
+        .run(|w| async move {
+            // Opting the project in asked; spawning the agent, a cold request and two warm ones
+            // after it do not ask again.
+            let dev = w.working_agent("developer").await;
+            for _ in 0..3 {
+                ok(w.call(&dev, Verb::RequestSandbox, json!({})).await);
+            }
+            for engine in ["postgres", "redis"] {
+                assert_eq!(w.backend.supports_asked(engine), 1, "{engine}");
+            }
+        })
+        .await;
+
+    World::new(WorldSpec {
+        tweak_config: |config| config.feature_probe_recheck = Duration::from_millis(300),
+        ..WorldSpec::default()
+    })
+    .await
+    .expect("process world")
+    .run(|w| async move {
+        let asked = w.backend.supports_asked("postgres");
+        w.agent("developer").await;
+        assert_eq!(w.backend.supports_asked("postgres"), asked, "still fresh");
+        tokio::time::sleep(Duration::from_millis(400)).await;
+        w.agent("developer").await;
+        assert_eq!(
+            w.backend.supports_asked("postgres"),
+            asked + 1,
+            "asked again"
+        );
+    })
+    .await;
 }
 
 #[tokio::test]

@@ -38,6 +38,10 @@ pub struct Counting {
     provisions: Mutex<BTreeMap<String, usize>>,
     total: AtomicUsize,
     listing_fails: AtomicBool,
+    /// Pings fail, as when the engine or its host stops answering.
+    ping_fails: AtomicBool,
+    /// How often the broker asked whether an engine runs here.
+    supports_asked: Mutex<BTreeMap<String, usize>>,
     /// Provisions of this engine fail (an injected fault), before anything is made.
     failing_engine: Mutex<Option<String>>,
     /// Feature activations on live instances fail (an injected fault).
@@ -54,6 +58,8 @@ impl Counting {
             provisions: Mutex::new(BTreeMap::new()),
             total: AtomicUsize::new(0),
             listing_fails: AtomicBool::new(false),
+            ping_fails: AtomicBool::new(false),
+            supports_asked: Mutex::new(BTreeMap::new()),
             failing_engine: Mutex::new(None),
             activation_fails: AtomicBool::new(false),
             idle_made: Mutex::new(Vec::new()),
@@ -114,6 +120,21 @@ impl Counting {
     pub fn fail_listing(&self, fail: bool) {
         self.listing_fails.store(fail, Ordering::SeqCst);
     }
+
+    /// Makes `ping` fail (the backend went away) or answer again.
+    pub fn fail_ping(&self, fail: bool) {
+        self.ping_fails.store(fail, Ordering::SeqCst);
+    }
+
+    /// How often `supports` was asked about `engine`.
+    pub fn supports_asked(&self, engine: &str) -> usize {
+        self.supports_asked
+            .lock()
+            .expect("lock")
+            .get(engine)
+            .copied()
+            .unwrap_or(0)
+    }
 }
 
 #[async_trait]
@@ -125,9 +146,21 @@ impl Backend for Counting {
         self.inner.default_size()
     }
     async fn ping(&self) -> Result<(), BackendError> {
+        if self.ping_fails.load(Ordering::SeqCst) {
+            return Err(BackendError::Unavailable {
+                backend: "test",
+                detail: "ping fails: a fault the test injected".into(),
+            });
+        }
         self.inner.ping().await
     }
     async fn supports(&self, engine: EngineRef) -> Result<(), BackendError> {
+        *self
+            .supports_asked
+            .lock()
+            .expect("lock")
+            .entry(engine.name.to_owned())
+            .or_default() += 1;
         self.inner.supports(engine).await
     }
     async fn provision(&self, request: &InstanceRequest) -> Result<Instance, BackendError> {
