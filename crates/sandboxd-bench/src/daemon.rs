@@ -101,6 +101,11 @@ impl Daemon {
         })
     }
 
+    /// `http://127.0.0.1:<port>`, the address the daemon printed.
+    pub fn url(&self) -> &str {
+        &self.url
+    }
+
     pub async fn admin(&self, method: reqwest::Method, path: &str, body: Value) -> Result<Value> {
         let response = self
             .http

@@ -18,6 +18,10 @@
 //! - `clones`: the snapshot of a 50-table source and a clone's cold hand-out beside a plain
 //!   cold provision and a hand-out from a warm pool of clones (issue 12); plan agreement, the
 //!   snapshot and the hand-out on each clone data set of the testkit (issue 32).
+//! - `handout`: issue 30's hand-out bench through the real daemon with the official MCP Python
+//!   SDK as the client: warm hand-out over both revisions beside the daemon's own time, 20
+//!   agents at once, a steady 2/s with refill lag, the Python client library, a restart. Not in
+//!   the default set (over 10 minutes).
 //! - `kubernetes`: a cold provision of postgres+redis as Pods beside the Docker backend on the
 //!   same images (issue 11).
 //! - `cleanup`: everything started is found again by name/label and removed, also on Ctrl-C.
@@ -37,6 +41,7 @@ mod containers;
 mod daemon;
 mod docker;
 mod experiments;
+mod handout;
 mod images;
 mod kubernetes;
 mod peer;
@@ -73,8 +78,13 @@ enum Scenario {
     Clones,
     /// Kubernetes: cold provision and teardown of Pods beside Docker on the same images.
     Kubernetes,
+    /// Issue 30's hand-out bench with the official Python MCP SDK as the client: warm, 20 at
+    /// once, steady 2/s, the Python client library, a restart; both backends. Not in the
+    /// default set: it takes over 10 minutes.
+    Handout,
 }
 
+/// What runs when `--scenarios` is not given: everything but `handout` (over 10 minutes).
 const ALL: [Scenario; 10] = [
     Scenario::Process,
     Scenario::Reset,
@@ -103,6 +113,15 @@ struct Args {
     /// Concurrent agents (the agents and daemon scenarios).
     #[arg(long, default_value_t = 8)]
     agents: usize,
+    /// Runs of each warm series of the handout scenario (the client library's: at most 20).
+    #[arg(long, default_value_t = 50)]
+    handout_runs: usize,
+    /// Backends of the handout scenario (Docker is skipped anyway when no engine answers).
+    #[arg(long, value_delimiter = ',', default_values_t = [String::from("process"), String::from("docker")])]
+    handout_backends: Vec<String>,
+    /// Length of the handout scenario's steady 2 hand-outs/s, in seconds.
+    #[arg(long, default_value_t = 300)]
+    steady_secs: u64,
     /// Rounds of N concurrent agents through the broker.
     #[arg(long, default_value_t = 5)]
     rounds: usize,
@@ -250,6 +269,15 @@ async fn run(args: &Args, cleanup: &Cleanup, report: &mut Report) -> Result<()> 
                     report,
                 )
                 .await
+            }
+            Scenario::Handout => {
+                let options = handout::Options {
+                    runs: args.handout_runs.max(1),
+                    steady: std::time::Duration::from_secs(args.steady_secs.max(1)),
+                    docker: args.handout_backends.iter().any(|b| b == "docker"),
+                    process: args.handout_backends.iter().any(|b| b == "process"),
+                };
+                handout::handout(args.sandboxd_bin.as_deref(), options, cleanup, report).await
             }
             Scenario::Experiments => {
                 experiments::experiments(args.sandboxd_bin.as_deref(), args.runs, cleanup, report)

@@ -26,13 +26,13 @@ const DAEMON_RSS_MIB: f64 = 40.0;
 const LIVE_SANDBOXES: usize = 100;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Backend {
+pub(crate) enum Backend {
     Process,
     Docker,
 }
 
 impl Backend {
-    fn name(self) -> &'static str {
+    pub(crate) fn name(self) -> &'static str {
         match self {
             Self::Process => "process",
             Self::Docker => "docker",
@@ -41,8 +41,18 @@ impl Backend {
 }
 
 /// The daemon's settings for `backend`, with pools of `min_idle` members for postgres and
-/// redis when `min_idle` is set.
+/// redis (and a ceiling of twice that) when `min_idle` is set.
 fn settings(backend: Backend, cleanup: &Cleanup, min_idle: Option<usize>) -> Vec<(String, String)> {
+    sized_settings(backend, cleanup, min_idle.map(|m| (m, m * 2)))
+}
+
+/// The daemon's settings for `backend`, with postgres and redis pools of `(min_idle,
+/// max_total)` when set.
+pub(crate) fn sized_settings(
+    backend: Backend,
+    cleanup: &Cleanup,
+    sizes: Option<(usize, usize)>,
+) -> Vec<(String, String)> {
     let mut env = vec![("SANDBOXD_BACKEND".to_owned(), backend.name().to_owned())];
     if backend == Backend::Docker {
         for (engine, image) in local_images() {
@@ -57,7 +67,7 @@ fn settings(backend: Backend, cleanup: &Cleanup, min_idle: Option<usize>) -> Vec
             cleanup.label_namespace(),
         ));
     }
-    if let Some(min_idle) = min_idle {
+    if let Some((min_idle, max_total)) = sizes {
         for engine in ["POSTGRES", "REDIS"] {
             env.push((
                 format!("SANDBOXD_POOLS__{engine}__MIN_IDLE"),
@@ -65,14 +75,14 @@ fn settings(backend: Backend, cleanup: &Cleanup, min_idle: Option<usize>) -> Vec
             ));
             env.push((
                 format!("SANDBOXD_POOLS__{engine}__MAX_TOTAL"),
-                (min_idle * 2).to_string(),
+                max_total.to_string(),
             ));
         }
     }
     env
 }
 
-async fn pools(daemon: &Daemon) -> Result<Vec<Value>> {
+pub(crate) async fn pools(daemon: &Daemon) -> Result<Vec<Value>> {
     let answer = daemon
         .admin(reqwest::Method::GET, "/v1/pools", Value::Null)
         .await?;
@@ -81,7 +91,7 @@ async fn pools(daemon: &Daemon) -> Result<Vec<Value>> {
 
 /// Waits until every pool holds at least `idle` ready members and starts none: a warm
 /// hand-out is measured on a settled machine, not beside a member's start.
-async fn until_idle(daemon: &Daemon, idle: u64, within: Duration) -> Result<()> {
+pub(crate) async fn until_idle(daemon: &Daemon, idle: u64, within: Duration) -> Result<()> {
     let started = Instant::now();
     loop {
         let pools = pools(daemon).await?;
@@ -99,7 +109,7 @@ async fn until_idle(daemon: &Daemon, idle: u64, within: Duration) -> Result<()> 
     }
 }
 
-async fn project(daemon: &Daemon, name: &str, services: &[&str]) -> Result<()> {
+pub(crate) async fn project(daemon: &Daemon, name: &str, services: &[&str]) -> Result<()> {
     daemon
         .admin(
             reqwest::Method::PUT,
@@ -142,7 +152,7 @@ async fn requests(
 /// Stops a daemon after removing what it made: its agents' sandboxes were released, its pools
 /// drain at a clean stop; on Docker `sandboxd teardown --maker` then removes anything left and
 /// the daemon's network.
-async fn stop(daemon: Daemon, binary: &Path, env: &[(String, String)]) -> Result<()> {
+pub(crate) async fn stop(daemon: Daemon, binary: &Path, env: &[(String, String)]) -> Result<()> {
     let settings = daemon
         .admin(reqwest::Method::GET, "/v1/settings", Value::Null)
         .await?;
