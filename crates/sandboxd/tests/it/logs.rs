@@ -446,12 +446,14 @@ async fn a_trace_log_of_a_warm_hand_out_holds_no_credential() {
     };
     assert_no_secret_in(&log, &tokens, &secrets, &["tokio_postgres::"]);
     let text = std::fs::read_to_string(&log).expect("read the log");
+    // The account is made and proven while the member idles (`ready`); the hand-out
+    // re-checks it over the held connection (`recheck`).
     for span in [
+        "ready",
         "take",
         "hand_out",
-        "mint",
+        "recheck",
         "record_owner",
-        "prove",
         "store_put",
     ] {
         assert!(
@@ -459,8 +461,9 @@ async fn a_trace_log_of_a_warm_hand_out_holds_no_credential() {
             "no {span} span in the log"
         );
     }
-    // The mint statement tokio-postgres logs at `debug` carries the account's SCRAM verifier:
-    // base64, not a 32-hex run, so the redactor blanks it by its prefix.
+    // The mint statement tokio-postgres logs at `debug` carries the account's SCRAM verifier
+    // (and the re-check reads it back): base64, not a 32-hex run, so the redactor blanks it by
+    // its prefix.
     assert_eq!(
         text.matches("SCRAM-SHA-256$").count(),
         text.matches("SCRAM-SHA-256$[redacted]").count(),
