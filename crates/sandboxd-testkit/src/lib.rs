@@ -11,6 +11,7 @@
 //!   (`scripts/k8s-cluster.sh`, named by `SANDBOXD_TEST_KUBECONFIG`), in a namespace of the
 //!   test's own that goes with everything in it when the test ends; skipped where no cluster is
 //!   named unless CI requires it (`SANDBOXD_REQUIRE_KUBERNETES=1`).
+//! - [`forbid_login`]: a pool member's account changed behind the pool's back, as superuser.
 //! - [`clone_fixtures`]: the "productions" clone fidelity is measured on (the shop and the wide
 //!   data set), their queries and known misses, and the comparison of plan shapes; the bench
 //!   measures the same data sets.
@@ -20,6 +21,9 @@
 #![forbid(unsafe_code)]
 
 pub mod clone_fixtures;
+mod member_faults;
+
+pub use member_faults::forbid_login;
 
 use std::collections::BTreeMap;
 use std::path::Path;

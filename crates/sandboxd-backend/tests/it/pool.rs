@@ -7,11 +7,8 @@
 
 use std::collections::BTreeSet;
 
-use sandboxd_backend::wire::{AdminSession, Reach};
 use sandboxd_backend::{Backend, IdleMember, InstanceHandle};
-use sandboxd_domain::engine::AdminStep;
 use sandboxd_domain::{AgentSlug, Instance};
-use secrecy::SecretString;
 
 use crate::docker::{Harness, MARIADB, POSTGRES, REDIS, harness_owner};
 use crate::reset::every_round;
@@ -178,31 +175,6 @@ async fn docker_pool_members_are_handed_out_as_cold_instances_would_be() {
         .await;
 }
 
-/// As superuser, from outside the member's held connection: what an operator (or a bug)
-/// could do to an idle member after its proof.
-async fn break_account(instance: &Instance) {
-    let reach = Reach {
-        host: &instance.host,
-        port: instance.port,
-    };
-    let mut session =
-        AdminSession::open(instance.engine, &instance.admin, reach, &instance.database)
-            .await
-            .expect("a superuser session");
-    let step = match instance.engine.name {
-        "postgres" => AdminStep::Sql {
-            database: Some(instance.database.clone()),
-            statement: SecretString::from("ALTER ROLE sandbox NOLOGIN"),
-        },
-        _ => AdminStep::RedisCommand {
-            words: ["ACL", "SETUSER", "sandbox", "off"]
-                .map(SecretString::from)
-                .to_vec(),
-        },
-    };
-    session.run(&[step]).await.expect("the account changed");
-}
-
 #[tokio::test]
 async fn a_ready_member_whose_account_changed_is_torn_down_not_handed_out() {
     ProcessHarness::new(|_| {})
@@ -216,7 +188,7 @@ async fn a_ready_member_whose_account_changed_is_torn_down_not_handed_out() {
                     .expect("an idle member");
                 let mut member = member.ready(backend.as_ref()).await.expect("made ready");
                 member.check_on(backend.as_ref()).await.expect("as proven");
-                break_account(&member.instance).await;
+                sandboxd_testkit::forbid_login(&member.instance).await;
                 let err = member
                     .check_on(backend.as_ref())
                     .await

@@ -6,35 +6,13 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 use futures::future::join_all;
-use sandboxd_backend::wire::{AdminSession, Reach};
 use sandboxd_domain::Instance;
-use sandboxd_domain::engine::AdminStep;
 use sandboxd_domain::roles::Verb;
-use secrecy::SecretString;
+use sandboxd_testkit::forbid_login;
 use serde_json::json;
 
 use crate::pools::{pool, quick_tuning, redis_ping, until, view};
 use crate::support::{World, WorldSpec, evidence_of, ok, passwords, pg_query};
-
-/// Takes the login from `instance`'s handed-out account, as superuser over a connection of
-/// its own: the pool's held connection and its proof know nothing of it.
-async fn forbid_login(instance: &Instance) {
-    let reach = Reach {
-        host: &instance.host,
-        port: instance.port,
-    };
-    let mut session =
-        AdminSession::open(instance.engine, &instance.admin, reach, &instance.database)
-            .await
-            .expect("a superuser session");
-    session
-        .run(&[AdminStep::Sql {
-            database: Some(instance.database.clone()),
-            statement: SecretString::from("ALTER ROLE sandbox NOLOGIN"),
-        }])
-        .await
-        .expect("the account changed");
-}
 
 #[tokio::test]
 async fn a_member_whose_account_breaks_while_idle_is_discarded_not_handed_out() {
